@@ -1,0 +1,40 @@
+"""leakscope: find autograd graphs a training engine's forward_step keeps alive.
+
+Importing this package imports neither torch nor tensordict: the library entry
+points load them on first use, so ``leakscope --help`` and the pytest plugin
+stay fast.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from leakscope.check import check
+    from leakscope.options import CheckOptions, ModelSize
+    from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
+
+_LAZY = {
+    "check": "leakscope.check",
+    "CheckOptions": "leakscope.options",
+    "ModelSize": "leakscope.options",
+    "Finding": "leakscope.results",
+    "Mode": "leakscope.results",
+    "Report": "leakscope.results",
+    "Source": "leakscope.results",
+    "TargetResult": "leakscope.results",
+    "Verdict": "leakscope.results",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'leakscope' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

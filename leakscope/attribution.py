@@ -1,0 +1,291 @@
+"""Judge one target in one mode: find who holds the step's graph, size it, prove it.
+
+The steps, each on a fresh model and engine (a step costs milliseconds):
+
+1. Run the step with anomaly-mode stack traces on, observe the caller's roots,
+   and describe every candidate reference (path, holder, graph size, bytes,
+   cause, source line).
+2. Confirm each candidate: re-run, release every *other* candidate the way the
+   fix would (detached copies in their place), and check that this step's
+   graph is still alive. A candidate that keeps it alive on its own is
+   ``confirmed``.
+3. Release all candidates in one more run: whatever is still alive is held by
+   something the walk cannot see, and is reported as ``<unknown holder>``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leakscope.graph import (
+    CAUSE_ORDER,
+    LEAF_GRAD,
+    NODES_ONLY,
+    UNTIL_GC,
+    StorageMap,
+    bytes_by_cause,
+    graph_tensors,
+    node_name,
+    storage_key,
+    storage_map,
+    storage_nbytes,
+)
+from leakscope.hints import hint_for, holder_kind
+from leakscope.liveness import alive_bytes, settle
+from leakscope.options import CheckOptions
+from leakscope.protocol import EngineSpec
+from leakscope.results import Finding, Mode, Source, TargetResult, Verdict
+from leakscope.source import display_path, user_frame_in_stack_text
+from leakscope.trial import Observation, Trial, observe, run_trial
+from leakscope.walk import Hit, ReleaseFailed, release
+
+UNKNOWN_HOLDER = "<unknown holder>"
+
+
+def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
+    """The verdict and findings for ``spec`` in ``mode``."""
+    trial = run_trial(spec, mode, options, anomaly=options.source)
+    try:
+        died_in_gc = _until_gc_bytes(trial)
+        obs = observe(trial, options)
+        union: StorageMap = {}
+        findings = [_describe(hit, trial, obs, union) for hit in obs.candidates]
+        residual = alive_bytes(obs.alive_unexplained(), obs.excluded_storages) if not obs.candidates else {}
+        warnings = ["the holder walk stopped at --max-objects; some holders may be unnamed"] if obs.truncated else []
+        obs.clear()
+    finally:
+        trial.close()
+    if findings and options.confirm:
+        findings = _confirm(spec, mode, options, findings)
+        residual = _residual_after_release(spec, mode, options)
+    if sum(residual.values()) > 0:
+        findings.append(_unknown_finding(residual))
+    if not findings and sum(died_in_gc.values()) > 0:
+        findings.append(_until_gc_finding(died_in_gc))
+    verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
+    total = sum(bytes_by_cause(union).values()) + sum(residual.values()) if verdict is Verdict.LEAK else 0
+    return TargetResult(
+        target=spec.name, mode=mode, verdict=verdict, findings=tuple(findings),
+        retained_bytes=total, warnings=tuple(warnings),
+    )
+
+
+def _until_gc_bytes(trial: Trial) -> dict[str, int]:
+    """Bytes alive before ``settle()`` that the cyclic GC then freed (see ``until-gc``)."""
+    before = {}
+    for item, obj in trial.evidence.alive():
+        key = storage_key(obj)
+        if key is not None and key not in trial.excluded_storages:
+            before[id(item)] = (item.cause, key, storage_nbytes(obj))
+        del obj
+    if not before:
+        return {}
+    settle()
+    still = {id(item) for item, _ in trial.evidence.alive()}
+    seen: set[tuple[str, int]] = set()
+    out: dict[str, int] = {}
+    for item_id, (cause, key, nbytes) in before.items():
+        if item_id in still or key in seen:
+            continue
+        seen.add(key)
+        out[UNTIL_GC] = out.get(UNTIL_GC, 0) + nbytes
+    return out
+
+
+def _graph_of(obj: Any) -> tuple[list[Any], list[tuple[str, Any]], str]:
+    """Graph roots, extra leaf tensors, and the grad_fn label for one held object."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        if obj.grad_fn is not None:
+            return [obj.grad_fn], [], node_name(obj.grad_fn)
+        extra = [(LEAF_GRAD, obj)]
+        if obj.grad is not None:
+            extra.append((LEAF_GRAD, obj.grad))
+        return [], extra, "AccumulateGrad (leaf)"
+    return [obj], [], node_name(obj)
+
+
+def _source_of(obj: Any, spec: EngineSpec) -> Source | None:
+    node = getattr(obj, "grad_fn", None) if not _is_node(obj) else obj
+    if node is not None:
+        try:
+            text = node.metadata.get("traceback_")
+        except Exception:
+            text = None
+        if isinstance(text, (list, tuple)):
+            text = "".join(str(line) for line in text)
+        if text:
+            found = user_frame_in_stack_text(str(text))
+            if found is not None:
+                return found
+    return anchor_source(spec)
+
+
+def _is_node(obj: Any) -> bool:
+    from leakscope.walk import kinds
+
+    return kinds().is_node(obj)
+
+
+def anchor_source(spec: EngineSpec) -> Source | None:
+    """Where the engine's ``forward_step`` (or the step function) is defined."""
+    import inspect
+
+    anchor = spec.anchor
+    fn = getattr(anchor, "forward_step", None) if inspect.isclass(anchor) else anchor
+    if fn is None:
+        return None
+    try:
+        fn = inspect.unwrap(fn)
+        file = inspect.getsourcefile(fn)
+        _, line = inspect.getsourcelines(fn)
+    except (TypeError, OSError):
+        return None
+    if not file:
+        return None
+    return Source(display_path(file), line, getattr(fn, "__name__", "forward_step"))
+
+
+def _dominant(by_cause: dict[str, int]) -> str:
+    if not by_cause or sum(by_cause.values()) == 0:
+        return NODES_ONLY
+    return max(by_cause, key=lambda c: (by_cause[c], -CAUSE_ORDER.index(c) if c in CAUSE_ORDER else 0))
+
+
+def _describe(hit: Hit, trial: Trial, obs: Observation, union: StorageMap) -> Finding:
+    roots, extra, grad_fn = _graph_of(hit.obj)
+    nodes, found = graph_tensors(roots)
+    items = [(g.cause, g.tensor) for g in found] + extra
+    storages = storage_map(items, obs.excluded_storages - _own_storage(hit.obj))
+    found.clear()
+    items.clear()
+    union.update(storages)
+    by_cause = bytes_by_cause(storages)
+    cause = _dominant(by_cause)
+    holder = holder_kind(hit.root.kind, hit.link.in_hook())
+    return Finding(
+        path=hit.path,
+        holder=holder,
+        grad_fn=grad_fn,
+        graph_nodes=nodes,
+        retained_bytes=sum(by_cause.values()),
+        confirmed=False,
+        hint=hint_for(holder, cause, hit.path),
+        cause=cause,
+        bytes_by_cause=dict(sorted(by_cause.items())),
+        source=_source_of(hit.obj, trial.spec),
+    )
+
+
+def _own_storage(obj: Any) -> set[tuple[str, int]]:
+    """A held leaf's own storage is what it retains; a held graph tensor's is not."""
+    import torch
+
+    if isinstance(obj, torch.Tensor) and obj.grad_fn is None:
+        key = storage_key(obj)
+        return {key} if key is not None else set()
+    return set()
+
+
+def _replacement(obj: Any) -> Any:
+    import torch
+
+    return obj.detach() if isinstance(obj, torch.Tensor) else None
+
+
+def _release_all(hits: list[Hit]) -> bool:
+    ok = True
+    for hit in hits:
+        try:
+            release(hit.link, _replacement(hit.obj))
+        except (ReleaseFailed, Exception):
+            ok = False
+    return ok
+
+
+def _confirm(spec: EngineSpec, mode: Mode, options: CheckOptions, findings: list[Finding]) -> list[Finding]:
+    import dataclasses
+
+    out = []
+    for i, finding in enumerate(findings):
+        if i >= options.max_confirm:
+            out.append(finding)
+            continue
+        out.append(dataclasses.replace(finding, confirmed=_holds_alone(spec, mode, options, finding)))
+    return out
+
+
+def _holds_alone(spec: EngineSpec, mode: Mode, options: CheckOptions, finding: Finding) -> bool:
+    """Re-run, release every other candidate, and see whether the graph is still alive."""
+    trial = run_trial(spec, mode, options)
+    try:
+        obs = observe(trial, options)
+        mine = [h for h in obs.candidates if h.path == finding.path]
+        if not mine:
+            obs.clear()
+            return False
+        others = [h for h in obs.candidates if h.path != finding.path and all(h.obj is not m.obj for m in mine)]
+        released = _release_all(others)
+        mine.clear()
+        others.clear()
+        obs.clear()
+        if not released:
+            return False
+        obs = observe(trial, options)
+        still_held = any(h.path == finding.path for h in obs.candidates)
+        alive = bool(obs.alive_unexplained() or obs.alive)
+        obs.clear()
+        if finding.cause == NODES_ONLY:
+            return still_held
+        return still_held and alive
+    finally:
+        trial.close()
+
+
+def _residual_after_release(spec: EngineSpec, mode: Mode, options: CheckOptions) -> dict[str, int]:
+    """Bytes still alive once every named holder is released: held by something unnamed."""
+    trial = run_trial(spec, mode, options)
+    try:
+        obs = observe(trial, options)
+        released = _release_all(obs.candidates)
+        obs.clear()
+        obs = observe(trial, options)
+        if obs.candidates or not released:
+            obs.clear()
+            return {}
+        residual = alive_bytes(obs.alive, obs.excluded_storages)
+        obs.clear()
+        return residual
+    finally:
+        trial.close()
+
+
+def _unknown_finding(by_cause: dict[str, int]) -> Finding:
+    cause = _dominant(by_cause)
+    return Finding(
+        path=UNKNOWN_HOLDER,
+        holder="not found",
+        grad_fn="-",
+        graph_nodes=0,
+        retained_bytes=sum(by_cause.values()),
+        confirmed=True,
+        hint=hint_for("not found", cause, UNKNOWN_HOLDER),
+        cause=cause,
+        bytes_by_cause=dict(sorted(by_cause.items())),
+    )
+
+
+def _until_gc_finding(by_cause: dict[str, int]) -> Finding:
+    return Finding(
+        path="<reference cycle>",
+        holder="cycle",
+        grad_fn="-",
+        graph_nodes=0,
+        retained_bytes=sum(by_cause.values()),
+        confirmed=True,
+        hint=hint_for("cycle", UNTIL_GC, ""),
+        cause=UNTIL_GC,
+        bytes_by_cause=dict(sorted(by_cause.items())),
+        severity="warning",
+    )

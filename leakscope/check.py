@@ -1,0 +1,125 @@
+"""The library entry point: ``check(targets, options) -> Report``.
+
+The CLI and the pytest plugin gather options, call :func:`check` and render the
+:class:`~leakscope.results.Report` it returns. No detection logic lives there.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+import traceback
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from leakscope import __version__
+from leakscope.errors import LeakscopeError, TargetError
+from leakscope.options import CheckOptions
+from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
+
+
+def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = None) -> Report:
+    """Check each target in each mode and return the report.
+
+    ``targets`` are target strings (``pkg.mod:Engine``, ``path/file.py:Engine``)
+    or the objects themselves (an engine class, a factory, a step function).
+    Failures of a target become ``error`` results; nothing here raises for a
+    bad target.
+    """
+    import torch
+
+    options = options or CheckOptions()
+    if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
+        targets = [targets]
+    results: list[TargetResult] = []
+    for target in targets:
+        results.extend(check_target(target, options))
+    return Report(
+        results=tuple(results),
+        leakscope_version=__version__,
+        torch_version=str(torch.__version__),
+        python_version=platform.python_version(),
+    )
+
+
+def _name_of(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    module = getattr(target, "__module__", "?")
+    return f"{module}:{getattr(target, '__qualname__', type(target).__name__)}"
+
+
+def resolve_spec(target: Any, options: CheckOptions) -> Any:
+    """Resolve a target (string or object) and the optional factory to an EngineSpec."""
+    import sys
+
+    from leakscope.adapters import find_adapter
+    from leakscope.protocol import from_target
+    from leakscope.target import ResolvedTarget, resolve
+
+    if isinstance(target, str):
+        resolved = resolve(target)
+    else:
+        module = sys.modules.get(getattr(target, "__module__", "") or "")
+        if module is None:
+            raise TargetError(f"{target!r} has no importable module; pass 'pkg.mod:Name' instead")
+        resolved = ResolvedTarget(_name_of(target), target, module, getattr(target, "__qualname__", ""))
+    adapter = find_adapter(resolved)
+    if adapter is not None and options.factory is None:
+        return adapter.spec(resolved)
+    factory = resolve(options.factory).obj if options.factory else None
+    return from_target(resolved, factory)
+
+
+def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
+    """All modes of one target; a target that cannot be resolved errors in every mode."""
+    from leakscope.distributed import process_group
+    from leakscope.liveness import gc_paused
+
+    name = _name_of(target)
+    try:
+        spec = resolve_spec(target, options)
+    except LeakscopeError as exc:
+        return [_error(name, mode, exc.message, exc.detail) for mode in options.modes]
+    results = []
+    for mode in options.modes:
+        started = time.perf_counter()
+        try:
+            with process_group(), gc_paused():
+                result = _check_mode(spec, mode, options)
+        except LeakscopeError as exc:
+            result = _error(name, mode, exc.message, exc.detail)
+        except Exception as exc:  # a bug in leakscope or a torch surprise: still one line
+            result = _error(
+                name, mode,
+                f"leakscope failed while checking: {type(exc).__name__}: {exc}; please report it with --debug output",
+                traceback.format_exc(),
+            )
+        results.append(_with_seconds(result, time.perf_counter() - started))
+    return results
+
+
+def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:
+    import dataclasses
+
+    return dataclasses.replace(result, seconds=round(seconds, 3))
+
+
+def _error(name: str, mode: Mode, message: str, detail: str | None) -> TargetResult:
+    return TargetResult(target=name, mode=mode, verdict=Verdict.ERROR, error=message, traceback=detail)
+
+
+def _check_mode(spec: Any, mode: Mode, options: CheckOptions) -> TargetResult:
+    from leakscope import attribution
+
+    return attribution.judge(spec, mode, options)
+
+
+def iter_findings(report: Report) -> Iterable[tuple[TargetResult, Finding]]:
+    """Every (result, finding) pair of a report, in order."""
+    for result in report.results:
+        for finding in result.findings:
+            yield result, finding
+
+
+__all__ = ["check", "check_target", "iter_findings", "Source"]

@@ -1,0 +1,172 @@
+"""The ``leakscope`` command: parse options, call the library, render, exit.
+
+No detection logic here. torch is imported only when a check runs, so
+``leakscope --help`` and ``--version`` stay fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from leakscope import __version__
+from leakscope.errors import ExitCode, LeakscopeError, UsageError
+
+DEFAULT_TARGET = "leakscope.reference:FSDPEngine"
+
+app = typer.Typer(
+    name="leakscope",
+    help="Find autograd graphs that a training engine's forward_step keeps alive.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class ModeChoice(str, enum.Enum):
+    train = "train"
+    forward_only = "forward-only"
+    both = "both"
+
+
+class FormatChoice(str, enum.Enum):
+    text = "text"
+    json = "json"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"leakscope {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """leakscope: catch forward_step outputs that keep autograd graphs alive, before they OOM."""
+
+
+def _emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+def _fail(message: str, code: int, fmt: FormatChoice, output: Optional[Path]) -> None:
+    """One line on stderr; a valid JSON document on stdout when JSON was asked for."""
+    typer.echo(f"leakscope: error: {message}", err=True)
+    if fmt is FormatChoice.json:
+        import json
+        import platform
+
+        doc = {
+            "schema_version": 1,
+            "leakscope_version": __version__,
+            "torch_version": None,
+            "python_version": platform.python_version(),
+            "error": message,
+            "results": [],
+        }
+        _emit(json.dumps(doc, indent=2) + "\n", output)
+    raise typer.Exit(code)
+
+
+@app.command()
+def check(
+    targets: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            metavar="[TARGET]...",
+            help="Engines to check: 'pkg.module:Name' or 'path/to/file.py:Name' "
+            f"(a class built as Name(model), a factory, or a step function). Default: {DEFAULT_TARGET}.",
+            show_default=False,
+        ),
+    ] = None,
+    mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.both,
+    fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
+    output: Annotated[
+        Optional[Path], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
+    ] = None,
+    factory: Annotated[
+        Optional[str],
+        typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
+    ] = None,
+    model: Annotated[
+        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune.")
+    ] = "peft-checkpoint",
+    confirm: Annotated[
+        bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
+    ] = True,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
+) -> None:
+    """Check engines for autograd graphs their forward_step leaves reachable.
+
+    Exit codes: 0 every target clean, 1 a leak, 2 usage error, 3 a target could not be checked.
+    """
+    from leakscope.options import CheckOptions
+    from leakscope.results import Mode
+    from leakscope.target import split_target
+    from leakscope.tinymodel_names import MODELS
+
+    targets = list(targets or [DEFAULT_TARGET])
+    try:
+        for target in targets:
+            split_target(target)
+        if model not in MODELS:
+            raise UsageError(f"--model {model!r} is not one of: {', '.join(MODELS)}")
+        if factory is not None:
+            split_target(factory)
+    except UsageError as exc:
+        _fail(exc.message, int(exc.exit_code), fmt, output)
+    modes = (Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),)
+    options = CheckOptions(modes=modes, model=model, factory=factory, confirm=confirm)
+    try:
+        report = _run(targets, options)
+    except LeakscopeError as exc:
+        if debug and exc.detail:
+            typer.echo(exc.detail, err=True)
+        _fail(exc.message, int(exc.exit_code), fmt, output)
+    if debug:
+        for result in report.results:
+            if result.traceback:
+                typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
+    from leakscope.render import render
+
+    if fmt is FormatChoice.text:
+        color = output is None and sys.stdout.isatty()
+        text = render(report, "text", color=color, debug=debug)
+    else:
+        text = render(report, fmt.value, debug=debug)
+    _emit(text, output)
+    raise typer.Exit(report.exit_code)
+
+
+def _run(targets: list[str], options: object) -> object:
+    """Run the library check with stdout redirected: engines that print cannot corrupt the report."""
+    from leakscope.check import check as run_check
+
+    with contextlib.redirect_stdout(sys.stderr):
+        return run_check(targets, options)  # type: ignore[arg-type]
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("leakscope: interrupted", err=True)
+        sys.exit(130)
+
+
+__all__ = ["app", "main", "ExitCode"]

@@ -1,0 +1,51 @@
+"""Fix hints that fit the holder and the cause (pure strings; no torch)."""
+
+from __future__ import annotations
+
+HOLDERS = {
+    "output": "returned",
+    "engine": "engine attribute",
+    "micro_batch": "micro-batch",
+    "module": "model attribute",
+    "global": "module global",
+}
+
+
+def holder_kind(root_kind: str, in_hook: bool) -> str:
+    """The holder label shown in reports."""
+    if root_kind == "module" and in_hook:
+        return "model hook"
+    return HOLDERS.get(root_kind, root_kind)
+
+
+def _leaf_name(path: str) -> str:
+    tail = path.replace("[", ".[").split(".")[-1]
+    return tail if tail.isidentifier() else "value"
+
+
+def hint_for(holder: str, cause: str, path: str) -> str:
+    """One sentence: what to change so the caller stops holding this step's graph."""
+    name = _leaf_name(path)
+    if holder == "returned":
+        if cause == "activations":
+            return (
+                f"detach the returned tree after the loss is computed (verl's fix: {name}.detach()); "
+                "compute logging-only values like entropy under torch.no_grad()"
+            )
+        return f"detach the returned tree after the loss is computed (verl's fix: {name}.detach())"
+    if holder == "engine attribute":
+        return f"store a detached value on the engine: self.{name} = value.detach() (or .item() for scalars); accumulate loss.detach()"
+    if holder == "micro-batch":
+        return f"write only detached tensors into the micro-batch: micro_batch[{name!r}] = value.detach()"
+    if holder == "model hook":
+        return "detach inside the hook before storing: store.append(output.detach()), or use torch.no_grad() there"
+    if holder == "model attribute":
+        return f"keep only detached tensors on the model: module.{name} = value.detach()"
+    if holder == "module global":
+        return "module-level state must hold detached tensors: append value.detach(), never the attached tensor"
+    if cause == "until-gc":
+        return "break the reference cycle that holds the graph (often a tensor stored on an object that points back at it)"
+    return (
+        "something outside the caller's objects holds this step's graph (a C++ hook, a closure in "
+        "another module, a thread-local); run `leakscope explain` and look for what stores step tensors"
+    )

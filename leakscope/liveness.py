@@ -1,0 +1,122 @@
+"""Evidence that a step's graph is alive: weakrefs only, never the tensors.
+
+# NOTE [Observer effect]
+# Everything leakscope records about a step it records by weakref: the probes
+# (checkpoint inputs), the non-Parameter leaves of the step's graph and their
+# ``.grad``, the saved tensors and ctx tensors of its nodes. A strong reference
+# anywhere in leakscope would itself be the leak it reports, so containers of
+# hits and nodes are local to one function call and emptied before judging,
+# and :func:`settle` runs the cyclic GC before any verdict.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from leakscope.graph import LEAF_GRAD, graph_tensors, storage_key, storage_nbytes
+
+
+def settle() -> None:
+    """Run the cyclic GC until nothing more is freed, so only real holders keep objects alive.
+
+    A graph that only a reference cycle keeps is freed here: it is not a leak
+    (though it spikes memory until a collection runs; see ``until-gc``).
+    """
+    for _ in range(3):
+        if gc.collect() == 0:
+            break
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Keep the cyclic GC from running mid-step, so ``until-gc`` retention is observable."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One weakly referenced tensor of the step's graph."""
+
+    ref: weakref.ref[Any]
+    cause: str
+    what: str
+
+
+@dataclasses.dataclass
+class Evidence:
+    """Weakrefs to what the step's graph kept, plus the probes."""
+
+    items: list[Item] = dataclasses.field(default_factory=list)
+    leaf_ids: set[int] = dataclasses.field(default_factory=set)
+
+    def alive(self, exclude_ids: set[int] = frozenset()) -> list[tuple[Item, Any]]:  # type: ignore[assignment]
+        """Items still alive, minus those a root holds directly as plain tensors."""
+        out = []
+        for item in self.items:
+            obj = item.ref()
+            if obj is not None and id(obj) not in exclude_ids:
+                out.append((item, obj))
+        return out
+
+
+def collect_evidence(
+    graph_roots: Iterable[Any],
+    probes: Iterable[weakref.ref[Any]],
+    *,
+    is_preexisting: Any,
+) -> Evidence:
+    """Weakref everything the step's graph keeps alive (see NOTE [Observer effect])."""
+    evidence = Evidence()
+    seen: set[int] = set()
+
+    def add(t: Any, cause: str, what: str) -> None:
+        if id(t) in seen or is_preexisting(t):
+            return
+        seen.add(id(t))
+        try:
+            evidence.items.append(Item(weakref.ref(t), cause, what))
+        except TypeError:
+            return
+        if what == "leaf":
+            evidence.leaf_ids.add(id(t))
+
+    for ref in probes:
+        t = ref()
+        if t is not None:
+            add(t, LEAF_GRAD if t.grad_fn is None else "activations", "probe")
+            if t.grad is not None:
+                add(t.grad, LEAF_GRAD, "probe.grad")
+    _, found = graph_tensors(graph_roots)
+    for g in found:
+        add(g.tensor, g.cause, "leaf" if g.slot == "variable" else f"{g.node}.{g.slot}")
+    return evidence
+
+
+def alive_bytes(alive: Iterable[tuple[Item, Any]], exclude: set[tuple[str, int]]) -> dict[str, int]:
+    """Bytes per cause of the alive evidence, storage-deduplicated."""
+    from leakscope.graph import account
+
+    return account(((item.cause, obj) for item, obj in alive), exclude)
+
+
+__all__ = [
+    "Evidence",
+    "Item",
+    "alive_bytes",
+    "collect_evidence",
+    "gc_paused",
+    "settle",
+    "storage_key",
+    "storage_nbytes",
+]

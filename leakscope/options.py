@@ -1,0 +1,38 @@
+"""Options of a check: plain data shared by the library, the CLI and the plugin (no torch)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from leakscope.results import Mode
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSize:
+    """Shape of a tiny model and of the micro-batches fed to it."""
+
+    vocab: int = 64
+    hidden: int = 32
+    layers: int = 2
+    batch: int = 2
+    seq: int = 8
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckOptions:
+    """How to check a target. Every field has the CLI's default."""
+
+    modes: tuple[Mode, ...] = (Mode.TRAIN, Mode.FORWARD_ONLY)
+    #: which tiny model to hand the engine (see ``leakscope.tinymodel.MODELS``)
+    model: str = "peft-checkpoint"
+    size: ModelSize = ModelSize()
+    #: re-run the step per candidate to prove each reference retains on its own
+    confirm: bool = True
+    max_confirm: int = 16
+    #: record where retaining tensors were created (anomaly-mode stack traces)
+    source: bool = True
+    #: bound on objects the holder walk enters
+    max_objects: int = 2_000_000
+    #: a factory ``pkg.mod:make_engine`` that builds the engine from the model
+    factory: str | None = None

@@ -1,0 +1,142 @@
+"""The engine protocol: how a resolved target becomes an engine and a step call.
+
+A target is a class built as ``Name(model)``, a factory ``Name(model) -> engine``,
+or a step function ``step(model, micro_batch, loss_function, forward_only)``.
+An engine has ``forward_step(micro_batch, loss_function, forward_only) ->
+(loss, output)``. See docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any
+
+from leakscope.errors import EngineError, TargetError
+from leakscope.source import user_frame
+from leakscope.target import ResolvedTarget
+
+STEP_PARAMS = ("micro_batch", "loss_function", "forward_only")
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSpec:
+    """Everything the harness needs to build and drive one target."""
+
+    name: str
+    make_engine: Callable[[Any], Any]
+    call_step: Callable[[Any, Any, Any, bool], Any]
+    #: the real caller wraps forward-only steps in ``torch.no_grad()`` itself
+    caller_no_grad_forward_only: bool = False
+    #: modules whose globals are searched for holders
+    modules: tuple[types.ModuleType, ...] = ()
+    #: where to point users when no finer source is known
+    anchor: Any = None
+
+
+def describe_exception(exc: BaseException, action: str) -> str:
+    """``<action> raised Type: message (file:line in func)`` for one-line errors."""
+    text = str(exc).strip().splitlines()
+    message = text[0] if text else "(no message)"
+    where = user_frame(exc.__traceback__)
+    location = f" at {where}" if where else ""
+    return f"{action} raised {type(exc).__name__}: {message}{location}"
+
+
+def _call_forward_step(engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
+    return engine.forward_step(micro_batch, loss_function=loss_function, forward_only=forward_only)
+
+
+def check_forward_step(engine: Any, spec_name: str) -> None:
+    """Fail with a clear line when ``engine.forward_step`` is missing or has the wrong signature."""
+    try:
+        method = inspect.getattr_static(engine, "forward_step")
+    except AttributeError:
+        raise EngineError(
+            f"{type(engine).__name__} (from {spec_name}) has no forward_step; "
+            "define forward_step(self, micro_batch, loss_function, forward_only) -> (loss, output)"
+        ) from None
+    bound = getattr(engine, "forward_step")
+    if not callable(bound):
+        raise EngineError(f"{type(engine).__name__}.forward_step is not callable ({type(method).__name__})")
+    try:
+        inspect.signature(bound).bind(None, loss_function=None, forward_only=False)
+    except TypeError as exc:
+        raise EngineError(
+            f"{type(engine).__name__}.forward_step{_signature(bound)} cannot be called as "
+            f"forward_step(micro_batch, loss_function=..., forward_only=...): {exc}; "
+            "use the signature forward_step(self, micro_batch, loss_function, forward_only)"
+        ) from None
+    except ValueError:
+        pass  # builtins without signatures: let the call decide
+
+
+def _signature(fn: Any) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _is_step_function(obj: Any) -> bool:
+    if not isinstance(obj, (types.FunctionType, types.MethodType)):
+        return False
+    try:
+        params = list(inspect.signature(obj).parameters)
+    except (TypeError, ValueError):
+        return False
+    return len(params) == 4 and tuple(params[1:]) == STEP_PARAMS
+
+
+def _module_of(obj: Any) -> types.ModuleType | None:
+    name = getattr(obj, "__module__", None)
+    return sys.modules.get(name) if isinstance(name, str) else None
+
+
+def from_target(resolved: ResolvedTarget, factory: Any = None) -> EngineSpec:
+    """Turn a resolved target (and an optional factory object) into an :class:`EngineSpec`."""
+    obj = resolved.obj
+    modules = [resolved.module]
+    if factory is not None:
+        if not callable(factory):
+            raise TargetError(f"--factory names a {type(factory).__name__}, not a callable taking the model")
+        fmod = _module_of(factory)
+        if fmod is not None:
+            modules.append(fmod)
+        return EngineSpec(resolved.spec, factory, _call_forward_step, modules=tuple(modules), anchor=factory)
+    if inspect.isclass(obj):
+        return EngineSpec(resolved.spec, obj, _call_forward_step, modules=tuple(modules), anchor=obj)
+    if _is_step_function(obj):
+        step = obj
+
+        def call_step(model: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
+            return step(model, micro_batch, loss_function, forward_only)
+
+        return EngineSpec(resolved.spec, lambda model: model, call_step, modules=tuple(modules), anchor=obj)
+    if callable(obj):
+        return EngineSpec(resolved.spec, obj, _call_forward_step, modules=tuple(modules), anchor=obj)
+    raise TargetError(
+        f"{resolved.spec} is a {type(obj).__name__}, not an engine class, factory or step function; "
+        "point the target at a class built as Name(model) or a callable returning an engine"
+    )
+
+
+def build_engine(spec: EngineSpec, model: Any) -> Any:
+    """Build the engine around ``model``; a failure becomes a one-line :class:`EngineError`."""
+    try:
+        engine = spec.make_engine(model)
+    except Exception as exc:
+        raise EngineError(
+            describe_exception(exc, f"building the engine {spec.name}(model)")
+            + "; make __init__ work with a small nn.Module, or pass --factory",
+            detail=traceback.format_exc(),
+        ) from None
+    if engine is None:
+        raise EngineError(f"{spec.name}(model) returned None; the factory must return the engine")
+    if spec.call_step is _call_forward_step:
+        check_forward_step(engine, spec.name)
+    return engine

@@ -1,0 +1,74 @@
+"""The JSON report: leakscope's versioned, machine-readable contract (docs/json-report.md)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from leakscope.results import Finding, Report, TargetResult
+
+SCHEMA_VERSION = 1
+
+
+def finding_dict(finding: Finding) -> dict[str, Any]:
+    """One finding as plain JSON data."""
+    return {
+        "path": finding.path,
+        "holder": finding.holder,
+        "grad_fn": finding.grad_fn,
+        "graph_nodes": finding.graph_nodes,
+        "retained_bytes": finding.retained_bytes,
+        "confirmed": finding.confirmed,
+        "hint": finding.hint,
+        "cause": finding.cause,
+        "bytes_by_cause": dict(finding.bytes_by_cause),
+        "source": (
+            {"file": finding.source.file, "line": finding.source.line, "function": finding.source.function}
+            if finding.source
+            else None
+        ),
+        "severity": finding.severity,
+        "allowed_reason": finding.allowed_reason,
+    }
+
+
+def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
+    """One target-and-mode result as plain JSON data."""
+    out: dict[str, Any] = {
+        "target": result.target,
+        "mode": result.mode.value,
+        "verdict": result.verdict.value,
+        "error": result.error,
+        "findings": [finding_dict(f) for f in result.findings],
+        "retained_bytes": result.retained_bytes,
+        "warnings": list(result.warnings),
+    }
+    if result.growth is not None:
+        out["growth"] = {
+            "retained_bytes": list(result.growth.retained_bytes),
+            "slope_bytes": result.growth.slope_bytes,
+            "cuda_allocated": list(result.growth.cuda_allocated) if result.growth.cuda_allocated else None,
+        }
+    if result.rank is not None:
+        out["rank"] = result.rank
+    if debug and result.traceback:
+        out["traceback"] = result.traceback
+    return out
+
+
+def report_dict(report: Report, *, debug: bool = False) -> dict[str, Any]:
+    """The whole report as plain JSON data (schema_version 1)."""
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "leakscope_version": report.leakscope_version,
+        "torch_version": report.torch_version,
+        "python_version": report.python_version,
+        "results": [result_dict(r, debug=debug) for r in report.results],
+    }
+    doc.update(report.extra)
+    return doc
+
+
+def render(report: Report, *, debug: bool = False, **_: Any) -> str:
+    """The report as an indented JSON document with a trailing newline."""
+    return json.dumps(report_dict(report, debug=debug), indent=2) + "\n"

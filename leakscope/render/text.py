@@ -1,0 +1,91 @@
+"""The human report: per target and mode, the verdict and a table of findings."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from leakscope.results import Report, TargetResult, Verdict
+
+_STYLE = {Verdict.CLEAN: "bold green", Verdict.LEAK: "bold red", Verdict.ERROR: "bold yellow"}
+
+
+def human_bytes(n: int) -> str:
+    """``12288`` -> ``12.0 KiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def _result_block(result: TargetResult, debug: bool) -> list[Any]:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    head = Text()
+    head.append(f"{result.target} ", style="bold")
+    head.append(f"[{result.mode.value}] ")
+    head.append(result.verdict.value.upper(), style=_STYLE[result.verdict])
+    if result.verdict is Verdict.LEAK:
+        head.append(f"  {human_bytes(result.retained_bytes)} retained per micro-batch")
+    blocks: list[Any] = [head]
+    if result.error:
+        blocks.append(Text(f"  error: {result.error}"))
+        if debug and result.traceback:
+            blocks.append(Text(result.traceback.rstrip()))
+    if result.findings:
+        table = Table(show_header=True, header_style="bold", expand=False, box=box.SIMPLE_HEAD)
+        for column in ("path", "holder", "grad_fn", "cause", "bytes", "confirmed"):
+            table.add_column(column, overflow="fold", justify="right" if column == "bytes" else "left")
+        for f in result.findings:
+            severity = "" if f.severity == "leak" else f" ({f.severity})"
+            table.add_row(
+                f.path, f.holder + severity, f.grad_fn, f.cause, human_bytes(f.retained_bytes),
+                "yes" if f.confirmed else "no",
+            )
+        blocks.append(table)
+        for f in result.findings:
+            lines = [f"  {f.path}"]
+            if f.source:
+                lines.append(f"    created at {f.source}")
+            if f.allowed_reason:
+                lines.append(f"    allowed: {f.allowed_reason}")
+            lines.append(f"    fix: {f.hint}")
+            blocks.append(Text("\n".join(lines)))
+    if result.growth is not None:
+        per = ", ".join(human_bytes(b) for b in result.growth.retained_bytes)
+        blocks.append(Text(f"  retained after each micro-batch: {per}; slope {human_bytes(int(result.growth.slope_bytes))}/micro-batch"))
+    for warning in result.warnings:
+        blocks.append(Text(f"  warning: {warning}", style="yellow"))
+    return blocks
+
+
+def render(report: Report, *, color: bool = False, width: int = 120, debug: bool = False, **_: Any) -> str:
+    """The report as terminal text (ANSI colours only when ``color``)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer, width=width, color_system="standard" if color else None,
+        force_terminal=color, no_color=not color, highlight=False, soft_wrap=False,
+    )
+    console.print(Text(
+        f"leakscope {report.leakscope_version} · torch {report.torch_version} · Python {report.python_version}",
+        style="dim",
+    ))
+    for result in report.results:
+        console.print()
+        for block in _result_block(result, debug):
+            console.print(block)
+    counts = {v: sum(1 for r in report.results if r.verdict is v) for v in Verdict}
+    console.print()
+    console.print(Text(
+        f"{counts[Verdict.LEAK]} leak, {counts[Verdict.CLEAN]} clean, {counts[Verdict.ERROR]} error "
+        f"(exit {report.exit_code})",
+        style="bold",
+    ))
+    return buffer.getvalue()

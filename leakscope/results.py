@@ -1,0 +1,116 @@
+"""Plain result objects: descriptions of what a check found, never tensors.
+
+Everything here is a frozen dataclass of strings, numbers and tuples, so a
+report can be kept, compared, pickled across processes and rendered without
+keeping any of the engine's objects alive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+
+class Verdict(str, enum.Enum):
+    """The outcome of one target in one mode."""
+
+    CLEAN = "clean"
+    LEAK = "leak"
+    ERROR = "error"
+
+
+class Mode(str, enum.Enum):
+    """How the engine's step is driven (see docs/protocol.md)."""
+
+    TRAIN = "train"
+    FORWARD_ONLY = "forward-only"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """A place in the user's code."""
+
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} in {self.function}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One reference that keeps (part of) this step's autograd graph alive.
+
+    ``path`` names the reference from one of the roots a real caller keeps
+    (``output``, ``engine``, ``micro_batch``, ``module``, ``global:``), or is
+    ``<unknown holder>`` when retention is proven but no holder was found.
+    """
+
+    path: str
+    holder: str
+    grad_fn: str
+    graph_nodes: int
+    retained_bytes: int
+    confirmed: bool
+    hint: str
+    #: the dominant cause class (see docs/findings.md)
+    cause: str = "activations"
+    #: bytes per cause class, storage-deduplicated
+    bytes_by_cause: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    source: Source | None = None
+    #: "leak" fails the gate, "warning" does not (see ``--fail-on``)
+    severity: str = "leak"
+    allowed_reason: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """Retained bytes after each micro-batch of a ``--micro-batches`` run."""
+
+    retained_bytes: tuple[int, ...]
+    slope_bytes: float
+    cuda_allocated: tuple[int, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetResult:
+    """The verdict for one target in one mode."""
+
+    target: str
+    mode: Mode
+    verdict: Verdict
+    error: str | None = None
+    findings: tuple[Finding, ...] = ()
+    retained_bytes: int = 0
+    growth: Growth | None = None
+    warnings: tuple[str, ...] = ()
+    #: the traceback behind ``error``; rendered only with ``--debug``
+    traceback: str | None = None
+    seconds: float = 0.0
+    rank: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Everything one ``check`` produced, plus the environment it ran in."""
+
+    results: tuple[TargetResult, ...]
+    leakscope_version: str
+    torch_version: str
+    python_version: str
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        """0 clean, 1 a leak, 3 a target could not be checked (worst wins)."""
+        from leakscope.errors import ExitCode
+
+        verdicts = {r.verdict for r in self.results}
+        if Verdict.ERROR in verdicts:
+            return int(ExitCode.ERROR)
+        if any(r.verdict is Verdict.LEAK for r in self.results):
+            return int(ExitCode.LEAK)
+        return int(ExitCode.CLEAN)

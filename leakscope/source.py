@@ -1,0 +1,83 @@
+"""Locate the user's line: in tracebacks of engine errors and in graph-node stack traces.
+
+A frame is "internal" when it belongs to Python's standard library, torch,
+tensordict or leakscope's own machinery. ``leakscope/reference.py`` and the
+fixtures count as user code: they are engines like any other.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sysconfig
+import traceback
+import types
+from pathlib import Path
+
+from leakscope.results import Source
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_USER_FILES_IN_PACKAGE = {str(Path(_PACKAGE_DIR, "reference.py"))}
+_STDLIB = {
+    str(Path(p).resolve())
+    for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")}
+    if p
+}
+_THIRD_PARTY_INTERNAL = (
+    f"{os.sep}torch{os.sep}",
+    f"{os.sep}tensordict{os.sep}",
+    f"{os.sep}typer{os.sep}",
+    f"{os.sep}click{os.sep}",
+    f"{os.sep}_pytest{os.sep}",
+    f"{os.sep}pluggy{os.sep}",
+    f"{os.sep}transformers{os.sep}",
+    f"{os.sep}peft{os.sep}",
+    f"{os.sep}accelerate{os.sep}",
+)
+
+
+def is_internal(filename: str) -> bool:
+    """True for frames the user cannot change: stdlib, torch, tensordict, leakscope itself."""
+    if not filename or filename.startswith("<"):
+        return True
+    try:
+        resolved = str(Path(filename).resolve())
+    except OSError:
+        resolved = filename
+    if resolved in _USER_FILES_IN_PACKAGE:
+        return False
+    if resolved.startswith(_PACKAGE_DIR + os.sep):
+        return True
+    if "site-packages" not in resolved and any(resolved.startswith(s + os.sep) for s in _STDLIB):
+        return True
+    return any(part in resolved for part in _THIRD_PARTY_INTERNAL)
+
+
+def display_path(filename: str) -> str:
+    """A path relative to the working directory when it is below it."""
+    try:
+        rel = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if rel.startswith("..") else rel
+
+
+def user_frame(tb: types.TracebackType | None) -> Source | None:
+    """The innermost frame of ``tb`` in user code."""
+    frames = traceback.extract_tb(tb)
+    for frame in reversed(frames):
+        if not is_internal(frame.filename):
+            return Source(display_path(frame.filename), frame.lineno or 0, frame.name)
+    return None
+
+
+_FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)')
+
+
+def user_frame_in_stack_text(text: str) -> Source | None:
+    """The innermost user frame of a formatted stack (anomaly mode's ``traceback_``)."""
+    found = None
+    for m in _FRAME_RE.finditer(text):
+        if not is_internal(m.group("file")):
+            found = Source(display_path(m.group("file")), int(m.group("line")), m.group("func").strip())
+    return found

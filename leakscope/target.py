@@ -1,0 +1,159 @@
+"""Resolve ``pkg.module:Name`` or ``path/to/file.py:Name`` to a Python object.
+
+No CLI code and no torch here: this module only imports the user's module and
+looks the attribute up, turning every failure into a one-line
+:class:`~leakscope.errors.TargetError` that names what was looked for and where.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import importlib.util
+import os
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+from leakscope.errors import TargetError, UsageError
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedTarget:
+    """A target string and the object it names."""
+
+    spec: str
+    obj: Any
+    module: types.ModuleType
+    attr: str
+
+
+def split_target(spec: str) -> tuple[str, str]:
+    """Split ``module:attr``; a missing ``:attr`` is a usage error."""
+    module_part, sep, attr = spec.rpartition(":")
+    # "C:\\x.py:Engine" style paths keep their drive colon in module_part.
+    if not sep or not module_part or not attr:
+        raise UsageError(
+            f"target {spec!r} is not of the form 'pkg.module:Name' or 'path/to/file.py:Name'; "
+            "add ':Name' naming the engine class, factory or step function"
+        )
+    return module_part, attr
+
+
+def _looks_like_path(module_part: str) -> bool:
+    return module_part.endswith(".py") or os.sep in module_part or "/" in module_part
+
+
+def _syntax_error_line(exc: SyntaxError) -> str:
+    where = f"{exc.filename}:{exc.lineno}" if exc.filename else f"line {exc.lineno}"
+    return f"syntax error in {where}: {exc.msg}"
+
+
+def _import_file(path_text: str) -> types.ModuleType:
+    path = Path(path_text)
+    if not path.is_file():
+        raise TargetError(
+            f"target file {path_text!r} does not exist (looked in {Path.cwd()}); "
+            "check the path or use 'pkg.module:Name'"
+        )
+    path = path.resolve()
+    name = path.stem if path.stem.isidentifier() else "leakscope_target"
+    existing = sys.modules.get(name)
+    if existing is not None and getattr(existing, "__file__", None) == str(path):
+        return existing
+    if existing is not None:
+        name = f"leakscope_target_{abs(hash(str(path))):x}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TargetError(f"cannot load {path_text!r} as a Python module; give a .py file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    added = str(path.parent) not in sys.path
+    if added:
+        sys.path.insert(0, str(path.parent))
+    try:
+        spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        del sys.modules[name]
+        raise TargetError(
+            _syntax_error_line(exc) + "; fix the file", detail=traceback.format_exc()
+        ) from exc
+    except BaseException as exc:
+        del sys.modules[name]
+        raise _import_failure(path_text, exc) from exc
+    finally:
+        if added and str(path.parent) in sys.path:
+            sys.path.remove(str(path.parent))
+    return module
+
+
+def _import_failure(what: str, exc: BaseException) -> TargetError:
+    if isinstance(exc, SystemExit):
+        return TargetError(
+            f"importing {what!r} called sys.exit({exc.code!r}); "
+            "guard the module's script code with `if __name__ == '__main__':`",
+            detail=traceback.format_exc(),
+        )
+    return TargetError(
+        f"importing {what!r} raised {type(exc).__name__}: {_first_line(exc)}; "
+        "fix the module so that it imports",
+        detail=traceback.format_exc(),
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else "(no message)"
+
+
+def _import_module(name: str) -> types.ModuleType:
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        # Like `python -m` and uvicorn: targets in the current project import.
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or name
+        if missing == name or name.startswith(missing + "."):
+            raise TargetError(
+                f"module {name!r} not found (searched sys.path from {cwd}); "
+                "install it, run from its project root, or give 'path/to/file.py:Name'",
+                detail=traceback.format_exc(),
+            ) from exc
+        raise TargetError(
+            f"importing {name!r} failed: it needs module {missing!r}, which is not installed; "
+            f"install {missing.split('.')[0]!r}",
+            detail=traceback.format_exc(),
+        ) from exc
+    except SyntaxError as exc:
+        raise TargetError(
+            _syntax_error_line(exc) + "; fix the file", detail=traceback.format_exc()
+        ) from exc
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        raise _import_failure(name, exc) from exc
+
+
+def resolve(spec: str) -> ResolvedTarget:
+    """Import the module of ``spec`` and return the object it names."""
+    module_part, attr = split_target(spec)
+    module = _import_file(module_part) if _looks_like_path(module_part) else _import_module(module_part)
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=3)
+            suggestion = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            where = module_part
+            raise TargetError(
+                f"{where!r} has no attribute {part!r}{suggestion}"
+                + ("" if close else f" (it defines: {', '.join(names[:8]) or 'nothing public'})")
+            ) from None
+    return ResolvedTarget(spec=spec, obj=obj, module=module, attr=attr)

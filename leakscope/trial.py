@@ -1,0 +1,280 @@
+"""One trial: build a fresh model and engine, run one step as a real caller would, observe.
+
+A trial keeps exactly what a real caller keeps after a micro-batch (the
+returned output, the engine, the micro-batch and the model) and nothing else:
+``run_trial`` returns only after its own frame, holding the loss and the step's
+result, is gone. ``observe`` then walks those roots to find who still holds
+this step's graph.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import traceback
+import types
+import weakref
+from typing import Any
+
+from leakscope.errors import EngineError
+from leakscope.graph import UINT64_MAX, accumulated_leaf, sequence_nr, storage_key
+from leakscope.liveness import Evidence, Item, collect_evidence, settle
+from leakscope.options import CheckOptions
+from leakscope.protocol import EngineSpec, build_engine, describe_exception
+from leakscope.results import Mode
+from leakscope.walk import Hit, Root, walk
+
+ROOT_ORDER = ("output", "engine", "micro_batch", "module")
+
+
+def next_sequence_nr() -> int:
+    """The sequence number the next graph node created in this thread will exceed."""
+    import torch
+
+    with torch.enable_grad():
+        probe = torch.empty(0, requires_grad=True) * 1
+    return sequence_nr(probe.grad_fn)
+
+
+@dataclasses.dataclass
+class Trial:
+    """The objects a real caller keeps after one step, plus weakref evidence."""
+
+    spec: EngineSpec
+    mode: Mode
+    roots: dict[str, Any]
+    modules: tuple[types.ModuleType, ...]
+    seq_start: int
+    seq_end: int
+    evidence: Evidence
+    preexisting: dict[int, weakref.ref[Any]]
+    excluded_storages: set[tuple[str, int]]
+    seconds: float = 0.0
+
+    def root_list(self) -> list[Root]:
+        out = [Root(name, self.roots[name], name, self.roots) for name in ROOT_ORDER if name in self.roots]
+        seen: set[str] = set()
+        for module in self.modules:
+            if module.__name__ in seen:
+                continue
+            seen.add(module.__name__)
+            out.append(Root(f"global:{module.__name__}", module, "global"))
+        return out
+
+    def in_step(self, node: Any) -> bool:
+        """True for graph nodes this step created (AccumulateGrad: for this step's leaves)."""
+        seq = sequence_nr(node)
+        if seq == UINT64_MAX:
+            leaf = accumulated_leaf(node)
+            return leaf is not None and id(leaf) in self.evidence.leaf_ids
+        return self.seq_start < seq < self.seq_end
+
+    def is_preexisting(self, t: Any) -> bool:
+        """True for tensors the roots already held before the step (inputs, buffers)."""
+        ref = self.preexisting.get(id(t))
+        return ref is not None and ref() is t
+
+    def reserved_ids(self) -> set[int]:
+        return {id(v) for v in self.roots.values()}
+
+    def close(self) -> None:
+        """Drop every reference to the user's objects."""
+        self.roots.clear()
+        self.evidence.items.clear()
+        self.preexisting.clear()
+
+
+def _tensor_hits(roots: list[Root], reserved: set[int], max_objects: int) -> list[Any]:
+    import torch
+
+    return [h.obj for h in walk(roots, skip_ids=reserved, max_objects=max_objects) if isinstance(h.obj, torch.Tensor)]
+
+
+def _param_storages(model: Any) -> set[tuple[str, int]]:
+    keys = set()
+    for p in model.parameters():
+        for t in (p, getattr(p, "_local_tensor", None)):
+            if t is not None:
+                key = storage_key(t)
+                if key is not None:
+                    keys.add(key)
+    return keys
+
+
+def _validate(result: Any, mode: Mode) -> tuple[Any, Any]:
+    import torch
+
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        shape = f"a {type(result).__name__}" + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
+        raise EngineError(
+            f"forward_step returned {shape}; expected a (loss, output) pair: end it with `return loss, output`"
+        )
+    loss, output = result
+    if mode is Mode.TRAIN:
+        if not isinstance(loss, torch.Tensor):
+            raise EngineError(
+                f"forward_step returned a loss of type {type(loss).__name__}; expected a scalar tensor "
+                "that backward() can run on"
+            )
+        if loss.numel() != 1:
+            raise EngineError(
+                f"forward_step returned a loss of shape {tuple(loss.shape)}; expected a scalar: reduce it (e.g. .mean())"
+            )
+        if loss.grad_fn is None:
+            raise EngineError(
+                "the loss has no grad_fn in train mode: nothing would train; "
+                "do not detach the loss or compute it under torch.no_grad()"
+            )
+    return loss, output
+
+
+def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: bool = False) -> Trial:
+    """Build, step (and backward in train mode), and return what a caller keeps."""
+    import time
+
+    import torch
+
+    from leakscope.tinymodel import build_micro_batch, build_model, loss_function
+
+    started = time.perf_counter()
+    model = build_model(options.model, options.size)
+    engine = build_engine(spec, model)
+    micro_batch = build_micro_batch(options.size)
+    roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
+    modules = tuple(dict.fromkeys([*spec.modules, *_engine_modules(engine)]))
+    trial = Trial(spec, mode, roots, modules, 0, 0, Evidence(), {}, set())
+    for t in _tensor_hits(trial.root_list(), trial.reserved_ids(), options.max_objects):
+        trial.preexisting[id(t)] = weakref.ref(t)
+        key = storage_key(t)
+        if key is not None:
+            trial.excluded_storages.add(key)
+    trial.excluded_storages |= _param_storages(model)
+    del engine, micro_batch
+    _step(trial, model, options, anomaly=anomaly)
+    trial.seconds = time.perf_counter() - started
+    del model
+    torch.autograd.set_grad_enabled(True)
+    return trial
+
+
+def _engine_modules(engine: Any) -> list[types.ModuleType]:
+    import sys
+
+    out = []
+    for klass in type(engine).__mro__:
+        module = sys.modules.get(klass.__module__)
+        if module is not None and module.__name__ not in ("builtins",) and not module.__name__.startswith(("torch", "leakscope.tinymodel")):
+            out.append(module)
+    return out
+
+
+def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> None:
+    """Run the step; everything it touches is local and gone when this returns."""
+    import torch
+
+    from leakscope.tinymodel import loss_function
+
+    spec, mode = trial.spec, trial.mode
+    forward_only = mode is Mode.FORWARD_ONLY
+    grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
+    anomaly_mode = (
+        torch.autograd.set_detect_anomaly(True, check_nan=False) if anomaly else contextlib.nullcontext()
+    )
+    trial.seq_start = next_sequence_nr()
+    try:
+        with grad_mode, anomaly_mode:
+            result = spec.call_step(trial.roots["engine"], trial.roots["micro_batch"], loss_function, forward_only)
+    except Exception as exc:
+        raise EngineError(
+            describe_exception(exc, "forward_step") + "; fix the engine (run with --debug for the traceback)",
+            detail=traceback.format_exc(),
+        ) from None
+    except SystemExit as exc:
+        raise EngineError(
+            f"forward_step called sys.exit({exc.code!r}); an engine must return (loss, output), not exit",
+            detail=traceback.format_exc(),
+        ) from None
+    loss, output = _validate(result, mode)
+    del result
+    if mode is Mode.TRAIN:
+        try:
+            loss.backward()
+        except Exception as exc:
+            raise EngineError(
+                describe_exception(exc, "loss.backward()") + "; the returned loss must be differentiable",
+                detail=traceback.format_exc(),
+            ) from None
+    trial.seq_end = next_sequence_nr()
+    trial.roots["output"] = output
+    del output
+    # Reach every graph this step built that the caller's objects still touch,
+    # while we still hold the loss, and weakref what those graphs keep.
+    graph_roots: list[Any] = []
+    if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+        graph_roots.append(loss.grad_fn)
+    graph_roots.extend(_step_nodes(trial, options))
+    trial.evidence = collect_evidence(graph_roots, list(getattr(model, "leakscope_probes", ())), is_preexisting=trial.is_preexisting)
+    graph_roots.clear()
+    del loss
+
+
+def _step_nodes(trial: Trial, options: CheckOptions) -> list[Any]:
+    import torch
+
+    nodes = []
+    for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
+        node = hit.obj.grad_fn if isinstance(hit.obj, torch.Tensor) else hit.obj
+        if node is not None and trial.in_step(node):
+            nodes.append(node)
+    return nodes
+
+
+@dataclasses.dataclass
+class Observation:
+    """Who holds this step's graph, and what is still alive. Holds strong refs: drop it soon."""
+
+    candidates: list[Hit]
+    alive: list[tuple[Item, Any]]
+    excluded_storages: set[tuple[str, int]]
+    truncated: bool = False
+
+    def alive_unexplained(self) -> list[tuple[Item, Any]]:
+        """Alive evidence when no candidate explains it (used before any release)."""
+        return self.alive if not self.candidates else []
+
+    def clear(self) -> None:
+        self.candidates.clear()
+        self.alive.clear()
+
+
+def observe(trial: Trial, options: CheckOptions) -> Observation:
+    """Settle, then walk the caller's roots for references into this step's graph."""
+    import torch
+
+    from leakscope.walk import WalkStats
+
+    settle()
+    stats = WalkStats()
+    candidates: list[Hit] = []
+    plain_ids: set[int] = set()
+    excluded = set(trial.excluded_storages)
+    for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects, stats=stats):
+        obj = hit.obj
+        if isinstance(obj, torch.Tensor):
+            node = obj.grad_fn
+            if node is not None and trial.in_step(node):
+                candidates.append(hit)
+                key = storage_key(obj)
+                if key is not None:
+                    excluded.add(key)
+            elif node is None and obj.requires_grad and id(obj) in trial.evidence.leaf_ids:
+                candidates.append(hit)
+            else:
+                plain_ids.add(id(obj))
+                key = storage_key(obj)
+                if key is not None:
+                    excluded.add(key)
+        elif trial.in_step(obj):
+            candidates.append(hit)
+    alive = trial.evidence.alive(plain_ids)
+    return Observation(candidates, alive, excluded, stats.truncated)

@@ -1,0 +1,501 @@
+"""Walk arbitrary Python object structures and name every tensor they hold.
+
+The walk is the observer of the check, so it must not change what it observes:
+
+- it never calls user code: no properties, no ``__getattr__``, ``__eq__``,
+  ``__hash__`` or ``__iter__`` overrides (it reads ``__dict__``, slot
+  descriptors and the C-level contents of builtin containers);
+- it is iterative, so 10k-deep nesting needs no recursion limit, and it visits
+  each container once (by ``id``), so cycles terminate;
+- it is bounded by ``max_objects``;
+- paths are built only for hits, from parent links, so deep structures do not
+  cost quadratic memory.
+
+It yields a :class:`Hit` for every tensor and every autograd graph node it
+meets; the caller decides what matters. Each hit carries the :class:`Link`
+chain it was reached through, so the reference can later be released (see
+:func:`release`), which is how findings are confirmed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+from collections import deque
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+# Segment kinds: how a child is reached from its parent, and how it can be
+# replaced there (see ``release``).
+ITEM = "item"  # parent[key] = value (dict, list, deque)
+TUPLE = "tuple"  # immutable: rebuild the tuple in its own parent
+ATTR = "attr"  # parent.__dict__[key] = value
+SLOT = "slot"  # member descriptor: key.__set__(parent, value)
+CELL = "cell"  # closure cell: parent.cell_contents = value
+TD = "td"  # TensorDict entry
+SET = "set"  # set element
+DEFAULTS = "defaults"  # function __defaults__ tuple
+CLASSATTR = "classattr"  # setattr(cls, key, value)
+READONLY = "readonly"  # reachable, but cannot be replaced
+
+
+@dataclasses.dataclass(frozen=True)
+class Root:
+    """A named starting point: ``output``, ``engine``, ``micro_batch``, ``module``, ``global:mod``."""
+
+    name: str
+    obj: Any
+    kind: str
+    #: a dict with ``holder[name] is obj``, so the root itself can be released
+    holder: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Link:
+    """How an object was reached: parent link, path segment, and the slot it sits in."""
+
+    parent: Link | None
+    segment: str
+    kind: str
+    container: Any
+    key: Any
+
+    def path(self) -> str:
+        parts: list[str] = []
+        link: Link | None = self
+        while link is not None:
+            parts.append(link.segment)
+            link = link.parent
+        return "".join(reversed(parts))
+
+    def in_hook(self) -> bool:
+        link: Link | None = self
+        while link is not None:
+            if "_hooks" in link.segment:
+                return True
+            link = link.parent
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Hit:
+    """A tensor or autograd node found at ``link.path()`` under ``root``."""
+
+    obj: Any
+    link: Link
+    root: Root
+
+    @property
+    def path(self) -> str:
+        return self.link.path()
+
+
+_ATOMS: tuple[type, ...] = (
+    type(None), bool, int, float, complex, str, bytes, bytearray, range, type(Ellipsis),
+    types.ModuleType, types.CodeType, types.FrameType, types.TracebackType,
+    types.BuiltinFunctionType, types.GetSetDescriptorType, types.MemberDescriptorType,
+    types.WrapperDescriptorType, types.MethodWrapperType, memoryview, slice,
+)
+_SKIP_MODULE_PREFIXES = (
+    "torch.", "leakscope.", "logging", "threading", "_thread", "socket", "io", "_io", "ssl",
+    "asyncio", "multiprocessing", "concurrent.", "subprocess", "re", "typing", "inspect",
+    "ast", "weakref", "_weakref", "numpy", "enum", "typer", "click", "rich", "_pytest", "pytest",
+    "pluggy", "builtins", "importlib", "tempfile", "contextlib",
+)
+
+
+def _is_skipped_type(tp: type) -> bool:
+    module = getattr(tp, "__module__", "") or ""
+    if module == "torch":
+        return True
+    return module.startswith(_SKIP_MODULE_PREFIXES) and not module.startswith("torch.nn.modules")
+
+
+def _identifier(key: object) -> bool:
+    return type(key) is str and key.isidentifier()
+
+
+def _key_segment(key: object) -> str:
+    if _identifier(key):
+        return f".{key}"
+    try:
+        text = repr(key) if type(key) in (str, int, float, bool, tuple, type(None)) else f"<{type(key).__name__}>"
+    except Exception:
+        text = "<key>"
+    return f"[{text}]"
+
+
+class _Kinds:
+    """Type tests resolved lazily, so importing this module stays torch-free."""
+
+    def __init__(self) -> None:
+        import torch
+        from torch.autograd.graph import Node
+
+        self.torch = torch
+        self.tensor = torch.Tensor
+        self.module = torch.nn.Module
+        self.node = Node
+        self.cfunction_base = torch._C._FunctionBase
+        try:
+            from tensordict.base import TensorDictBase
+
+            self.tensordict: type | None = TensorDictBase
+        except Exception:  # tensordict missing or changed: walk TDs as objects
+            self.tensordict = None
+
+    def is_parameter(self, obj: Any) -> bool:
+        return isinstance(obj, self.torch.nn.Parameter)
+
+    def is_node(self, obj: Any) -> bool:
+        tp = type(obj)
+        if issubclass(tp, self.cfunction_base):
+            return True
+        mod = getattr(tp, "__module__", "")
+        # C++ nodes are instances of classes registered as virtual subclasses of Node.
+        return (mod == "torch._C._functions" or mod == "torch.autograd.graph" or mod is None or mod == "") and isinstance(obj, self.node)
+
+
+@functools.lru_cache(maxsize=1)
+def kinds() -> _Kinds:
+    return _Kinds()
+
+
+def _instance_dict(obj: object) -> dict[str, Any] | None:
+    try:
+        d = object.__getattribute__(obj, "__dict__")
+    except Exception:
+        return None
+    return d if type(d) is dict else None
+
+
+def _slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
+    for klass in type(obj).__mro__:
+        slots = klass.__dict__.get("__slots__")
+        if not slots:
+            continue
+        if isinstance(slots, str):
+            slots = (slots,)
+        for name in slots:
+            if name in ("__dict__", "__weakref__"):
+                continue
+            descr = klass.__dict__.get(name)
+            if type(descr) is not types.MemberDescriptorType:
+                continue
+            try:
+                value = descr.__get__(obj, klass)
+            except Exception:
+                continue
+            yield name, value, descr
+
+
+Child = tuple[str, str, Any, Any, Any]  # segment, kind, container, key, value
+
+
+def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
+    tp = type(obj)
+    if issubclass(tp, dict):
+        items = list(dict.items(obj))
+        for key, value in items:
+            yield _key_segment(key), ITEM, obj, key, value
+        seen = {id(v) for _, v in items}
+        d = _instance_dict(obj)
+        if d:
+            for key, value in list(d.items()):
+                if id(value) not in seen:
+                    yield f".{key}", ATTR, d, key, value
+        return
+    if issubclass(tp, (list, deque)):
+        values = list(list.__iter__(obj)) if issubclass(tp, list) else list(deque.__iter__(obj))
+        for i, value in enumerate(values):
+            yield f"[{i}]", ITEM, obj, i, value
+        return
+    if issubclass(tp, tuple):
+        fields = getattr(tp, "_fields", None)
+        values = list(tuple.__iter__(obj))
+        named = isinstance(fields, tuple) and len(fields) == len(values)
+        for i, value in enumerate(values):
+            segment = f".{fields[i]}" if named and _identifier(fields[i]) else f"[{i}]"
+            yield segment, TUPLE, obj, i, value
+        return
+    if issubclass(tp, (set, frozenset)):
+        kind = SET if issubclass(tp, set) else READONLY
+        for value in list(set.__iter__(obj) if issubclass(tp, set) else frozenset.__iter__(obj)):
+            yield "{}", kind, obj, value, value
+        return
+    if k.tensordict is not None and issubclass(tp, k.tensordict):
+        yield from _tensordict_children(obj)
+        return
+    if issubclass(tp, k.module):
+        yield from _module_children(obj)
+        return
+    if tp is types.FunctionType:
+        yield from _function_children(obj)
+        return
+    if tp is types.MethodType:
+        yield ".__self__", READONLY, obj, "__self__", obj.__self__
+        yield ".__func__", READONLY, obj, "__func__", obj.__func__
+        return
+    if tp is types.BuiltinMethodType:
+        owner = getattr(obj, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            yield ".__self__", READONLY, obj, "__self__", owner
+        return
+    if tp is functools.partial:
+        yield ".func", READONLY, obj, "func", obj.func
+        for i, value in enumerate(obj.args):
+            yield f".args[{i}]", READONLY, obj, i, value
+        for key, value in (obj.keywords or {}).items():
+            yield f".keywords{_key_segment(key)}", ITEM, obj.keywords, key, value
+        return
+    if tp is types.CellType:
+        try:
+            yield "", CELL, obj, None, obj.cell_contents
+        except ValueError:  # empty cell
+            pass
+        return
+    if _is_skipped_type(tp):
+        return
+    if getattr(tp, "_is_tensorclass", False):
+        d = _instance_dict(obj) or {}
+        inner = d.get("_tensordict")
+        if inner is not None:
+            yield from _tensordict_children(inner)
+        extra = d.get("_non_tensordict")
+        if type(extra) is dict:
+            for key, value in list(extra.items()):
+                yield _key_segment(key), ITEM, extra, key, value
+        return
+    d = _instance_dict(obj)
+    if d:
+        for key, value in list(d.items()):
+            yield _key_segment(key), ATTR, d, key, value
+    for name, value, descr in _slot_values(obj):
+        yield f".{name}", SLOT, obj, descr, value
+
+
+def _tensordict_children(td: Any) -> Iterable[Child]:
+    d = _instance_dict(td) or {}
+    inner = d.get("_tensordict")
+    if type(inner) is dict:
+        for key, value in list(inner.items()):
+            yield _key_segment(key), TD, td, key, value
+        return
+    stacked = d.get("tensordicts")
+    if type(stacked) is list:
+        for i, value in enumerate(stacked):
+            yield f"[{i}]", READONLY, stacked, i, value
+        return
+    try:
+        items = list(td.items())
+    except Exception:
+        return
+    for key, value in items:
+        yield _key_segment(key), TD, td, key, value
+
+
+_MODULE_PLAIN_DICTS = ("_modules", "_buffers")
+
+
+def _module_children(module: Any) -> Iterable[Child]:
+    d = _instance_dict(module) or {}
+    for key, value in list(d.items()):
+        if key == "_parameters":
+            continue
+        if key in _MODULE_PLAIN_DICTS and type(value) is dict:
+            for name, child in list(value.items()):
+                if child is not None:
+                    yield f".{name}", ITEM, value, name, child
+            continue
+        yield _key_segment(key), ATTR, d, key, value
+
+
+def _function_children(fn: types.FunctionType) -> Iterable[Child]:
+    module = fn.__module__ or ""
+    if module.startswith(("torch.", "leakscope.")) or module == "torch":
+        return
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
+            try:
+                value = cell.cell_contents
+            except ValueError:
+                continue
+            yield f".{name}", CELL, cell, None, value
+    if fn.__defaults__:
+        for i, value in enumerate(fn.__defaults__):
+            yield f".__defaults__[{i}]", DEFAULTS, fn, i, value
+    if fn.__kwdefaults__:
+        for key, value in list(fn.__kwdefaults__.items()):
+            yield f".__kwdefaults__{_key_segment(key)}", ITEM, fn.__kwdefaults__, key, value
+    d = fn.__dict__
+    for key, value in list(d.items()):
+        yield _key_segment(key), ITEM, d, key, value
+
+
+def class_children(cls: type) -> Iterable[Child]:
+    """Class-level state (``Engine.cache = []``) of a class defined in a walked module."""
+    for key, value in list(vars(cls).items()):
+        if key.startswith("__") and key.endswith("__"):
+            continue
+        if isinstance(value, (staticmethod, classmethod, property)):
+            continue
+        yield f".{key}", CLASSATTR, cls, key, value
+
+
+def module_globals(module: types.ModuleType) -> Iterable[Child]:
+    """The globals of a user module that can hold state: containers, objects, functions, classes."""
+    name = module.__name__
+    d = module.__dict__
+    for key, value in list(d.items()):
+        if key.startswith("__") and key.endswith("__"):
+            continue
+        if isinstance(value, types.ModuleType):
+            continue
+        if isinstance(value, type):
+            if value.__module__ != name:
+                continue
+            yield f".{key}", READONLY, d, key, value
+            continue
+        if isinstance(value, types.FunctionType) and value.__module__ != name:
+            continue
+        if not _is_state(value, name):
+            continue
+        yield f".{key}", ITEM, d, key, value
+
+
+def _is_state(value: Any, module_name: str) -> bool:
+    tp = type(value)
+    if tp.__module__ in ("builtins", "collections", module_name):
+        return True
+    k = kinds()
+    if issubclass(tp, k.tensor) or k.is_node(value):
+        return True
+    if k.tensordict is not None and issubclass(tp, k.tensordict):
+        return True
+    return False
+
+
+@dataclasses.dataclass
+class WalkStats:
+    visited: int = 0
+    truncated: bool = False
+
+
+def walk(
+    roots: Iterable[Root],
+    *,
+    skip_ids: Iterable[int] = (),
+    max_objects: int = 2_000_000,
+    stats: WalkStats | None = None,
+) -> Iterator[Hit]:
+    """Yield every tensor and autograd node reachable from ``roots``, depth first.
+
+    Objects whose ``id`` is in ``skip_ids`` are not entered (the model, for
+    instance, is walked as its own root). Parameters are neither yielded nor
+    entered. Roots are walked in order and share one visited set, so an object
+    reachable from two roots is named under the first.
+    """
+    k = kinds()
+    skip = set(skip_ids)
+    visited: set[int] = set()
+    stats = stats if stats is not None else WalkStats()
+    for root in roots:
+        if root.holder is not None:
+            root_link = Link(None, root.name, ITEM, root.holder, root.name)
+        else:
+            root_link = Link(None, root.name, READONLY, None, None)
+        stack: list[tuple[Any, Link]] = []
+        if root.kind == "global":
+            module = root.obj
+            visited.add(id(module.__dict__))
+            for segment, kind, container, key, value in module_globals(module):
+                stack.append((value, Link(root_link, segment, kind, container, key)))
+            stack.reverse()
+        else:
+            stack.append((root.obj, root_link))
+        while stack:
+            obj, link = stack.pop()
+            tp = type(obj)
+            is_class = isinstance(obj, type)
+            if is_class:
+                # Only classes defined in a walked module hold state we name.
+                if not (root.kind == "global" and link.parent is root_link):
+                    continue
+            elif issubclass(tp, _ATOMS):
+                continue
+            if issubclass(tp, k.tensor):
+                if not k.is_parameter(obj):
+                    yield Hit(obj, link, root)
+                continue
+            if k.is_node(obj):
+                yield Hit(obj, link, root)
+                continue
+            oid = id(obj)
+            if oid in visited or (oid in skip and link is not root_link):
+                continue
+            visited.add(oid)
+            stats.visited += 1
+            if stats.visited > max_objects:
+                stats.truncated = True
+                return
+            try:
+                if is_class:
+                    children = list(class_children(obj))
+                else:
+                    children = list(_children(obj, k))
+            except Exception:
+                continue
+            for segment, kind, container, key, value in reversed(children):
+                if kind == CELL and segment == "":
+                    stack.append((value, link))
+                else:
+                    stack.append((value, Link(link, segment, kind, container, key)))
+
+
+class ReleaseFailed(Exception):
+    """The reference sits in a slot that cannot be replaced."""
+
+
+def release(link: Link, value: Any) -> None:
+    """Replace the object at ``link`` by ``value`` in its container.
+
+    Used to confirm findings: a reference is released by putting a detached
+    tensor (or ``None``) where the attached one was, exactly as the fix would.
+    Tuples are rebuilt and put back into their own parent.
+    """
+    kind, container, key = link.kind, link.container, link.key
+    if kind == ITEM:
+        container[key] = value
+    elif kind == ATTR:
+        container[key] = value
+    elif kind == SLOT:
+        key.__set__(container, value)
+    elif kind == CELL:
+        container.cell_contents = value
+    elif kind == TD:
+        inner = (_instance_dict(container) or {}).get("_tensordict")
+        if type(inner) is dict:
+            inner[key] = value
+        else:
+            container.set(key, value)
+    elif kind == SET:
+        container.discard(key)
+        if value is not None:
+            container.add(value)
+    elif kind == DEFAULTS:
+        defaults = list(container.__defaults__)
+        defaults[key] = value
+        container.__defaults__ = tuple(defaults)
+    elif kind == CLASSATTR:
+        setattr(container, key, value)
+    elif kind == TUPLE:
+        if link.parent is None:
+            raise ReleaseFailed("a tuple root cannot be rebuilt")
+        items = list(tuple.__iter__(container))
+        items[key] = value
+        tp = type(container)
+        rebuilt = tp(*items) if hasattr(tp, "_fields") else (tp(items) if tp is not tuple else tuple(items))
+        release(link.parent, rebuilt)
+    else:
+        raise ReleaseFailed(f"cannot replace a reference held as {kind}")
