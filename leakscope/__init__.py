@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from leakscope.check import check
+    from leakscope.api import check
     from leakscope.options import CheckOptions, ModelSize
     from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
 
 _LAZY = {
-    "check": "leakscope.check",
+    "check": "leakscope.api",
     "CheckOptions": "leakscope.options",
     "ModelSize": "leakscope.options",
     "Finding": "leakscope.results",

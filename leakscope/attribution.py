@@ -195,12 +195,18 @@ def _replacement(obj: Any) -> Any:
 
 
 def _release_all(hits: list[Hit]) -> bool:
+    """Release every hit as the fix would; False if one could not be released."""
     ok = True
     for hit in hits:
         try:
             release(hit.link, _replacement(hit.obj))
         except (ReleaseFailed, Exception):
-            ok = False
+            # An immutable holder (frozenset, tuple root): detach the tensor in
+            # place instead, which cuts the same reference.
+            try:
+                hit.obj.detach_()
+            except Exception:
+                ok = False
     return ok
 
 

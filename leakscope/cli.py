@@ -154,7 +154,7 @@ def check(
 
 def _run(targets: list[str], options: object) -> object:
     """Run the library check with stdout redirected: engines that print cannot corrupt the report."""
-    from leakscope.check import check as run_check
+    from leakscope.api import check as run_check
 
     with contextlib.redirect_stdout(sys.stderr):
         return run_check(targets, options)  # type: ignore[arg-type]

@@ -37,6 +37,7 @@ TD = "td"  # TensorDict entry
 SET = "set"  # set element
 DEFAULTS = "defaults"  # function __defaults__ tuple
 CLASSATTR = "classattr"  # setattr(cls, key, value)
+PARTIAL_ARG = "partial-arg"  # functools.partial positional argument
 READONLY = "readonly"  # reachable, but cannot be replaced
 
 
@@ -195,6 +196,9 @@ Child = tuple[str, str, Any, Any, Any]  # segment, kind, container, key, value
 
 def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
     tp = type(obj)
+    if tp is _HookDict:
+        yield from obj.children()
+        return
     if issubclass(tp, dict):
         items = list(dict.items(obj))
         for key, value in items:
@@ -245,7 +249,7 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
     if tp is functools.partial:
         yield ".func", READONLY, obj, "func", obj.func
         for i, value in enumerate(obj.args):
-            yield f".args[{i}]", READONLY, obj, i, value
+            yield f".args[{i}]", PARTIAL_ARG, obj, i, value
         for key, value in (obj.keywords or {}).items():
             yield f".keywords{_key_segment(key)}", ITEM, obj.keywords, key, value
         return
@@ -306,9 +310,29 @@ def _module_children(module: Any) -> Iterable[Child]:
         if key in _MODULE_PLAIN_DICTS and type(value) is dict:
             for name, child in list(value.items()):
                 if child is not None:
-                    yield f".{name}", ITEM, value, name, child
+                    segment = f"[{name}]" if name.isdigit() else f".{name}"
+                    yield segment, ITEM, value, name, child
+            continue
+        if key.endswith("_hooks") and isinstance(value, dict):
+            # Hook dicts are keyed by global handle ids that differ from run to
+            # run; name hooks by position so paths are stable.
+            hooks = _HookDict(value)
+            yield f".{key}", READONLY, d, key, hooks
             continue
         yield _key_segment(key), ATTR, d, key, value
+
+
+class _HookDict:
+    """A view of a module's hook dict whose children are named by position."""
+
+    __slots__ = ("hooks",)
+
+    def __init__(self, hooks: dict[Any, Any]) -> None:
+        self.hooks = hooks
+
+    def children(self) -> Iterable[Child]:
+        for i, (key, value) in enumerate(list(dict.items(self.hooks))):
+            yield f"[{i}]", ITEM, self.hooks, key, value
 
 
 def _function_children(fn: types.FunctionType) -> Iterable[Child]:
@@ -432,6 +456,9 @@ def walk(
                 yield Hit(obj, link, root)
                 continue
             oid = id(obj)
+            if tp is _HookDict:
+                # A temporary view: mark the dict it wraps, never the view's own id.
+                oid = id(obj.hooks)
             if oid in visited or (oid in skip and link is not root_link):
                 continue
             visited.add(oid)
@@ -489,6 +516,10 @@ def release(link: Link, value: Any) -> None:
         container.__defaults__ = tuple(defaults)
     elif kind == CLASSATTR:
         setattr(container, key, value)
+    elif kind == PARTIAL_ARG:
+        args = list(container.args)
+        args[key] = value
+        container.__setstate__((container.func, tuple(args), container.keywords, container.__dict__ or None))
     elif kind == TUPLE:
         if link.parent is None:
             raise ReleaseFailed("a tuple root cannot be rebuilt")

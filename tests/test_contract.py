@@ -1,0 +1,36 @@
+"""Every fixture engine gets exactly its declared verdict and finding paths, in both modes."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import leakscope
+from leakscope.options import CheckOptions
+from tests.conftest import fixture_modules, fixture_target
+
+FIXTURES = fixture_modules()
+
+
+def test_fixture_corpus_has_leaky_and_clean_subjects() -> None:
+    verdicts = {
+        importlib.import_module(f"fixtures.{name}").EXPECTED["train"][0] for name in FIXTURES
+    }
+    assert verdicts == {"leak", "clean"}
+    assert len(FIXTURES) >= 18
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_fixture_verdict_and_paths(name: str) -> None:
+    expected = importlib.import_module(f"fixtures.{name}").EXPECTED
+    report = leakscope.check(fixture_target(name), CheckOptions())
+    got = {r.mode.value: (r.verdict.value, [f.path for f in r.findings]) for r in report.results}
+    want = {mode: (verdict, list(paths)) for mode, (verdict, paths) in expected.items()}
+    assert got == want
+    for result in report.results:
+        assert result.error is None
+        for finding in result.findings:
+            assert finding.confirmed, f"{finding.path} was not confirmed"
+            if finding.severity == "leak" and finding.cause != "nodes-only":
+                assert finding.retained_bytes > 0, finding
