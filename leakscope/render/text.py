@@ -80,7 +80,8 @@ def render(report: Report, *, color: bool = False, width: int = 120, debug: bool
     for result in report.results:
         console.print()
         for block in _result_block(result, debug):
-            console.print(block)
+            # Text lines (paths, fixes) are never wrapped: they are copied into editors.
+            console.print(block, soft_wrap=not hasattr(block, "columns"))
     counts = {v: sum(1 for r in report.results if r.verdict is v) for v in Verdict}
     console.print()
     console.print(Text(
