@@ -52,6 +52,7 @@ def test_held_output_keeps_leaf_and_grad_after_backward() -> None:
     assert probe() is not None and probe().grad is not None
     _, found = graph_tensors([out.grad_fn])
     assert {g.slot for g in found} >= {"variable", "variable.grad"}
+    del found
     out = out.detach()
     gc.collect()
     assert probe() is None
