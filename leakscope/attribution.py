@@ -62,11 +62,17 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         findings.append(_unknown_finding(residual))
     if not findings and sum(died_in_gc.values()) > 0:
         findings.append(_until_gc_finding(died_in_gc))
+    growth = None
+    if options.micro_batches > 1:
+        from leakscope.growth import measure_growth
+
+        growth, storage_findings = measure_growth(spec, mode, options)
+        findings.extend(storage_findings)
     verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
     total = sum(bytes_by_cause(union).values()) + sum(residual.values()) if verdict is Verdict.LEAK else 0
     return TargetResult(
         target=spec.name, mode=mode, verdict=verdict, findings=tuple(findings),
-        retained_bytes=total, warnings=tuple(warnings),
+        retained_bytes=total, warnings=tuple(warnings), growth=growth,
     )
 
 

@@ -27,6 +27,10 @@ class CheckOptions:
     #: which tiny model to hand the engine (see ``leakscope.tinymodel.MODELS``)
     model: str = "peft-checkpoint"
     size: ModelSize = ModelSize()
+    #: micro-batches per growth run (1 disables the growth measurement)
+    micro_batches: int = 3
+    #: "cpu" or "cuda"; None picks cuda when available
+    device: str | None = "cpu"
     #: re-run the step per candidate to prove each reference retains on its own
     confirm: bool = True
     max_confirm: int = 16
