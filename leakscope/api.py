@@ -28,7 +28,7 @@ def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = Non
     """
     import torch
 
-    options = options or CheckOptions()
+    options = resolve_device(options or CheckOptions())
     if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
         targets = [targets]
     results: list[TargetResult] = []
@@ -40,6 +40,21 @@ def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = Non
         torch_version=str(torch.__version__),
         python_version=platform.python_version(),
     )
+
+
+def resolve_device(options: CheckOptions) -> CheckOptions:
+    """``device=None`` means CUDA when available, else CPU."""
+    import dataclasses
+
+    import torch
+
+    if options.device is None:
+        return dataclasses.replace(options, device="cuda" if torch.cuda.is_available() else "cpu")
+    if options.device == "cuda" and not torch.cuda.is_available():
+        from leakscope.errors import UsageError
+
+        raise UsageError("--device cuda: no CUDA device is available here; use --device cpu")
+    return options
 
 
 def _name_of(target: Any) -> str:
@@ -85,7 +100,7 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
     for mode in options.modes:
         started = time.perf_counter()
         try:
-            with process_group(), gc_paused():
+            with process_group(options.device), gc_paused():
                 result = _check_mode(spec, mode, options)
         except LeakscopeError as exc:
             result = _error(name, mode, exc.message, exc.detail)

@@ -40,6 +40,31 @@ class FormatChoice(str, enum.Enum):
     json = "json"
 
 
+class DeviceChoice(str, enum.Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+MicroBatches = Annotated[
+    int,
+    typer.Option(
+        "--micro-batches", min=1,
+        help="Run N micro-batches the way forward_backward_batch does and report growth (1 disables).",
+    ),
+]
+Device = Annotated[
+    DeviceChoice, typer.Option("--device", help="Where the tiny model runs; auto picks cuda when available.")
+]
+At = Annotated[
+    Optional[str],
+    typer.Option(
+        "--at", metavar="SCALE",
+        help="Project leaks to real scale: hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB.",
+    ),
+]
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"leakscope {__version__}")
@@ -108,6 +133,9 @@ def check(
     confirm: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
     ] = True,
+    micro_batches: MicroBatches = 3,
+    device: Device = DeviceChoice.auto,
+    at: At = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
 ) -> None:
     """Check engines for autograd graphs their forward_step leaves reachable.
@@ -120,6 +148,7 @@ def check(
     from leakscope.tinymodel_names import MODELS
 
     targets = list(targets or [DEFAULT_TARGET])
+    scale = None
     try:
         for target in targets:
             split_target(target)
@@ -127,10 +156,17 @@ def check(
             raise UsageError(f"--model {model!r} is not one of: {', '.join(MODELS)}")
         if factory is not None:
             split_target(factory)
+        if at is not None:
+            from leakscope.projection import parse_at
+
+            scale = parse_at(at)
     except UsageError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
     modes = (Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),)
-    options = CheckOptions(modes=modes, model=model, factory=factory, confirm=confirm)
+    options = CheckOptions(
+        modes=modes, model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
+        device=None if device is DeviceChoice.auto else device.value, at=scale,
+    )
     try:
         report = _run(targets, options)
     except LeakscopeError as exc:
@@ -150,6 +186,75 @@ def check(
         text = render(report, fmt.value, debug=debug)
     _emit(text, output)
     raise typer.Exit(report.exit_code)
+
+
+@app.command()
+def estimate(
+    target: Annotated[str, typer.Argument(metavar="TARGET", help="The engine: 'pkg.module:Name' or 'path/to/file.py:Name'.")],
+    at: Annotated[
+        str,
+        typer.Option(
+            "--at", metavar="SCALE",
+            help="hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB (hidden and tokens required).",
+        ),
+    ],
+    mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.train,
+    fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
+    model: Annotated[str, typer.Option("--model", help="Tiny model (see `check --help`).")] = "peft-checkpoint",
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
+) -> None:
+    """Project what a leak costs at your scale: bytes per micro-batch, per update, and when memory runs out.
+
+    Same exit codes as check. The model behind the projection is in docs/estimate.md.
+    """
+    check(
+        targets=[target], mode=mode, fmt=fmt, output=None, factory=None, model=model, confirm=True,
+        micro_batches=2, device=DeviceChoice.auto, at=at, debug=debug,
+    )
+
+
+@app.command()
+def explain(
+    target: Annotated[
+        Optional[str], typer.Argument(metavar="[TARGET]", help=f"The engine. Default: {DEFAULT_TARGET}.")
+    ] = None,
+    path: Annotated[
+        Optional[str], typer.Option("--path", help="The finding to explain (default: the first).")
+    ] = None,
+    mode: Annotated[ModeChoice, typer.Option("--mode", help="train or forward-only.")] = ModeChoice.train,
+    dot: Annotated[
+        Optional[Path], typer.Option("--dot", metavar="FILE", help="Also write the graph as Graphviz DOT text.")
+    ] = None,
+    max_nodes: Annotated[int, typer.Option("--max-nodes", min=1, help="Describe at most N nodes.")] = 10_000,
+    max_lines: Annotated[int, typer.Option("--max-lines", min=5, help="Print at most N tree lines.")] = 200,
+    model: Annotated[str, typer.Option("--model", help="Tiny model (see `check --help`).")] = "peft-checkpoint",
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Draw the graph one finding keeps alive: nodes, saved tensors with shapes and bytes, leaves.
+
+    Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
+    """
+    from leakscope.explain import explain as run_explain
+    from leakscope.options import CheckOptions
+    from leakscope.render.dot import render as render_dot
+    from leakscope.render.tree import render as render_tree
+    from leakscope.results import Mode
+
+    if mode is ModeChoice.both:
+        _fail("explain takes one mode: --mode train or --mode forward-only", 2, FormatChoice.text, None)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            view = run_explain(
+                target or DEFAULT_TARGET, path, CheckOptions(model=model), Mode(mode.value), max_nodes=max_nodes
+            )
+    except LeakscopeError as exc:
+        if debug and exc.detail:
+            typer.echo(exc.detail, err=True)
+        _fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
+    _emit(render_tree(view, max_lines=max_lines), None)
+    if dot is not None:
+        dot.write_text(render_dot(view), encoding="utf-8")
+        typer.echo(f"leakscope: wrote {dot}", err=True)
 
 
 def _run(targets: list[str], options: object) -> object:

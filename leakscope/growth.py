@@ -43,7 +43,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple
     from leakscope.tinymodel import build_micro_batch
 
     model, engine = build_subject(spec, options)
-    batches = [build_micro_batch(options.size, i) for i in range(options.micro_batches)]
+    batches = [build_micro_batch(options.size, i, options.device or "cpu") for i in range(options.micro_batches)]
     trial = new_trial(spec, mode, options, model, engine, batches)
     del engine
     trial.roots["output"] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from leakscope.results import Mode
 
@@ -30,7 +31,7 @@ class CheckOptions:
     #: micro-batches per growth run (1 disables the growth measurement)
     micro_batches: int = 3
     #: "cpu" or "cuda"; None picks cuda when available
-    device: str | None = "cpu"
+    device: str | None = None
     #: re-run the step per candidate to prove each reference retains on its own
     confirm: bool = True
     max_confirm: int = 16
@@ -40,3 +41,5 @@ class CheckOptions:
     max_objects: int = 2_000_000
     #: a factory ``pkg.mod:make_engine`` that builds the engine from the model
     factory: str | None = None
+    #: project leaks to this scale (a ``leakscope.projection.Scale``), ``--at``
+    at: Any = None

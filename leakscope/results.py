@@ -107,6 +107,8 @@ class TargetResult:
     traceback: str | None = None
     seconds: float = 0.0
     rank: int | None = None
+    #: ``--at``: what this leak costs at the user's scale (a ``leakscope.projection.Projection``)
+    projection: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

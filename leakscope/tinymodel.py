@@ -92,16 +92,16 @@ class TinyLM(nn.Module):
         return TinyOutput(logits=self.head(x))
 
 
-def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize()) -> TinyLM:
+def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), device: str = "cpu") -> TinyLM:
     """A fresh, deterministically initialised tiny model in train mode."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(size.seed)
         model = TinyLM(size, kind)
     model.train()
-    return model
+    return model.to(device) if device != "cpu" else model
 
 
-def build_micro_batch(size: ModelSize = ModelSize(), index: int = 0) -> Any:
+def build_micro_batch(size: ModelSize = ModelSize(), index: int = 0, device: str = "cpu") -> Any:
     """A verl-style micro-batch: ``TensorDict`` of int64 ``[B, S]`` ids, mask and positions."""
     from tensordict import TensorDict
 
@@ -111,10 +111,11 @@ def build_micro_batch(size: ModelSize = ModelSize(), index: int = 0) -> Any:
     if size.seq > 2:
         attention_mask[-1, -2:] = 0  # right padding on the last sample
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return TensorDict(
+    td = TensorDict(
         {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
         batch_size=[size.batch],
     )
+    return td.to(device) if device != "cpu" else td
 
 
 def loss_function(model_output: Any, data: Any, dp_group: Any = None, **_: Any) -> tuple[torch.Tensor, dict[str, float]]:

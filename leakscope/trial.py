@@ -138,7 +138,7 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
 
     started = time.perf_counter()
     model, engine = build_subject(spec, options)
-    micro_batch = build_micro_batch(options.size)
+    micro_batch = build_micro_batch(options.size, 0, options.device or "cpu")
     trial = new_trial(spec, mode, options, model, engine, micro_batch)
     del engine, micro_batch
     _step(trial, model, options, anomaly=anomaly)
@@ -152,7 +152,7 @@ def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
     """A fresh tiny model and the engine built around it."""
     from leakscope.tinymodel import build_model
 
-    model = build_model(options.model, options.size)
+    model = build_model(options.model, options.size, options.device or "cpu")
     return model, build_engine(spec, model)
 
 
