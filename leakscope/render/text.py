@@ -83,6 +83,9 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
             lines = [f"  {f.path}"]
             if f.source:
                 lines.append(f"    created at {f.source}")
+            if len(f.bytes_by_cause) > 1:
+                split = ", ".join(f"{cause} {human_bytes(n)}" for cause, n in f.bytes_by_cause.items())
+                lines.append(f"    bytes by cause: {split}")
             if f.allowed_reason:
                 lines.append(f"    allowed: {f.allowed_reason}")
             lines.append(f"    fix: {f.hint}")
