@@ -95,7 +95,7 @@ def _until_gc_bytes(trial: Trial) -> dict[str, int]:
     still = {id(item) for item, _ in trial.evidence.alive()}
     seen: set[tuple[str, int]] = set()
     out: dict[str, int] = {}
-    for item_id, (cause, key, nbytes) in before.items():
+    for item_id, (_cause, key, nbytes) in before.items():
         if item_id in still or key in seen:
             continue
         seen.add(key)

@@ -10,12 +10,16 @@ import contextlib
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from leakscope import __version__
 from leakscope.errors import ExitCode, LeakscopeError, UsageError
+
+if TYPE_CHECKING:
+    from leakscope.options import CheckOptions
+    from leakscope.results import Report
 
 DEFAULT_TARGET = "leakscope.reference:FSDPEngine"
 
@@ -57,7 +61,7 @@ Device = Annotated[
     DeviceChoice, typer.Option("--device", help="Where the tiny model runs; auto picks cuda when available.")
 ]
 At = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--at", metavar="SCALE",
         help="Project leaks to real scale: hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB.",
@@ -80,7 +84,7 @@ def _root(
     """leakscope: catch forward_step outputs that keep autograd graphs alive, before they OOM."""
 
 
-def _emit(text: str, output: Optional[Path]) -> None:
+def _emit(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -88,7 +92,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
         output.write_text(text, encoding="utf-8")
 
 
-def _fail(message: str, code: int, fmt: FormatChoice, output: Optional[Path]) -> None:
+def _fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> None:
     """One line on stderr; a valid JSON document on stdout when JSON was asked for."""
     typer.echo(f"leakscope: error: {message}", err=True)
     if fmt is FormatChoice.json:
@@ -110,7 +114,7 @@ def _fail(message: str, code: int, fmt: FormatChoice, output: Optional[Path]) ->
 @app.command()
 def check(
     targets: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Argument(
             metavar="[TARGET]...",
             help="Engines to check: 'pkg.module:Name' or 'path/to/file.py:Name' "
@@ -121,10 +125,10 @@ def check(
     mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.both,
     fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
     output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
+        Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
     ] = None,
     factory: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
     ] = None,
     model: Annotated[
@@ -216,14 +220,14 @@ def estimate(
 @app.command()
 def explain(
     target: Annotated[
-        Optional[str], typer.Argument(metavar="[TARGET]", help=f"The engine. Default: {DEFAULT_TARGET}.")
+        str | None, typer.Argument(metavar="[TARGET]", help=f"The engine. Default: {DEFAULT_TARGET}.")
     ] = None,
     path: Annotated[
-        Optional[str], typer.Option("--path", help="The finding to explain (default: the first).")
+        str | None, typer.Option("--path", help="The finding to explain (default: the first).")
     ] = None,
     mode: Annotated[ModeChoice, typer.Option("--mode", help="train or forward-only.")] = ModeChoice.train,
     dot: Annotated[
-        Optional[Path], typer.Option("--dot", metavar="FILE", help="Also write the graph as Graphviz DOT text.")
+        Path | None, typer.Option("--dot", metavar="FILE", help="Also write the graph as Graphviz DOT text.")
     ] = None,
     max_nodes: Annotated[int, typer.Option("--max-nodes", min=1, help="Describe at most N nodes.")] = 10_000,
     max_lines: Annotated[int, typer.Option("--max-lines", min=5, help="Print at most N tree lines.")] = 200,
@@ -257,12 +261,12 @@ def explain(
         typer.echo(f"leakscope: wrote {dot}", err=True)
 
 
-def _run(targets: list[str], options: object) -> object:
+def _run(targets: list[str], options: CheckOptions) -> Report:
     """Run the library check with stdout redirected: engines that print cannot corrupt the report."""
     from leakscope.api import check as run_check
 
     with contextlib.redirect_stdout(sys.stderr):
-        return run_check(targets, options)  # type: ignore[arg-type]
+        return run_check(targets, options)
 
 
 def main() -> None:

@@ -20,7 +20,8 @@ def process_group(device: str | None = "cpu") -> Iterator[bool]:
         yield False
         return
     backend = "cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"
-    dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    store = dist.HashStore()  # type: ignore[attr-defined]
+    dist.init_process_group(backend, store=store, rank=0, world_size=1)
     try:
         yield True
     finally:

@@ -52,7 +52,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple
     try:
         loss: Any = None
         trial.seq_start = next_sequence_nr()
-        for i, micro_batch in enumerate(batches):
+        for micro_batch in batches:
             start = next_sequence_nr()
             # `loss` is rebound only after the step returns: the previous
             # micro-batch's loss is alive during this step, as in a real loop.

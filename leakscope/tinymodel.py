@@ -20,7 +20,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from leakscope.options import ModelSize
-
 from leakscope.tinymodel_names import MODELS  # noqa: E402
 
 
@@ -29,7 +28,8 @@ class TinyOutput(dict):  # type: ignore[type-arg]
 
     @property
     def logits(self) -> torch.Tensor:
-        return self["logits"]  # type: ignore[no-any-return]
+        logits: torch.Tensor = self["logits"]
+        return logits
 
 
 class Block(nn.Module):
@@ -41,7 +41,8 @@ class Block(nn.Module):
         self.down = nn.Linear(2 * hidden, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.tanh(self.up(x)))
+        out: torch.Tensor = x + self.down(torch.tanh(self.up(x)))
+        return out
 
 
 class TinyLM(nn.Module):
