@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from leakscope import __version__
@@ -18,22 +18,35 @@ from leakscope.options import CheckOptions
 from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
 
 
-def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = None) -> Report:
+def check(
+    targets: Sequence[Any] | str | Any,
+    options: CheckOptions | None = None,
+    *,
+    on_result: Callable[[TargetResult], None] | None = None,
+) -> Report:
     """Check each target in each mode and return the report.
 
     ``targets`` are target strings (``pkg.mod:Engine``, ``path/file.py:Engine``)
     or the objects themselves (an engine class, a factory, a step function).
     Failures of a target become ``error`` results; nothing here raises for a
-    bad target.
+    bad target. ``options.allowlist`` marks deliberate findings ``allowed``.
+    ``on_result`` is called with each result as soon as it is judged (the
+    CLI's progress display; the library itself never draws anything).
     """
     import torch
+
+    from leakscope.policy import allow_result
 
     options = resolve_device(options or CheckOptions())
     if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
         targets = [targets]
     results: list[TargetResult] = []
     for target in targets:
-        results.extend(check_target(target, options))
+        for result in check_target(target, options):
+            result = allow_result(result, options.allowlist)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
     return Report(
         results=tuple(results),
         leakscope_version=__version__,
