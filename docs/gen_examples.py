@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     fresh = render_doc(current)
     if "--check" in argv:
         if fresh != current:
-            print("docs/findings.md examples differ from real output; run python docs/gen_examples.py")
+            sys.stderr.write("docs/findings.md examples differ from real output; run python docs/gen_examples.py\n")
             return 1
         return 0
     DOC.write_text(fresh, encoding="utf-8")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -117,8 +118,8 @@ def test_flags_override_config_and_allowlists_add_up() -> None:
 
 def test_micro_batches_needs_support_in_check_options() -> None:
     settings = config.parse({"micro-batches": 4}, "pyproject.toml [tool.leakscope]")
-    if any(f == "micro_batches" for f in CheckOptions.__dataclass_fields__):
-        assert getattr(settings.check_options(), "micro_batches") == 4
+    if "micro_batches" in CheckOptions.__dataclass_fields__:
+        assert dataclasses.asdict(settings.check_options())["micro_batches"] == 4
     else:
         with pytest.raises(ConfigError, match="micro-batches is not supported"):
             settings.check_options()
