@@ -33,6 +33,9 @@ EXAMPLES: dict[str, list[str]] = {
     "unknown-holder": ["fixtures.unknown_holder:Engine", "--mode", "train"],
     "reference-cycle": ["fixtures.cycle_until_gc:Engine", "--mode", "train"],
     "ctx": ["fixtures.ctx_function:Engine", "--mode", "train"],
+    "storage-growth": ["fixtures.engine_attributes_clean:Engine", "--mode", "train"],
+    # fixtures.nodes_only keeps an 8-byte saved scalar (cause activations); with
+    # full fine-tuning, backward frees verl_bug's log_probs graph down to its nodes.
     "nodes-only": ["fixtures.verl_bug:Engine", "--mode", "train", "--model", "full-finetune"],
 }
 

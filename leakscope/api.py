@@ -123,8 +123,25 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
                 f"leakscope failed while checking: {type(exc).__name__}: {exc}; please report it with --debug output",
                 traceback.format_exc(),
             )
-        results.append(_with_seconds(result, time.perf_counter() - started))
+        results.append(_with_seconds(_anchored(result, spec), time.perf_counter() - started))
     return results
+
+
+def _anchored(result: TargetResult, spec: Any) -> TargetResult:
+    """Findings with no known creating line point at the engine's ``forward_step``.
+
+    An unnamed holder, a reference cycle or storage growth has no line that
+    created it, but SARIF and pull-request annotations need a place to stand.
+    """
+    import dataclasses
+
+    if all(f.source is not None for f in result.findings):
+        return result
+    from leakscope.attribution import anchor_source
+
+    anchor = anchor_source(spec)
+    findings = tuple(f if f.source is not None else dataclasses.replace(f, source=anchor) for f in result.findings)
+    return dataclasses.replace(result, findings=findings)
 
 
 def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:

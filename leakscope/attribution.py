@@ -59,9 +59,9 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         findings = _confirm(spec, mode, options, findings)
         residual = _residual_after_release(spec, mode, options)
     if sum(residual.values()) > 0:
-        findings.append(_unknown_finding(residual, anchor_source(spec)))
+        findings.append(_unknown_finding(residual))
     if not findings and sum(died_in_gc.values()) > 0:
-        findings.append(_until_gc_finding(died_in_gc, anchor_source(spec)))
+        findings.append(_until_gc_finding(died_in_gc))
     growth = None
     if options.micro_batches > 1:
         from leakscope.growth import measure_growth
@@ -278,7 +278,7 @@ def _residual_after_release(spec: EngineSpec, mode: Mode, options: CheckOptions)
         trial.close()
 
 
-def _unknown_finding(by_cause: dict[str, int], anchor: Source | None) -> Finding:
+def _unknown_finding(by_cause: dict[str, int]) -> Finding:
     cause = _dominant(by_cause)
     return Finding(
         path=UNKNOWN_HOLDER,
@@ -290,12 +290,10 @@ def _unknown_finding(by_cause: dict[str, int], anchor: Source | None) -> Finding
         hint=hint_for("not found", cause, UNKNOWN_HOLDER),
         cause=cause,
         bytes_by_cause=dict(sorted(by_cause.items())),
-        # No line created what an unnamed holder keeps: point at the step (SARIF needs a place).
-        source=anchor,
     )
 
 
-def _until_gc_finding(by_cause: dict[str, int], anchor: Source | None) -> Finding:
+def _until_gc_finding(by_cause: dict[str, int]) -> Finding:
     return Finding(
         path="<reference cycle>",
         holder="cycle",
@@ -307,5 +305,4 @@ def _until_gc_finding(by_cause: dict[str, int], anchor: Source | None) -> Findin
         cause=UNTIL_GC,
         bytes_by_cause=dict(sorted(by_cause.items())),
         severity="warning",
-        source=anchor,
     )

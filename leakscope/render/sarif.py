@@ -65,8 +65,14 @@ RULES: dict[str, tuple[str, str, str, str]] = {
         "the step's graph lives until the cyclic garbage collector runs",
         "Break the reference cycle that holds the graph.",
     ),
+    "storage growth": (
+        "storage-growth", "StorageGrowth",
+        "a container grows by detached tensors every micro-batch (no graph, but unbounded)",
+        "Bound the container (a deque with maxlen, clear it per batch) or keep scalars (.item()).",
+    ),
 }
 _OTHER = ("graph-retention", "GraphRetention", "the step's autograd graph is kept alive", "Detach what is kept.")
+_WARNING_RULES = ("reference-cycle", "storage-growth")
 _LEVEL = {"leak": "error", "warning": "warning", "allowed": "note"}
 
 
@@ -147,7 +153,7 @@ def sarif_dict(report: Report) -> dict[str, Any]:
             rule = _rule(finding)
             if rule[0] not in rule_index:
                 rule_index[rule[0]] = len(rules)
-                rules.append(_rule_dict(rule, "warning" if rule[0] == "reference-cycle" else "error"))
+                rules.append(_rule_dict(rule, "warning" if rule[0] in _WARNING_RULES else "error"))
             results.append(_result(result, finding, rule_index[rule[0]]))
     invocation: dict[str, Any] = {
         "executionSuccessful": not any(r.verdict is Verdict.ERROR for r in report.results),
