@@ -42,7 +42,7 @@ def test_cwd_pyproject_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_config_targets_and_mode_flags_override(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, 'targets = ["fixtures.verl_bug:Engine"]\nmode = "forward-only"\nconfirm = false\n')
+    cfg = _config(tmp_path, 'targets = ["fixtures.verl_bug:Engine"]\nmode = "forward-only"\nconfirm = false\nmicro-batches = 1\n')
     clean = _run("--config", cfg, "--format", "json")
     assert clean.exit_code == 0, clean.output
     doc = json.loads(clean.stdout)
@@ -62,7 +62,7 @@ def test_config_targets_and_mode_flags_override(tmp_path: Path) -> None:
 def test_allowlist_passes_the_gate_and_stays_in_the_report(tmp_path: Path) -> None:
     cfg = _config(
         tmp_path,
-        'targets = ["fixtures.verl_bug:Engine"]\nmode = "train"\nconfirm = false\n'
+        'targets = ["fixtures.verl_bug:Engine"]\nmode = "train"\nconfirm = false\nmicro-batches = 1\n'
         '[[tool.leakscope.allowlist]]\npath = "output.model_output.*"\nreason = "a test keeps them on purpose"\n',
     )
     result = _run("--config", cfg, "--format", "json")
@@ -77,17 +77,19 @@ def test_allowlist_passes_the_gate_and_stays_in_the_report(tmp_path: Path) -> No
 
 def test_fail_on_warning_quiet_and_output_file(tmp_path: Path) -> None:
     target = "fixtures.cycle_until_gc:Engine"
-    default = _run(target, "--mode", "train", "--quiet")
+    fast = _config(tmp_path, "micro-batches = 1\n")
+    default = _run(target, "--config", fast, "--mode", "train", "--quiet")
     assert (default.exit_code, default.stdout) == (0, "")
     report = tmp_path / "report.sarif"
-    strict = _run(target, "--mode", "train", "--fail-on", "warning", "-q", "-f", "sarif", "-o", str(report))
+    strict = _run(target, "--config", fast, "--mode", "train", "--fail-on", "warning", "-q", "-f", "sarif",
+                  "-o", str(report))
     assert (strict.exit_code, strict.stdout) == (1, "")
     [finding] = json.loads(report.read_text(encoding="utf-8"))["runs"][0]["results"]
     assert (finding["ruleId"], finding["level"]) == ("reference-cycle", "warning")
 
 
-def test_progress_only_when_asked_outside_a_terminal() -> None:
-    targets = ("fixtures.verl_fix:Engine", "fixtures.verl_bug:Engine")
+def test_progress_only_when_asked_outside_a_terminal(tmp_path: Path) -> None:
+    targets = ("fixtures.verl_fix:Engine", "fixtures.verl_bug:Engine", "--config", _config(tmp_path, "micro-batches = 1\n"))
     quiet = _run(*targets, "--mode", "forward-only", "--format", "json")
     assert quiet.exit_code == 0
     assert quiet.stderr == ""

@@ -27,7 +27,7 @@ def _lit(text: str) -> str:
 
 
 # Fast options for the leaky runs: the verdict does not depend on confirmation.
-FAST = 'mode="train", confirm=False'
+FAST = 'mode="train", confirm=False, micro_batches=1'
 
 TESTS = f"""
 import pytest
@@ -37,19 +37,19 @@ def test_fixture_leaky(leakscope):
     leakscope.check("fixtures.verl_bug:Engine", {FAST})
 
 def test_fixture_clean(leakscope):
-    report = leakscope.check("fixtures.verl_fix:Engine", mode="train")
+    report = leakscope.check("fixtures.verl_fix:Engine", mode="train", micro_batches=1)
     assert [r.verdict.value for r in report.results] == ["clean"]
 
 @pytest.mark.leakscope(target="fixtures.verl_bug:Engine", {FAST})
 def test_marker_leaky():
     pass
 
-@pytest.mark.leakscope("fixtures.verl_fix:Engine", mode="train")
+@pytest.mark.leakscope("fixtures.verl_fix:Engine", mode="train", micro_batches=1)
 def test_marker_clean():
     pass
 
 def test_helper_leaky_forward_only():
-    assert_no_graph_retention("fixtures.forward_only_graph:Engine", mode="forward-only", confirm=False)
+    assert_no_graph_retention("fixtures.forward_only_graph:Engine", mode="forward-only", confirm=False, micro_batches=1)
 """
 
 
@@ -97,7 +97,7 @@ def test_fixture_marker_and_helper_gate_real_engines(pytester: pytest.Pytester) 
 
 def test_project_allowlist_and_config_errors(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml(
-        '[tool.leakscope]\nmode = "train"\nconfirm = false\n'
+        '[tool.leakscope]\nmode = "train"\nconfirm = false\nmicro-batches = 1\n'
         '[[tool.leakscope.allowlist]]\npath = "output.model_output.*"\nreason = "kept for the KL term"\n'
     )
     pytester.makepyfile(
