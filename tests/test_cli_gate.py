@@ -53,8 +53,8 @@ def test_config_targets_and_mode_flags_override(tmp_path: Path) -> None:
     assert leak.exit_code == 1
     lines = leak.stdout.splitlines()
     assert [line.split("::")[1] for line in lines[:2]] == [
-        "error file=fixtures/_common.py,line=21,title=leakscope returned",
-        "error file=fixtures/_common.py,line=26,title=leakscope returned",
+        "error file=fixtures/verl_bug.py,line=25,title=leakscope returned",
+        "error file=fixtures/verl_bug.py,line=26,title=leakscope returned",
     ]
     assert lines[-1] == "leakscope: 1 leak, 0 clean, 0 error (exit 1)"
 

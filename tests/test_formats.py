@@ -181,13 +181,14 @@ def test_real_report_in_every_ci_format(real_report: Report) -> None:
     sarif = json.loads(render(real_report, "sarif"))
     _validate_sarif(sarif)
     located = [r["locations"][0]["physicalLocation"] for r in sarif["runs"][0]["results"]]
+    # The line in the engine's forward_step that made each retained tensor.
     assert located == [
-        {"artifactLocation": {"uri": "fixtures/_common.py", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 21}},
-        {"artifactLocation": {"uri": "fixtures/_common.py", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 26}},
+        {"artifactLocation": {"uri": "fixtures/verl_bug.py", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 25}},
+        {"artifactLocation": {"uri": "fixtures/verl_bug.py", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 26}},
     ]
     github = render(real_report, "github").splitlines()
-    assert github[0].startswith("::error file=fixtures/_common.py,line=21,title=leakscope returned::")
-    assert github[1].startswith("::notice file=fixtures/_common.py,line=26,title=leakscope returned (allowed)::")
+    assert github[0].startswith("::error file=fixtures/verl_bug.py,line=25,title=leakscope returned::")
+    assert github[1].startswith("::notice file=fixtures/verl_bug.py,line=26,title=leakscope returned (allowed)::")
     assert github[2] == "leakscope: 1 leak, 0 clean, 0 error (exit 1)"
     case = _junit(real_report).find("testsuite/testcase")
     assert case is not None and case.find("failure") is not None

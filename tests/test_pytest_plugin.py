@@ -76,7 +76,7 @@ def test_fixture_marker_and_helper_gate_real_engines(pytester: pytest.Pytester) 
         "*leakscope: 1 leak, 0 clean, 0 error (exit 1)",
         _lit("*fixtures.verl_bug:Engine [train]: graph retained by 2 references*")
         + "output.model_output.log_probs, output.model_output.entropy",
-        "*created at *fixtures/_common.py:21 in log_probs_of",
+        "*created at *fixtures/verl_bug.py:25 in forward_step",
         "*fix: detach the returned tree*",
     ])
     # The full text report rides along as a "leakscope" section of the test's report.
