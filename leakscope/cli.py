@@ -42,6 +42,14 @@ class ModeChoice(str, enum.Enum):
 class FormatChoice(str, enum.Enum):
     text = "text"
     json = "json"
+    junit = "junit"
+    sarif = "sarif"
+    github = "github"
+
+
+class FailOnChoice(str, enum.Enum):
+    leak = "leak"
+    warning = "warning"
 
 
 class DeviceChoice(str, enum.Enum):
@@ -113,6 +121,8 @@ def _fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> No
 
 @app.command()
 def check(
+    # None when another command (estimate) calls check() as a function.
+    ctx: typer.Context = None,  # type: ignore[assignment]
     targets: Annotated[
         list[str] | None,
         typer.Argument(
@@ -141,17 +151,50 @@ def check(
     device: Device = DeviceChoice.auto,
     at: At = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", metavar="FILE",
+            help="Read the tool.leakscope table of FILE instead of ./pyproject.toml; flags override it.",
+        ),
+    ] = None,
+    fail_on: Annotated[
+        FailOnChoice | None,
+        typer.Option("--fail-on", help="Exit 1 on a leak (default), or also on a warning such as until-gc.",
+                     show_default=False),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print no report on stdout (--output still writes it); the exit code tells.")
+    ] = False,
+    progress: Annotated[
+        bool | None,
+        typer.Option("--progress/--no-progress", help="Progress on stderr. Default: only for several targets on a terminal.",
+                     show_default=False),
+    ] = None,
 ) -> None:
     """Check engines for autograd graphs their forward_step leaves reachable.
 
     Exit codes: 0 every target clean, 1 a leak, 2 usage error, 3 a target could not be checked.
     """
+    from leakscope import config as project_config
+    from leakscope.errors import ConfigError
     from leakscope.options import CheckOptions
     from leakscope.results import Mode
     from leakscope.target import split_target
     from leakscope.tinymodel_names import MODELS
 
-    targets = list(targets or [DEFAULT_TARGET])
+    try:
+        flags = project_config.parse(_explicit_flags(ctx), "the command line")
+        settings = project_config.discover(config).override(flags)
+    except ConfigError as exc:
+        _fail(exc.message, int(exc.exit_code), fmt, output)
+    mode = ModeChoice(settings.mode) if settings.mode else mode
+    model = settings.model or model
+    factory = settings.factory or factory
+    confirm = settings.confirm if settings.confirm is not None else confirm
+    micro_batches = settings.micro_batches or micro_batches
+    gate = settings.effective_fail_on
+    targets = list(targets or settings.targets or [DEFAULT_TARGET])
     scale = None
     try:
         for target in targets:
@@ -172,7 +215,8 @@ def check(
         device=None if device is DeviceChoice.auto else device.value, at=scale,
     )
     try:
-        report = _run(targets, options)
+        options = settings.check_options(options)
+        report = _run(targets, options, progress=progress if not quiet else False)
     except LeakscopeError as exc:
         if debug and exc.detail:
             typer.echo(exc.detail, err=True)
@@ -181,15 +225,17 @@ def check(
         for result in report.results:
             if result.traceback:
                 typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
+    from leakscope.policy import exit_code
     from leakscope.render import render
 
     if fmt is FormatChoice.text:
         color = output is None and sys.stdout.isatty()
         text = render(report, "text", color=color, debug=debug)
     else:
-        text = render(report, fmt.value, debug=debug)
-    _emit(text, output)
-    raise typer.Exit(report.exit_code)
+        text = render(report, fmt.value, debug=debug, fail_on=gate)
+    if output is not None or not quiet:
+        _emit(text, output)
+    raise typer.Exit(exit_code(report, gate))
 
 
 @app.command()
@@ -261,12 +307,29 @@ def explain(
         typer.echo(f"leakscope: wrote {dot}", err=True)
 
 
-def _run(targets: list[str], options: CheckOptions) -> Report:
+def _explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
+    """The options given on the command line (not defaulted): they override the config file."""
+    flags: dict[str, object] = {}
+    if ctx is None:
+        return flags
+    for name in ("mode", "model", "factory", "confirm", "micro_batches", "fail_on"):
+        # Compared by name: typer may vendor click, so its ParameterSource is not importable here.
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name != "DEFAULT":
+            value = ctx.params[name]
+            flags[name] = value.value if isinstance(value, enum.Enum) else value
+    return flags
+
+
+def _run(targets: list[str], options: CheckOptions, progress: bool | None = None) -> Report:
     """Run the library check with stdout redirected: engines that print cannot corrupt the report."""
+    from leakscope import progress as display
     from leakscope.api import check as run_check
 
-    with contextlib.redirect_stdout(sys.stderr):
-        return run_check(targets, options)
+    total = len(targets) * len(options.modes)
+    with display.display(total, display.wanted(progress, len(targets))) as on_result:
+        with contextlib.redirect_stdout(sys.stderr):
+            return run_check(targets, options, on_result=on_result)
 
 
 def main() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from leakscope.policy import AllowEntry
 from leakscope.results import Mode
 
 
@@ -43,3 +44,5 @@ class CheckOptions:
     factory: str | None = None
     #: project leaks to this scale (a ``leakscope.projection.Scale``), ``--at``
     at: Any = None
+    #: findings a project keeps attached on purpose: reported as ``allowed``, never failing
+    allowlist: tuple[AllowEntry, ...] = ()
