@@ -103,6 +103,7 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
     """All modes of one target; a target that cannot be resolved errors in every mode."""
     from leakscope.distributed import process_group
     from leakscope.liveness import gc_paused
+    from leakscope.runtime import single_threaded
 
     name = _name_of(target)
     try:
@@ -113,7 +114,7 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
     for mode in options.modes:
         started = time.perf_counter()
         try:
-            with process_group(options.device), gc_paused():
+            with process_group(options.device), gc_paused(), single_threaded():
                 result = _check_mode(spec, mode, options)
         except LeakscopeError as exc:
             result = _error(name, mode, exc.message, exc.detail)

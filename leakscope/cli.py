@@ -339,6 +339,10 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("leakscope: interrupted", err=True)
         sys.exit(130)
+    finally:
+        from leakscope.runtime import prepare_exit
+
+        prepare_exit()  # see NOTE [Exit cost]
 
 
 __all__ = ["app", "main", "ExitCode"]
