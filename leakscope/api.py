@@ -35,24 +35,27 @@ def check(
     """
     import torch
 
+    from leakscope.distributed import gather_report, session
     from leakscope.policy import allow_result
 
     options = resolve_device(options or CheckOptions())
     if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
         targets = [targets]
     results: list[TargetResult] = []
-    for target in targets:
-        for result in check_target(target, options):
-            result = allow_result(result, options.allowlist)
-            results.append(result)
-            if on_result is not None:
-                on_result(result)
-    return Report(
-        results=tuple(results),
-        leakscope_version=__version__,
-        torch_version=str(torch.__version__),
-        python_version=platform.python_version(),
-    )
+    # Under torchrun each rank checks its own step; the report merges the ranks.
+    with session():
+        for target in targets:
+            for result in check_target(target, options):
+                result = allow_result(result, options.allowlist)
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+        return gather_report(Report(
+            results=tuple(results),
+            leakscope_version=__version__,
+            torch_version=str(torch.__version__),
+            python_version=platform.python_version(),
+        ))
 
 
 def resolve_device(options: CheckOptions) -> CheckOptions:
@@ -101,7 +104,7 @@ def resolve_spec(target: Any, options: CheckOptions) -> Any:
 
 def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
     """All modes of one target; a target that cannot be resolved errors in every mode."""
-    from leakscope.distributed import process_group
+    from leakscope.distributed import Lockstep, multi_rank, process_group
     from leakscope.liveness import gc_paused
     from leakscope.runtime import single_threaded
 
@@ -110,12 +113,19 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
         spec = resolve_spec(target, options)
     except LeakscopeError as exc:
         return [_error(name, mode, exc.message, exc.detail) for mode in options.modes]
+    lockstep = Lockstep(spec) if multi_rank() else None
     results = []
     for mode in options.modes:
         started = time.perf_counter()
         try:
             with process_group(options.device), gc_paused(), single_threaded():
-                result = _check_mode(spec, mode, options)
+                if lockstep is None:
+                    result = _check_mode(spec, mode, options)
+                else:  # NOTE [Ranks in lockstep]
+                    try:
+                        result = _check_mode(lockstep.wrapped(), mode, options)
+                    finally:
+                        lockstep.drain(mode, options)
         except LeakscopeError as exc:
             result = _error(name, mode, exc.message, exc.detail)
         except Exception as exc:  # a bug in leakscope or a torch surprise: still one line

@@ -216,27 +216,33 @@ def check(
         modes=modes, model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
         device=None if device is DeviceChoice.auto else device.value, at=scale,
     )
-    try:
-        options = settings.check_options(options)
-        report = _run(targets, options, progress=progress if not quiet else False)
-    except LeakscopeError as exc:
-        if debug and exc.detail:
-            typer.echo(exc.detail, err=True)
-        _fail(exc.message, int(exc.exit_code), fmt, output)
-    if debug:
-        for result in report.results:
-            if result.traceback:
-                typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
-    from leakscope.policy import exit_code
-    from leakscope.render import render
+    from leakscope.distributed import barrier, is_reporting_rank, session
 
-    if fmt is FormatChoice.text:
-        color = output is None and sys.stdout.isatty()
-        text = render(report, "text", color=color, debug=debug)
-    else:
-        text = render(report, fmt.value, debug=debug, fail_on=gate)
-    if output is not None or not quiet:
-        _emit(text, output)
+    with session():  # under torchrun: one process group for the check and the merged report
+        try:
+            options = settings.check_options(options)
+            report = _run(targets, options, progress=progress if not quiet else False)
+        except LeakscopeError as exc:
+            if debug and exc.detail:
+                typer.echo(exc.detail, err=True)
+            _fail(exc.message, int(exc.exit_code), fmt, output)
+        if debug:
+            for result in report.results:
+                if result.traceback:
+                    typer.echo(f"--- {result.target} [{result.mode.value}]
+{result.traceback}", err=True)
+        from leakscope.policy import exit_code
+        from leakscope.render import render
+
+        if fmt is FormatChoice.text:
+            color = output is None and sys.stdout.isatty()
+            text = render(report, "text", color=color, debug=debug)
+        else:
+            text = render(report, fmt.value, debug=debug, fail_on=gate)
+        # under torchrun rank 0 prints the merged report
+        if is_reporting_rank() and (output is not None or not quiet):
+            _emit(text, output)
+        barrier()  # no rank exits (torchrun would stop the others) before it is written
     raise typer.Exit(exit_code(report, gate))
 
 
