@@ -190,6 +190,13 @@ def graph_tensors(roots: Iterable[Any], *, with_leaves: bool = True) -> tuple[in
 
     tensor_type = torch.Tensor
     param_type = torch.nn.Parameter
+
+    def is_plain(obj: Any) -> bool:
+        """A tensor that is not a Parameter. ``isinstance(x, Parameter)`` runs
+        ``_ParameterMeta.__instancecheck__`` in Python (0.4 us), so exact
+        ``torch.Tensor`` (almost every saved tensor) is decided by type alone."""
+        return type(obj) is tensor_type or (isinstance(obj, tensor_type) and not isinstance(obj, param_type))
+
     types = _node_types
     found: list[GraphTensor] = []
     add = found.append
@@ -206,7 +213,7 @@ def graph_tensors(roots: Iterable[Any], *, with_leaves: bool = True) -> tuple[in
         if info.leaf:
             if with_leaves:
                 leaf = accumulated_leaf(node)
-                if leaf is not None and not isinstance(leaf, param_type):
+                if leaf is not None and is_plain(leaf):
                     add(GraphTensor(LEAF_GRAD, leaf, "AccumulateGrad", "variable"))
                     grad = leaf.grad
                     if grad is not None:
@@ -220,15 +227,18 @@ def graph_tensors(roots: Iterable[Any], *, with_leaves: bool = True) -> tuple[in
             if type(raw) is tuple or type(raw) is list:
                 for i, handle in enumerate(raw):
                     data = _packed(handle)
-                    if isinstance(data, tensor_type) and not isinstance(data, param_type):
+                    if is_plain(data):
                         add(GraphTensor(ACTIVATIONS, data, info.name, slot if len(raw) == 1 else f"{slot}[{i}]"))
             else:
-                data = _packed(raw)
-                if isinstance(data, tensor_type) and not isinstance(data, param_type):
+                try:  # _packed() inlined: this is the one hot path
+                    data = raw.data
+                except Exception:
+                    continue
+                if is_plain(data):
                     add(GraphTensor(ACTIVATIONS, data, info.name, slot))
         if info.has_dict:
             for slot, value in ctx_values(node):
-                if isinstance(value, tensor_type) and not isinstance(value, param_type):
+                if is_plain(value):
                     add(GraphTensor(CTX, value, info.name, f"ctx.{slot}"))
         try:
             edges = node.next_functions
