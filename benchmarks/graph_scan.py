@@ -135,7 +135,6 @@ def run(short: bool) -> list[Row]:
             cells.append(
                 f"torchviz {tv['nodes'] / tv['seconds'] / 1e6:.2f} M/s" if "seconds" in tv else f"torchviz: {tv.get('error')}"
             )
-            cells.append(f"free {ls['free_seconds']:.2f} s")
             rows.append(Row("graph", f"{kind} {n:>9,} nodes", "; ".join(cells),
                             f">= {TARGET_RATE / 1e6:.1f} M/s", rate >= TARGET_RATE))
         if len(per_node) >= 2:

@@ -4,7 +4,7 @@ Sections (``--only`` picks some): ``cli-start``, ``check``, ``graph``,
 ``probes``, ``memory``. ``--short`` (CI, about two minutes) uses fewer
 repetitions and graphs up to 100k nodes; the full run adds 1M-node graphs and
 the stricter no-FSDP baseline. Exit status: 0 when every target is met, 1
-otherwise. Results and method: docs/performance.md.
+otherwise (0 with ``--no-fail``). Results and method: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--short", action="store_true", help="CI mode: fewer repetitions, graphs up to 100k nodes")
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    parser.add_argument("--no-fail", action="store_true", help="exit 0 even when a target is missed (report only)")
     args = parser.parse_args(argv)
     chosen = args.only or list(SECTIONS)
     print(f"leakscope benchmarks ({'short' if args.short else 'full'}) on {machine()}", flush=True)
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(
             {"machine": machine(), "short": args.short,
              "rows": [dict(r.__dict__, status=r.status) for r in rows]}, indent=2) + "\n")
-    return 1 if failed else 0
+    return 1 if failed and not args.no_fail else 0
 
 
 if __name__ == "__main__":
