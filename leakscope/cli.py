@@ -229,8 +229,7 @@ def check(
         if debug:
             for result in report.results:
                 if result.traceback:
-                    typer.echo(f"--- {result.target} [{result.mode.value}]
-{result.traceback}", err=True)
+                    typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
         from leakscope.policy import exit_code
         from leakscope.render import render
 
