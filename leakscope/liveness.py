@@ -115,7 +115,7 @@ def collect_evidence(
         t = ref()
         if t is not None:
             add(t, LEAF_GRAD if t.grad_fn is None else "activations", "probe")
-            if t.grad is not None:
+            if t.grad_fn is None and t.grad is not None:  # only leaves have a .grad
                 add(t.grad, LEAF_GRAD, "probe.grad")
     _, found = graph_tensors(graph_roots)
     for g in found:
