@@ -103,7 +103,7 @@ def check(
         typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
     ] = None,
     model: Annotated[
-        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune.")
+        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune, hf-lora (needs leakscope[hf]).")
     ] = "peft-checkpoint",
     confirm: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
@@ -125,6 +125,8 @@ def check(
             split_target(target)
         if model not in MODELS:
             raise UsageError(f"--model {model!r} is not one of: {', '.join(MODELS)}")
+        if model == "hf-lora":
+            _require_hf()
         if factory is not None:
             split_target(factory)
     except UsageError as exc:
@@ -150,6 +152,18 @@ def check(
         text = render(report, fmt.value, debug=debug)
     _emit(text, output)
     raise typer.Exit(report.exit_code)
+
+
+def _require_hf() -> None:
+    """``--model hf-lora`` without transformers/peft is a usage error (checked without importing them)."""
+    import importlib.util
+
+    missing = [name for name in ("transformers", "peft") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(
+            f"--model hf-lora needs {' and '.join(missing)}, which is not installed; "
+            "install the extra: pip install 'leakscope[hf]'"
+        )
 
 
 def _run(targets: list[str], options: object) -> object:

@@ -49,7 +49,7 @@ class TinyLM(nn.Module):
 
     def __init__(self, size: ModelSize = ModelSize(), kind: str = "peft-checkpoint") -> None:
         super().__init__()
-        if kind not in MODELS:
+        if kind not in MODELS or kind == "hf-lora":  # hf-lora: leakscope.hfmodel
             raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODELS)}")
         self.kind = kind
         self.size = size
@@ -92,8 +92,12 @@ class TinyLM(nn.Module):
         return TinyOutput(logits=self.head(x))
 
 
-def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize()) -> TinyLM:
+def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize()) -> Any:
     """A fresh, deterministically initialised tiny model in train mode."""
+    if kind == "hf-lora":
+        from leakscope.hfmodel import build_hf_lora
+
+        return build_hf_lora(size)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(size.seed)
         model = TinyLM(size, kind)

@@ -134,12 +134,12 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
 
     import torch
 
-    from leakscope.tinymodel import build_micro_batch, build_model, loss_function
+    from leakscope.tinymodel import build_micro_batch, build_model
 
     started = time.perf_counter()
     model = build_model(options.model, options.size)
     engine = build_engine(spec, model)
-    micro_batch = build_micro_batch(options.size)
+    micro_batch = (spec.make_micro_batch or build_micro_batch)(options.size, 0)
     roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
     modules = tuple(dict.fromkeys([*spec.modules, *_engine_modules(engine)]))
     trial = Trial(spec, mode, roots, modules, 0, 0, Evidence(), {}, set())
@@ -183,7 +183,9 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
     trial.seq_start = next_sequence_nr()
     try:
         with grad_mode, anomaly_mode:
-            result = spec.call_step(trial.roots["engine"], trial.roots["micro_batch"], loss_function, forward_only)
+            result = spec.call_step(
+                trial.roots["engine"], trial.roots["micro_batch"], spec.loss_function or loss_function, forward_only
+            )
     except Exception as exc:
         raise EngineError(
             describe_exception(exc, "forward_step") + "; fix the engine (run with --debug for the traceback)",
