@@ -128,7 +128,13 @@ def check(
         if model == "hf-lora":
             _require_hf()
         if factory is not None:
-            split_target(factory)
+            try:
+                split_target(factory)
+            except UsageError:
+                raise UsageError(
+                    f"--factory {factory!r} is not of the form 'pkg.module:make_engine' or "
+                    "'path/to/file.py:make_engine'; add ':Name' naming a callable that takes the model"
+                ) from None
     except UsageError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
     modes = (Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),)
