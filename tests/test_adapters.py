@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -24,7 +25,10 @@ LEAKY = "leakscope_demo_adapter.engines:LeakyConfiguredEngine"
 CLEAN = "leakscope_demo_adapter.engines:CleanConfiguredEngine"
 
 
-def _pip_install(package: str, target: Path) -> None:
+def _pip_install(package: str, target: Path, scratch: Path) -> None:
+    # Build from a copy: setuptools writes build/ and *.egg-info next to the sources.
+    source = scratch / package
+    shutil.copytree(DATA / package, source)
     cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(target)]
     try:
         import setuptools  # noqa: F401
@@ -32,7 +36,7 @@ def _pip_install(package: str, target: Path) -> None:
         cmd.append("--no-build-isolation")  # no download: build with the venv's setuptools
     except ImportError:
         pass
-    subprocess.run([*cmd, str(DATA / package)], check=True, capture_output=True, timeout=300)
+    subprocess.run([*cmd, str(source)], check=True, capture_output=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for package in ("leakscope-demo-adapter", "leakscope-broken-adapter"):
         target = tmp_path_factory.mktemp(package)
-        _pip_install(package, target)
+        _pip_install(package, target, tmp_path_factory.mktemp("src"))
         out[package] = target
     return out
 
@@ -82,10 +86,11 @@ def test_entry_point_adapter_builds_and_drives_its_engines(site: dict[str, Path]
     }
 
 
-def test_without_the_entry_point_the_engine_cannot_be_built(site: dict[str, Path]) -> None:
+def test_without_the_entry_point_the_engine_cannot_be_built(tmp_path: Path) -> None:
     """The same code importable without its dist-info: no adapter, so Engine(model) is tried and fails."""
-    source = DATA / "leakscope-demo-adapter"
-    code, out, err = run_cli([source], LEAKY, "--mode", "train", "--format", "json")
+    package = "leakscope_demo_adapter"
+    shutil.copytree(DATA / "leakscope-demo-adapter" / package, tmp_path / package)
+    code, out, err = run_cli([tmp_path], LEAKY, "--mode", "train", "--format", "json")
     assert code == 3
     (error,) = [r["error"] for r in json.loads(out)["results"]]
     assert error.startswith(f"building the engine {LEAKY}(model) raised ")
