@@ -46,8 +46,9 @@ def _imports() -> tuple[Any, Any, Any, Any]:
     return LlamaConfig, LlamaForCausalLM, LoraConfig, get_peft_model
 
 
-def build_hf_lora(size: ModelSize = ModelSize()) -> Any:
+def build_hf_lora(size: ModelSize | None = None) -> Any:
     """A fresh tiny Llama + LoRA + gradient checkpointing + input grads, in train mode."""
+    size = size or ModelSize()
     import torch
 
     LlamaConfig, LlamaForCausalLM, LoraConfig, get_peft_model = _imports()

@@ -13,6 +13,9 @@ import gc
 import json
 import sys
 
+import torch
+import verl
+
 from leakscope.adapters_verl import ADAPTER
 from leakscope.distributed import process_group
 from leakscope.options import ModelSize
@@ -37,6 +40,8 @@ def main() -> None:
         print(
             json.dumps(
                 {
+                    "verl": verl.__version__,
+                    "torch": torch.__version__,
                     "forwards": len(model.leakscope_probes) // size.layers,
                     "alive_leaves": len(leaves),
                     "alive_bytes": alive_bytes,
