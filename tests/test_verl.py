@@ -154,3 +154,23 @@ def test_adapter_recognises_verl_names_without_importing_verl() -> None:
     assert find_adapter(ResolvedTarget("x:y", sub, module, "y")).name == "verl-fsdp"
     assert find_adapter(ResolvedTarget("x:y", other, module, "y")) is None
     assert "verl" not in sys.modules
+
+
+@pytest.mark.parametrize("version", ["0.8.0", "0.9.1"])
+def test_the_upstream_stack_real_verl_with_transformers_and_peft(version: str) -> None:
+    """verl's engines around a transformers Llama + PEFT LoRA + gradient checkpointing (verl installs both)."""
+    code, doc = run_check(version, ACTOR, CRITIC, "--mode", "train", "--model", "hf-lora")
+    results = _by_target(doc)
+    if version == "0.9.1":
+        assert code == 0, doc
+        assert all(r["verdict"] == "clean" and r["findings"] == [] for r in doc["results"]), doc
+        return
+    assert code == 1, doc
+    actor, critic = results[(ACTOR, "train")], results[(CRITIC, "train")]
+    assert [f["path"] for f in actor["findings"]] == ["output.model_output.log_probs", "output.model_output.entropy"]
+    assert [f["path"] for f in critic["findings"]] == ["output.model_output.values"]
+    # The embedding output enable_input_require_grads made a leaf (layer 0's
+    # checkpoint input), [2, 8, hidden 32] float32, and its gradient.
+    for finding in [*actor["findings"], *critic["findings"]]:
+        assert finding["bytes_by_cause"]["leaf+grad"] == LEAF_AND_GRAD_BYTES
+        assert finding["confirmed"] is True
