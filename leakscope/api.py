@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from leakscope import __version__
@@ -18,28 +18,56 @@ from leakscope.options import CheckOptions
 from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
 
 
-def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = None) -> Report:
+def check(
+    targets: Sequence[Any] | str | Any,
+    options: CheckOptions | None = None,
+    *,
+    on_result: Callable[[TargetResult], None] | None = None,
+) -> Report:
     """Check each target in each mode and return the report.
 
     ``targets`` are target strings (``pkg.mod:Engine``, ``path/file.py:Engine``)
     or the objects themselves (an engine class, a factory, a step function).
     Failures of a target become ``error`` results; nothing here raises for a
-    bad target.
+    bad target. ``options.allowlist`` marks deliberate findings ``allowed``.
+    ``on_result`` is called with each result as soon as it is judged (the
+    CLI's progress display; the library itself never draws anything).
     """
     import torch
 
-    options = options or CheckOptions()
+    from leakscope.policy import allow_result
+
+    options = resolve_device(options or CheckOptions())
     if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
         targets = [targets]
     results: list[TargetResult] = []
     for target in targets:
-        results.extend(check_target(target, options))
+        for result in check_target(target, options):
+            result = allow_result(result, options.allowlist)
+            results.append(result)
+            if on_result is not None:
+                on_result(result)
     return Report(
         results=tuple(results),
         leakscope_version=__version__,
         torch_version=str(torch.__version__),
         python_version=platform.python_version(),
     )
+
+
+def resolve_device(options: CheckOptions) -> CheckOptions:
+    """``device=None`` means CUDA when available, else CPU."""
+    import dataclasses
+
+    import torch
+
+    if options.device is None:
+        return dataclasses.replace(options, device="cuda" if torch.cuda.is_available() else "cpu")
+    if options.device == "cuda" and not torch.cuda.is_available():
+        from leakscope.errors import UsageError
+
+        raise UsageError("--device cuda: no CUDA device is available here; use --device cpu")
+    return options
 
 
 def _name_of(target: Any) -> str:
@@ -85,7 +113,7 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
     for mode in options.modes:
         started = time.perf_counter()
         try:
-            with process_group(), gc_paused():
+            with process_group(options.device), gc_paused():
                 result = _check_mode(spec, mode, options)
         except LeakscopeError as exc:
             result = _error(name, mode, exc.message, exc.detail)
@@ -95,8 +123,25 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
                 f"leakscope failed while checking: {type(exc).__name__}: {exc}; please report it with --debug output",
                 traceback.format_exc(),
             )
-        results.append(_with_seconds(result, time.perf_counter() - started))
+        results.append(_with_seconds(_anchored(result, spec), time.perf_counter() - started))
     return results
+
+
+def _anchored(result: TargetResult, spec: Any) -> TargetResult:
+    """Findings with no known creating line point at the engine's ``forward_step``.
+
+    An unnamed holder, a reference cycle or storage growth has no line that
+    created it, but SARIF and pull-request annotations need a place to stand.
+    """
+    import dataclasses
+
+    if all(f.source is not None for f in result.findings):
+        return result
+    from leakscope.attribution import anchor_source
+
+    anchor = anchor_source(spec)
+    findings = tuple(f if f.source is not None else dataclasses.replace(f, source=anchor) for f in result.findings)
+    return dataclasses.replace(result, findings=findings)
 
 
 def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:

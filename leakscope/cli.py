@@ -10,12 +10,16 @@ import contextlib
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from leakscope import __version__
 from leakscope.errors import ExitCode, LeakscopeError, UsageError
+
+if TYPE_CHECKING:
+    from leakscope.options import CheckOptions
+    from leakscope.results import Report
 
 DEFAULT_TARGET = "leakscope.reference:FSDPEngine"
 
@@ -38,6 +42,39 @@ class ModeChoice(str, enum.Enum):
 class FormatChoice(str, enum.Enum):
     text = "text"
     json = "json"
+    junit = "junit"
+    sarif = "sarif"
+    github = "github"
+
+
+class FailOnChoice(str, enum.Enum):
+    leak = "leak"
+    warning = "warning"
+
+
+class DeviceChoice(str, enum.Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+MicroBatches = Annotated[
+    int,
+    typer.Option(
+        "--micro-batches", min=1,
+        help="Run N micro-batches the way forward_backward_batch does and report growth (1 disables).",
+    ),
+]
+Device = Annotated[
+    DeviceChoice, typer.Option("--device", help="Where the tiny model runs; auto picks cuda when available.")
+]
+At = Annotated[
+    str | None,
+    typer.Option(
+        "--at", metavar="SCALE",
+        help="Project leaks to real scale: hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB.",
+    ),
+]
 
 
 def _version(value: bool) -> None:
@@ -55,7 +92,7 @@ def _root(
     """leakscope: catch forward_step outputs that keep autograd graphs alive, before they OOM."""
 
 
-def _emit(text: str, output: Optional[Path]) -> None:
+def _emit(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -63,7 +100,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
         output.write_text(text, encoding="utf-8")
 
 
-def _fail(message: str, code: int, fmt: FormatChoice, output: Optional[Path]) -> None:
+def _fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> None:
     """One line on stderr; a valid JSON document on stdout when JSON was asked for."""
     typer.echo(f"leakscope: error: {message}", err=True)
     if fmt is FormatChoice.json:
@@ -84,8 +121,10 @@ def _fail(message: str, code: int, fmt: FormatChoice, output: Optional[Path]) ->
 
 @app.command()
 def check(
+    # None when another command (estimate) calls check() as a function.
+    ctx: typer.Context = None,  # type: ignore[assignment]
     targets: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Argument(
             metavar="[TARGET]...",
             help="Engines to check: 'pkg.module:Name' or 'path/to/file.py:Name' "
@@ -96,10 +135,10 @@ def check(
     mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.both,
     fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
     output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
+        Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
     ] = None,
     factory: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
     ] = None,
     model: Annotated[
@@ -108,18 +147,55 @@ def check(
     confirm: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
     ] = True,
+    micro_batches: MicroBatches = 3,
+    device: Device = DeviceChoice.auto,
+    at: At = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", metavar="FILE",
+            help="Read the tool.leakscope table of FILE instead of ./pyproject.toml; flags override it.",
+        ),
+    ] = None,
+    fail_on: Annotated[
+        FailOnChoice | None,
+        typer.Option("--fail-on", help="Exit 1 on a leak (default), or also on a warning such as until-gc.",
+                     show_default=False),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print no report on stdout (--output still writes it); the exit code tells.")
+    ] = False,
+    progress: Annotated[
+        bool | None,
+        typer.Option("--progress/--no-progress", help="Progress on stderr. Default: only for several targets on a terminal.",
+                     show_default=False),
+    ] = None,
 ) -> None:
     """Check engines for autograd graphs their forward_step leaves reachable.
 
     Exit codes: 0 every target clean, 1 a leak, 2 usage error, 3 a target could not be checked.
     """
+    from leakscope import config as project_config
+    from leakscope.errors import ConfigError
     from leakscope.options import CheckOptions
     from leakscope.results import Mode
     from leakscope.target import split_target
     from leakscope.tinymodel_names import MODELS
 
-    targets = list(targets or [DEFAULT_TARGET])
+    try:
+        flags = project_config.parse(_explicit_flags(ctx), "the command line")
+        settings = project_config.discover(config).override(flags)
+    except ConfigError as exc:
+        _fail(exc.message, int(exc.exit_code), fmt, output)
+    mode = ModeChoice(settings.mode) if settings.mode else mode
+    model = settings.model or model
+    factory = settings.factory or factory
+    confirm = settings.confirm if settings.confirm is not None else confirm
+    micro_batches = settings.micro_batches or micro_batches
+    gate = settings.effective_fail_on
+    targets = list(targets or settings.targets or [DEFAULT_TARGET])
+    scale = None
     try:
         for target in targets:
             split_target(target)
@@ -135,12 +211,20 @@ def check(
                     f"--factory {factory!r} is not of the form 'pkg.module:make_engine' or "
                     "'path/to/file.py:make_engine'; add ':Name' naming a callable that takes the model"
                 ) from None
+        if at is not None:
+            from leakscope.projection import parse_at
+
+            scale = parse_at(at)
     except UsageError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
     modes = (Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),)
-    options = CheckOptions(modes=modes, model=model, factory=factory, confirm=confirm)
+    options = CheckOptions(
+        modes=modes, model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
+        device=None if device is DeviceChoice.auto else device.value, at=scale,
+    )
     try:
-        report = _run(targets, options)
+        options = settings.check_options(options)
+        report = _run(targets, options, progress=progress if not quiet else False)
     except LeakscopeError as exc:
         if debug and exc.detail:
             typer.echo(exc.detail, err=True)
@@ -149,15 +233,17 @@ def check(
         for result in report.results:
             if result.traceback:
                 typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
+    from leakscope.policy import exit_code
     from leakscope.render import render
 
     if fmt is FormatChoice.text:
         color = output is None and sys.stdout.isatty()
         text = render(report, "text", color=color, debug=debug)
     else:
-        text = render(report, fmt.value, debug=debug)
-    _emit(text, output)
-    raise typer.Exit(report.exit_code)
+        text = render(report, fmt.value, debug=debug, fail_on=gate)
+    if output is not None or not quiet:
+        _emit(text, output)
+    raise typer.Exit(exit_code(report, gate))
 
 
 def _require_hf() -> None:
@@ -172,12 +258,98 @@ def _require_hf() -> None:
         )
 
 
-def _run(targets: list[str], options: object) -> object:
+@app.command()
+def estimate(
+    target: Annotated[str, typer.Argument(metavar="TARGET", help="The engine: 'pkg.module:Name' or 'path/to/file.py:Name'.")],
+    at: Annotated[
+        str,
+        typer.Option(
+            "--at", metavar="SCALE",
+            help="hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB (hidden and tokens required).",
+        ),
+    ],
+    mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.train,
+    fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
+    model: Annotated[str, typer.Option("--model", help="Tiny model (see `check --help`).")] = "peft-checkpoint",
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
+) -> None:
+    """Project what a leak costs at your scale: bytes per micro-batch, per update, and when memory runs out.
+
+    Same exit codes as check. The model behind the projection is in docs/estimate.md.
+    """
+    check(
+        targets=[target], mode=mode, fmt=fmt, output=None, factory=None, model=model, confirm=True,
+        micro_batches=2, device=DeviceChoice.auto, at=at, debug=debug,
+    )
+
+
+@app.command()
+def explain(
+    target: Annotated[
+        str | None, typer.Argument(metavar="[TARGET]", help=f"The engine. Default: {DEFAULT_TARGET}.")
+    ] = None,
+    path: Annotated[
+        str | None, typer.Option("--path", help="The finding to explain (default: the first).")
+    ] = None,
+    mode: Annotated[ModeChoice, typer.Option("--mode", help="train or forward-only.")] = ModeChoice.train,
+    dot: Annotated[
+        Path | None, typer.Option("--dot", metavar="FILE", help="Also write the graph as Graphviz DOT text.")
+    ] = None,
+    max_nodes: Annotated[int, typer.Option("--max-nodes", min=1, help="Describe at most N nodes.")] = 10_000,
+    max_lines: Annotated[int, typer.Option("--max-lines", min=5, help="Print at most N tree lines.")] = 200,
+    model: Annotated[str, typer.Option("--model", help="Tiny model (see `check --help`).")] = "peft-checkpoint",
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Draw the graph one finding keeps alive: nodes, saved tensors with shapes and bytes, leaves.
+
+    Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
+    """
+    from leakscope.explain import explain as run_explain
+    from leakscope.options import CheckOptions
+    from leakscope.render.dot import render as render_dot
+    from leakscope.render.tree import render as render_tree
+    from leakscope.results import Mode
+
+    if mode is ModeChoice.both:
+        _fail("explain takes one mode: --mode train or --mode forward-only", 2, FormatChoice.text, None)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            view = run_explain(
+                target or DEFAULT_TARGET, path, CheckOptions(model=model), Mode(mode.value), max_nodes=max_nodes
+            )
+    except LeakscopeError as exc:
+        if debug and exc.detail:
+            typer.echo(exc.detail, err=True)
+        _fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
+    _emit(render_tree(view, max_lines=max_lines), None)
+    if dot is not None:
+        dot.write_text(render_dot(view), encoding="utf-8")
+        typer.echo(f"leakscope: wrote {dot}", err=True)
+
+
+def _explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
+    """The options given on the command line (not defaulted): they override the config file."""
+    flags: dict[str, object] = {}
+    if ctx is None:
+        return flags
+    for name in ("mode", "model", "factory", "confirm", "micro_batches", "fail_on"):
+        # Compared by name: typer may vendor click, so its ParameterSource is not importable here.
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name != "DEFAULT":
+            value = ctx.params[name]
+            flags[name] = value.value if isinstance(value, enum.Enum) else value
+    return flags
+
+
+def _run(targets: list[str], options: CheckOptions, progress: bool | None = None) -> Report:
     """Run the library check with stdout redirected: engines that print cannot corrupt the report."""
+    from leakscope import progress as display
     from leakscope.api import check as run_check
 
-    with contextlib.redirect_stdout(sys.stderr):
-        return run_check(targets, options)  # type: ignore[arg-type]
+    total = len(targets) * len(options.modes)
+    with display.display(total, display.wanted(progress, len(targets))) as on_result:
+        with contextlib.redirect_stdout(sys.stderr):
+            return run_check(targets, options, on_result=on_result)
 
 
 def main() -> None:

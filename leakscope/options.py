@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+from leakscope.policy import AllowEntry
 from leakscope.results import Mode
 
 
@@ -27,6 +29,10 @@ class CheckOptions:
     #: which tiny model to hand the engine (see ``leakscope.tinymodel.MODELS``)
     model: str = "peft-checkpoint"
     size: ModelSize = ModelSize()
+    #: micro-batches per growth run (1 disables the growth measurement)
+    micro_batches: int = 3
+    #: "cpu" or "cuda"; None picks cuda when available
+    device: str | None = None
     #: re-run the step per candidate to prove each reference retains on its own
     confirm: bool = True
     max_confirm: int = 16
@@ -36,3 +42,7 @@ class CheckOptions:
     max_objects: int = 2_000_000
     #: a factory ``pkg.mod:make_engine`` that builds the engine from the model
     factory: str | None = None
+    #: project leaks to this scale (a ``leakscope.projection.Scale``), ``--at``
+    at: Any = None
+    #: findings a project keeps attached on purpose: reported as ``allowed``, never failing
+    allowlist: tuple[AllowEntry, ...] = ()

@@ -134,12 +134,39 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
 
     import torch
 
-    from leakscope.tinymodel import build_micro_batch, build_model
-
     started = time.perf_counter()
-    model = build_model(options.model, options.size)
-    engine = build_engine(spec, model)
-    micro_batch = (spec.make_micro_batch or build_micro_batch)(options.size, 0)
+    model, engine = build_subject(spec, options)
+    micro_batch = make_micro_batch(spec, options, 0)
+    trial = new_trial(spec, mode, options, model, engine, micro_batch)
+    del engine, micro_batch
+    _step(trial, model, options, anomaly=anomaly)
+    trial.seconds = time.perf_counter() - started
+    del model
+    torch.autograd.set_grad_enabled(True)
+    return trial
+
+
+def make_micro_batch(spec: EngineSpec, options: CheckOptions, index: int) -> Any:
+    """The ``index``-th micro-batch: the adapter's format when it has one, else leakscope's."""
+    from leakscope.tinymodel import build_micro_batch
+
+    if spec.make_micro_batch is not None:
+        return spec.make_micro_batch(options.size, index)
+    return build_micro_batch(options.size, index, options.device or "cpu")
+
+
+def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
+    """A fresh tiny model and the engine built around it."""
+    from leakscope.tinymodel import build_model
+
+    model = build_model(options.model, options.size, options.device or "cpu")
+    return model, build_engine(spec, model)
+
+
+def new_trial(
+    spec: EngineSpec, mode: Mode, options: CheckOptions, model: Any, engine: Any, micro_batch: Any
+) -> Trial:
+    """A trial over these objects, with what they hold before any step recorded as pre-existing."""
     roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
     modules = tuple(dict.fromkeys([*spec.modules, *_engine_modules(engine)]))
     trial = Trial(spec, mode, roots, modules, 0, 0, Evidence(), {}, set())
@@ -149,11 +176,6 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
         if key is not None:
             trial.excluded_storages.add(key)
     trial.excluded_storages |= _param_storages(model)
-    del engine, micro_batch
-    _step(trial, model, options, anomaly=anomaly)
-    trial.seconds = time.perf_counter() - started
-    del model
-    torch.autograd.set_grad_enabled(True)
     return trial
 
 
@@ -168,24 +190,20 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
     return out
 
 
-def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> None:
-    """Run the step; everything it touches is local and gone when this returns."""
+def step_once(spec: EngineSpec, engine: Any, micro_batch: Any, mode: Mode, *, anomaly: bool = False) -> tuple[Any, Any]:
+    """Call the step as its real caller does (and backward in train mode); validate what it returns."""
     import torch
 
     from leakscope.tinymodel import loss_function
 
-    spec, mode = trial.spec, trial.mode
     forward_only = mode is Mode.FORWARD_ONLY
     grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
     anomaly_mode = (
         torch.autograd.set_detect_anomaly(True, check_nan=False) if anomaly else contextlib.nullcontext()
     )
-    trial.seq_start = next_sequence_nr()
     try:
         with grad_mode, anomaly_mode:
-            result = spec.call_step(
-                trial.roots["engine"], trial.roots["micro_batch"], spec.loss_function or loss_function, forward_only
-            )
+            result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
     except Exception as exc:
         raise EngineError(
             describe_exception(exc, "forward_step") + "; fix the engine (run with --debug for the traceback)",
@@ -206,6 +224,17 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
                 describe_exception(exc, "loss.backward()") + "; the returned loss must be differentiable",
                 detail=traceback.format_exc(),
             ) from None
+    return loss, output
+
+
+def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> None:
+    """Run the step; everything it touches is local and gone when this returns."""
+    import torch
+
+    trial.seq_start = next_sequence_nr()
+    loss, output = step_once(
+        trial.spec, trial.roots["engine"], trial.roots["micro_batch"], trial.mode, anomaly=anomaly
+    )
     trial.seq_end = next_sequence_nr()
     trial.roots["output"] = output
     del output

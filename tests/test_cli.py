@@ -1,0 +1,100 @@
+"""The CLI over the library: exit codes, text and JSON on real engines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from leakscope import __version__
+from leakscope.cli import app
+
+runner = CliRunner()
+
+
+def test_reference_engine_is_clean_and_exits_0() -> None:
+    result = runner.invoke(app, ["check", "leakscope.reference:FSDPEngine"])
+    assert result.exit_code == 0, result.output
+    assert "leakscope.reference:FSDPEngine [train] CLEAN" in result.stdout
+    assert "leakscope.reference:FSDPEngine [forward-only] CLEAN" in result.stdout
+
+
+def test_no_target_checks_the_reference_engine() -> None:
+    result = runner.invoke(app, ["check", "--mode", "train"])
+    assert result.exit_code == 0
+    assert "leakscope.reference:FSDPEngine [train] CLEAN" in result.stdout
+
+
+def test_leaky_reference_engine_json_names_both_paths() -> None:
+    result = runner.invoke(app, ["check", "leakscope.reference:LeakyFSDPEngine", "--format", "json"])
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    assert doc["schema_version"] == 1
+    train, forward_only = doc["results"]
+    assert (train["mode"], train["verdict"]) == ("train", "leak")
+    assert [f["path"] for f in train["findings"]] == [
+        "output.model_output.log_probs",
+        "output.model_output.entropy",
+    ]
+    assert all(f["retained_bytes"] > 0 and f["confirmed"] for f in train["findings"])
+    assert forward_only["verdict"] == "clean"
+
+
+def test_text_report_has_table_and_fix() -> None:
+    result = runner.invoke(app, ["check", "leakscope.reference:LeakyFSDPEngine", "--mode", "train"])
+    assert result.exit_code == 1
+    assert "LEAK" in result.stdout
+    assert "output.model_output.entropy" in result.stdout
+    assert "fix: detach the returned tree" in result.stdout
+
+
+def test_missing_module_is_exit_3_one_line_and_valid_json() -> None:
+    result = runner.invoke(app, ["check", "no_such_pkg.engines:Engine", "--format", "json", "--mode", "train"])
+    assert result.exit_code == 3
+    doc = json.loads(result.stdout)
+    (res,) = doc["results"]
+    assert res["verdict"] == "error"
+    assert res["error"].startswith("module 'no_such_pkg.engines' not found")
+    assert "Traceback" not in result.stdout
+
+
+def test_missing_attribute_suggests_close_match() -> None:
+    result = runner.invoke(app, ["check", "leakscope.reference:FSDPEngin", "--mode", "train"])
+    assert result.exit_code == 3
+    assert "has no attribute 'FSDPEngin'; did you mean 'FSDPEngine'" in result.stdout
+    assert "Traceback" not in result.output
+
+
+def test_malformed_target_is_usage_error_with_json() -> None:
+    result = runner.invoke(app, ["check", "leakscope.reference", "--format", "json"])
+    assert result.exit_code == 2
+    doc = json.loads(result.stdout)
+    assert doc["results"] == [] and "pkg.module:Name" in doc["error"]
+
+
+def test_output_file_receives_report(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "report.json"
+    result = runner.invoke(app, ["check", "fixtures/verl_fix.py:Engine", "--format", "json", "-o", str(out)])
+    assert result.exit_code == 0
+    assert result.stdout == ""
+    assert json.loads(out.read_text())["results"][0]["verdict"] == "clean"
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"leakscope {__version__}"
+
+
+def test_cli_import_is_torch_free() -> None:
+    code = "import sys, leakscope, leakscope.cli; print('torch' in sys.modules, 'tensordict' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False False"
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    out = subprocess.run([sys.executable, "-m", "leakscope", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0
+    assert out.stdout.strip() == f"leakscope {__version__}"
