@@ -204,13 +204,7 @@ def check(
         if model == "hf-lora":
             _require_hf()
         if factory is not None:
-            try:
-                split_target(factory)
-            except UsageError:
-                raise UsageError(
-                    f"--factory {factory!r} is not of the form 'pkg.module:make_engine' or "
-                    "'path/to/file.py:make_engine'; add ':Name' naming a callable that takes the model"
-                ) from None
+            split_target(factory)
         if at is not None:
             from leakscope.projection import parse_at
 

@@ -31,8 +31,8 @@ def test_step_function_target_leaks_what_it_returns() -> None:
     ]
     finding = doc["results"][0]["findings"][0]
     assert finding["confirmed"] is True
-    # Where the retained tensor was created (the step calls this helper).
-    assert (finding["source"]["file"], finding["source"]["function"]) == ("fixtures/_common.py", "log_probs_of")
+    # Source lines follow the step itself (not the helper it calls).
+    assert (finding["source"]["file"], finding["source"]["function"]) == ("fixtures/step_function.py", "step")
 
 
 def test_step_function_by_file_path() -> None:
@@ -79,8 +79,8 @@ def test_factory_without_a_name_is_a_usage_error() -> None:
     code, doc, err = check("fixtures.verl_bug:Engine", "--factory", "fixtures.step_function")
     assert code == 2
     message = (
-        "--factory 'fixtures.step_function' is not of the form 'pkg.module:make_engine' or "
-        "'path/to/file.py:make_engine'; add ':Name' naming a callable that takes the model"
+        "the command line: factory: target 'fixtures.step_function' is not of the form 'pkg.module:Name' or "
+        "'path/to/file.py:Name'; add ':Name' naming the engine class, factory or step function"
     )
     assert doc["error"] == message
     assert err == f"leakscope: error: {message}\n"
