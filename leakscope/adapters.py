@@ -1,13 +1,162 @@
 """Adapters: how targets that cannot be built as ``Engine(model)`` are driven.
 
-Filled in by the adapter interface (see docs/adapters.md).
+An adapter recognises a family of engines (verl's FSDP engines are the first
+user, see :mod:`leakscope.adapters_verl`), builds one around leakscope's tiny
+model the way that framework's own CPU tests do, and says how the framework's
+caller runs forward-only steps. It may also supply the micro-batch and loss
+function the framework expects, and drive several micro-batches through the
+framework's own loop. Third-party adapters register under the entry-point group
+``leakscope.adapters``. See docs/adapters.md.
+
+No torch here: recognising a target must stay cheap, and ``import leakscope``
+must not import torch.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import traceback
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from typing import Any, Protocol, runtime_checkable
+
+from leakscope.errors import TargetError
+from leakscope.target import ResolvedTarget
+
+ENTRY_POINT_GROUP = "leakscope.adapters"
+
+#: adapters shipped with leakscope, as ``module:attribute`` (imported lazily)
+BUILTIN = ("leakscope.adapters_verl:ADAPTER",)
 
 
-def find_adapter(resolved: Any) -> Any:
-    """The adapter that recognises ``resolved``, or None for the plain protocol."""
+@runtime_checkable
+class Adapter(Protocol):
+    """What an adapter provides. Optional hooks are documented on :class:`AdapterHooks`."""
+
+    #: a short name shown in reports and errors, e.g. ``"verl-fsdp"``
+    name: str
+    #: True when the framework's own caller wraps forward-only steps in
+    #: ``torch.no_grad()`` (leakscope's forward-only mode then does the same)
+    caller_no_grad_forward_only: bool
+
+    def recognises(self, resolved: ResolvedTarget) -> bool:
+        """True when this adapter knows how to build and drive ``resolved.obj``.
+
+        Called for every target: keep it cheap and free of side effects (look
+        at names and the MRO; do not import the framework).
+        """
+        ...
+
+    def build_engine(self, resolved: ResolvedTarget, model: Any) -> Any:
+        """A fresh engine around ``model`` with a working ``forward_step``."""
+        ...
+
+
+class AdapterHooks(Protocol):
+    """Optional methods an adapter may define; leakscope uses its own defaults otherwise."""
+
+    def micro_batch(self, size: Any, index: int) -> Any:
+        """The ``index``-th micro-batch in the framework's format (``size`` is a ModelSize)."""
+        ...
+
+    def loss_function(self, model_output: Any, data: Any, dp_group: Any = None, **kwargs: Any) -> Any:
+        """``(loss, metrics)`` from the framework's model_output, as its real losses are called."""
+        ...
+
+    def run_micro_batches(
+        self, engine: Any, micro_batches: Sequence[Any], loss_function: Any, forward_only: bool
+    ) -> Any:
+        """Drive the micro-batches through the framework's own loop; return what its caller keeps."""
+        ...
+
+
+def spec_for(adapter: Any, resolved: ResolvedTarget) -> Any:
+    """The :class:`~leakscope.protocol.EngineSpec` that drives ``resolved`` through ``adapter``."""
+    from leakscope.protocol import EngineSpec, _call_forward_step
+
+    def make_engine(model: Any) -> Any:
+        return adapter.build_engine(resolved, model)
+
+    return EngineSpec(
+        name=resolved.spec,
+        make_engine=make_engine,
+        call_step=_call_forward_step,
+        caller_no_grad_forward_only=bool(adapter.caller_no_grad_forward_only),
+        modules=(resolved.module,),
+        anchor=resolved.obj,
+        make_micro_batch=getattr(adapter, "micro_batch", None),
+        loss_function=getattr(adapter, "loss_function", None),
+        run_micro_batches=getattr(adapter, "run_micro_batches", None),
+        adapter=str(adapter.name),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def _entry_points() -> tuple[metadata.EntryPoint, ...]:
+    return tuple(metadata.entry_points(group=ENTRY_POINT_GROUP))
+
+
+def _load(label: str, load: Callable[[], Any], fix: str) -> Any:
+    """Load an adapter object; a class or zero-argument factory is called once."""
+    try:
+        obj = load()
+        if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Adapter)):
+            obj = obj()
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        raise TargetError(
+            f"adapter {label} failed to load: {type(exc).__name__}: {text[0] if text else '(no message)'}; {fix}",
+            detail=traceback.format_exc(),
+        ) from None
+    if not isinstance(obj, Adapter):
+        raise TargetError(
+            f"adapter {label} is a {type(obj).__name__}, not an adapter: it needs name, "
+            f"caller_no_grad_forward_only, recognises() and build_engine(); {fix}"
+        )
+    return obj
+
+
+@functools.lru_cache(maxsize=1)
+def installed_adapters() -> tuple[Any, ...]:
+    """Third-party adapters (entry points, in name order) followed by the built-in ones.
+
+    Third-party adapters come first so that an installed package can take over
+    a family leakscope also knows; ``--factory`` overrides every adapter.
+    """
+    out: list[Any] = []
+    for ep in sorted(_entry_points(), key=lambda e: e.name):
+        dist = getattr(getattr(ep, "dist", None), "name", None) or "its package"
+        label = f"entry point {ep.name!r} ({ep.value}, group {ENTRY_POINT_GROUP})"
+        out.append(_load(label, ep.load, f"fix or uninstall {dist}"))
+    for spec in BUILTIN:
+        module_name, _, attr = spec.partition(":")
+
+        def load(module_name: str = module_name, attr: str = attr) -> Any:
+            import importlib
+
+            return getattr(importlib.import_module(module_name), attr)
+
+        out.append(_load(spec, load, "please report this leakscope bug"))
+    return tuple(out)
+
+
+def find_adapter(resolved: ResolvedTarget) -> Any:
+    """An object whose ``spec(resolved)`` builds the EngineSpec, or None for the plain protocol."""
+    for adapter in installed_adapters():
+        if adapter.recognises(resolved):
+            return _Match(adapter)
     return None
+
+
+class _Match:
+    """An adapter that recognised a target (what :func:`find_adapter` returns)."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+        self.name = str(adapter.name)
+
+    def spec(self, resolved: ResolvedTarget) -> Any:
+        return spec_for(self.adapter, resolved)
+
+
+__all__ = ["Adapter", "AdapterHooks", "ENTRY_POINT_GROUP", "find_adapter", "installed_adapters", "spec_for"]

@@ -144,7 +144,7 @@ def check(
         typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
     ] = None,
     model: Annotated[
-        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune.")
+        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune, hf-lora (needs leakscope[hf]).")
     ] = "peft-checkpoint",
     confirm: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
@@ -203,6 +203,8 @@ def check(
             split_target(target)
         if model not in MODELS:
             raise UsageError(f"--model {model!r} is not one of: {', '.join(MODELS)}")
+        if model == "hf-lora":
+            _require_hf()
         if factory is not None:
             split_target(factory)
         if at is not None:
@@ -243,6 +245,18 @@ def check(
             _emit(text, output)
         barrier()  # no rank exits (torchrun would stop the others) before it is written
     raise typer.Exit(exit_code(report, gate))
+
+
+def _require_hf() -> None:
+    """``--model hf-lora`` without transformers/peft is a usage error (checked without importing them)."""
+    import importlib.util
+
+    missing = [name for name in ("transformers", "peft") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(
+            f"--model hf-lora needs {' and '.join(missing)}, which is not installed; "
+            "install the extra: pip install 'leakscope[hf]'"
+        )
 
 
 @app.command()

@@ -20,7 +20,14 @@ from leakscope.liveness import collect_evidence, settle
 from leakscope.options import CheckOptions
 from leakscope.protocol import EngineSpec
 from leakscope.results import Finding, Growth, Mode
-from leakscope.trial import Trial, build_subject, new_trial, next_sequence_nr, step_once
+from leakscope.trial import (
+    Trial,
+    build_subject,
+    make_micro_batch,
+    new_trial,
+    next_sequence_nr,
+    step_once,
+)
 from leakscope.walk import walk
 
 STORAGE_ROOTS = ("engine", "module", "global")
@@ -40,10 +47,8 @@ def slope(values: list[int] | tuple[int, ...]) -> float:
 
 def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple[Growth, list[Finding]]:
     """Run ``options.micro_batches`` steps; return the growth curve and storage-growth warnings."""
-    from leakscope.tinymodel import build_micro_batch
-
     model, engine = build_subject(spec, options)
-    batches = [build_micro_batch(options.size, i, options.device or "cpu") for i in range(options.micro_batches)]
+    batches = [make_micro_batch(spec, options, i) for i in range(options.micro_batches)]
     trial = new_trial(spec, mode, options, model, engine, batches)
     del engine
     trial.roots["output"] = []

@@ -115,7 +115,8 @@ def collect_evidence(
         t = ref()
         if t is not None:
             add(t, LEAF_GRAD if t.grad_fn is None else "activations", "probe")
-            if t.grad_fn is None and t.grad is not None:  # only leaves have a .grad
+            # Only leaves have a .grad (reading it on a non-leaf warns).
+            if t.is_leaf and t.grad is not None:
                 add(t.grad, LEAF_GRAD, "probe.grad")
     _, found = graph_tensors(graph_roots)
     for g in found:

@@ -36,6 +36,15 @@ class EngineSpec:
     modules: tuple[types.ModuleType, ...] = ()
     #: where to point users when no finer source is known
     anchor: Any = None
+    #: ``(size, index) -> micro_batch`` in the engine's format (adapters); None: leakscope's
+    make_micro_batch: Callable[[Any, int], Any] | None = None
+    #: the loss function handed to ``forward_step`` (adapters); None: leakscope's
+    loss_function: Callable[..., Any] | None = None
+    #: ``(engine, micro_batches, loss_function, forward_only) -> output``: the
+    #: framework's own micro-batch loop (adapters; see ``--micro-batches``)
+    run_micro_batches: Callable[[Any, Any, Any, bool], Any] | None = None
+    #: name of the adapter that built this spec, if any
+    adapter: str | None = None
 
 
 def describe_exception(exc: BaseException, action: str) -> str:

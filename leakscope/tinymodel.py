@@ -53,7 +53,7 @@ class TinyLM(nn.Module):
 
     def __init__(self, size: ModelSize = ModelSize(), kind: str = "peft-checkpoint") -> None:
         super().__init__()
-        if kind not in MODELS:
+        if kind not in MODELS or kind == "hf-lora":  # hf-lora: leakscope.hfmodel
             raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODELS)}")
         self.kind = kind
         self.size = size
@@ -97,8 +97,13 @@ class TinyLM(nn.Module):
         return TinyOutput(logits=self.head(x))
 
 
-def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), device: str = "cpu") -> TinyLM:
+def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), device: str = "cpu") -> Any:
     """A fresh, deterministically initialised tiny model in train mode."""
+    if kind == "hf-lora":
+        from leakscope.hfmodel import build_hf_lora
+
+        hf = build_hf_lora(size)
+        return hf.to(device) if device != "cpu" else hf
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(size.seed)
         model = TinyLM(size, kind)

@@ -1,3 +1,4 @@
 """Names of the tiny models, importable without torch (for option validation)."""
 
-MODELS = ("peft-checkpoint", "reentrant-checkpoint", "full-finetune")
+#: ``hf-lora`` lives in :mod:`leakscope.hfmodel` and needs the ``hf`` extra
+MODELS = ("peft-checkpoint", "reentrant-checkpoint", "full-finetune", "hf-lora")

@@ -134,11 +134,9 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
 
     import torch
 
-    from leakscope.tinymodel import build_micro_batch
-
     started = time.perf_counter()
     model, engine = build_subject(spec, options)
-    micro_batch = build_micro_batch(options.size, 0, options.device or "cpu")
+    micro_batch = make_micro_batch(spec, options, 0)
     trial = new_trial(spec, mode, options, model, engine, micro_batch)
     del engine, micro_batch
     _step(trial, model, options, anomaly=anomaly)
@@ -146,6 +144,15 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
     del model
     torch.autograd.set_grad_enabled(True)
     return trial
+
+
+def make_micro_batch(spec: EngineSpec, options: CheckOptions, index: int) -> Any:
+    """The ``index``-th micro-batch: the adapter's format when it has one, else leakscope's."""
+    from leakscope.tinymodel import build_micro_batch
+
+    if spec.make_micro_batch is not None:
+        return spec.make_micro_batch(options.size, index)
+    return build_micro_batch(options.size, index, options.device or "cpu")
 
 
 def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
@@ -196,7 +203,7 @@ def step_once(spec: EngineSpec, engine: Any, micro_batch: Any, mode: Mode, *, an
     )
     try:
         with grad_mode, anomaly_mode:
-            result = spec.call_step(engine, micro_batch, loss_function, forward_only)
+            result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
     except Exception as exc:
         raise EngineError(
             describe_exception(exc, "forward_step") + "; fix the engine (run with --debug for the traceback)",

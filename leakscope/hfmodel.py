@@ -1,0 +1,102 @@
+"""``--model hf-lora``: the exact stack of the upstream OOM, built from a config.
+
+A randomly initialised tiny ``transformers`` Llama (nothing is downloaded),
+with ``gradient_checkpointing_enable()`` (non-reentrant), a PEFT LoRA adapter
+on ``q_proj``/``v_proj`` and ``enable_input_require_grads()``: the frozen
+embedding's output becomes a leaf that requires grad, and every decoder layer
+runs through ``torch.utils.checkpoint``. This module is imported only when
+``hf-lora`` is chosen; it needs ``pip install 'leakscope[hf]'``.
+
+The model follows leakscope's model contract (see docs/models.md):
+
+- ``leakscope_probes``: weakrefs to every checkpoint input. transformers (>= 5)
+  checkpoints a decoder layer's ``forward``, so a forward *pre*-hook on each
+  layer runs once per forward, outside the checkpoint, and sees exactly the
+  ``hidden_states`` the checkpoint saves (layer 0's is the embedding leaf).
+- ``blocks``: the decoder layers (a plain attribute, not a registered
+  submodule), so engines and fixtures can address "the checkpointed blocks" on
+  every leakscope model.
+- ``size``: the :class:`~leakscope.options.ModelSize` it was built with.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import weakref
+from typing import Any
+
+from leakscope.options import ModelSize
+
+# Built from a config only: never let a stray call reach the Hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+INSTALL_HINT = "install the extra: pip install 'leakscope[hf]' (transformers and peft)"
+
+
+def _imports() -> tuple[Any, Any, Any, Any]:
+    try:
+        from peft import LoraConfig, get_peft_model
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except ImportError as exc:
+        from leakscope.errors import UsageError
+
+        raise UsageError(f"--model hf-lora needs {exc.name or 'transformers and peft'}; {INSTALL_HINT}") from None
+    return LlamaConfig, LlamaForCausalLM, LoraConfig, get_peft_model
+
+
+def build_hf_lora(size: ModelSize | None = None) -> Any:
+    """A fresh tiny Llama + LoRA + gradient checkpointing + input grads, in train mode."""
+    size = size or ModelSize()
+    import torch
+
+    LlamaConfig, LlamaForCausalLM, LoraConfig, get_peft_model = _imports()
+    config = LlamaConfig(
+        vocab_size=size.vocab,
+        hidden_size=size.hidden,
+        intermediate_size=size.hidden,
+        num_hidden_layers=size.layers,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=max(64, 4 * size.seq),
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+    # eager attention: deterministic and the same on every torch build.
+    config._attn_implementation = "eager"
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        # transformers 5 renamed gradient_checkpointing_enable (FutureWarning);
+        # the old name is what users' code calls, so leakscope calls it too.
+        warnings.simplefilter("ignore", FutureWarning)
+        torch.manual_seed(size.seed)
+        base = LlamaForCausalLM(config)
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model = get_peft_model(
+            base,
+            LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
+        )
+        model.enable_input_require_grads()
+    layers = base.model.layers
+    probes: list[weakref.ref[Any]] = []
+
+    def record_checkpoint_input(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        hidden = args[0] if args else kwargs.get("hidden_states")
+        if isinstance(hidden, torch.Tensor):
+            probes.append(weakref.ref(hidden))
+
+    for layer in layers:
+        layer.register_forward_pre_hook(record_checkpoint_input, with_kwargs=True)
+    # Plain attributes (object.__setattr__): not registered as submodules, so
+    # parameters and state_dict are unchanged.
+    object.__setattr__(model, "leakscope_probes", probes)
+    object.__setattr__(model, "blocks", layers)
+    object.__setattr__(model, "size", size)
+    object.__setattr__(model, "kind", "hf-lora")
+    model.train()
+    return model
+
+
+__all__ = ["INSTALL_HINT", "build_hf_lora"]

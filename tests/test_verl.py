@@ -1,0 +1,176 @@
+"""verl's real FSDP engines, through the built-in adapter, in their own virtual environments.
+
+``.ci/setup-verl.sh`` creates ``.venv-verl080`` (verl 0.8.0: the last release
+with the 6698 leak) and ``.venv-verl091`` (fixed). Each test runs leakscope in
+one of them as a subprocess, exactly as a user would. Without the venvs these
+tests skip, unless ``LEAKSCOPE_REQUIRE_VERL=1`` (CI) turns that into a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from leakscope.options import ModelSize
+from tests.conftest import ROOT
+
+IMPL = "verl.workers.engine.fsdp.transformer_impl"
+ACTOR = f"{IMPL}:FSDPEngineWithLMHead"
+CRITIC = f"{IMPL}:FSDPEngineWithValueHead"
+VENVS = {"0.8.0": ROOT / ".venv-verl080", "0.9.1": ROOT / ".venv-verl091"}
+
+# The checkpoint input the leak pins: the embedding output that PEFT-style
+# input grads turn into a leaf, [batch, longest sequence, hidden] float32,
+# plus its .grad. leakscope's micro-batch has one full-length row.
+SIZE = ModelSize()
+CHECKPOINT_INPUT_BYTES = SIZE.batch * SIZE.seq * SIZE.hidden * 4
+LEAF_AND_GRAD_BYTES = 2 * CHECKPOINT_INPUT_BYTES
+
+
+def venv_python(version: str) -> Path:
+    """The venv's interpreter, or a skip (a failure under LEAKSCOPE_REQUIRE_VERL=1)."""
+    python = VENVS[version] / "bin" / "python"
+    if not python.exists():
+        message = f"{VENVS[version].name} is missing; create it with .ci/setup-verl.sh"
+        if os.environ.get("LEAKSCOPE_REQUIRE_VERL") == "1":
+            pytest.fail(message + " (LEAKSCOPE_REQUIRE_VERL=1)")
+        pytest.skip(message)
+    return python
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def run_check(version: str, *args: str) -> tuple[int, dict[str, Any]]:
+    python = venv_python(version)
+    proc = subprocess.run(
+        [str(python.parent / "leakscope"), "check", *args, "--format", "json"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+    )
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
+    return proc.returncode, doc
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, tuple[int, dict[str, Any]]]:
+    """One leakscope run per verl version: both engine classes, both modes."""
+    out = {}
+    for version in VENVS:
+        if (VENVS[version] / "bin" / "python").exists():
+            out[version] = run_check(version, ACTOR, CRITIC, "--mode", "both")
+    return out
+
+
+def _report(reports: dict[str, tuple[int, dict[str, Any]]], version: str) -> tuple[int, dict[str, Any]]:
+    venv_python(version)
+    return reports[version]
+
+
+def _by_target(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(r["target"], r["mode"]): r for r in doc["results"]}
+
+
+def test_verl_080_leaks_in_train_mode_for_both_engines(reports: dict[str, Any]) -> None:
+    code, doc = _report(reports, "0.8.0")
+    assert code == 1
+    assert doc["torch_version"].startswith("2.13.0")
+    results = _by_target(doc)
+    actor = results[(ACTOR, "train")]
+    assert actor["verdict"] == "leak"
+    assert [f["path"] for f in actor["findings"]] == ["output.model_output.log_probs", "output.model_output.entropy"]
+    critic = results[(CRITIC, "train")]
+    assert critic["verdict"] == "leak"
+    assert [f["path"] for f in critic["findings"]] == ["output.model_output.values"]
+    for finding in [*actor["findings"], *critic["findings"]]:
+        assert finding["confirmed"] is True
+        assert finding["holder"] == "returned"
+        # The pinned checkpoint input (the embedding leaf) and its gradient, exactly.
+        assert finding["bytes_by_cause"]["leaf+grad"] == LEAF_AND_GRAD_BYTES
+        assert finding["source"]["file"].endswith("verl/workers/engine/fsdp/transformer_impl.py")
+        assert finding["source"]["function"] == "prepare_model_outputs"
+    # log_probs feeds the loss, so backward freed its saved tensors: only the leaf is left.
+    assert actor["findings"][0]["retained_bytes"] == LEAF_AND_GRAD_BYTES
+    assert critic["findings"][0]["retained_bytes"] == LEAF_AND_GRAD_BYTES
+
+
+def test_verl_080_forward_only_is_clean_under_the_callers_no_grad(reports: dict[str, Any]) -> None:
+    _, doc = _report(reports, "0.8.0")
+    results = _by_target(doc)
+    for target in (ACTOR, CRITIC):
+        assert results[(target, "forward-only")]["verdict"] == "clean"
+
+
+def test_verl_091_is_clean_for_both_engines(reports: dict[str, Any]) -> None:
+    code, doc = _report(reports, "0.9.1")
+    assert code == 0, doc
+    for result in doc["results"]:
+        assert (result["verdict"], result["findings"], result["error"]) == ("clean", [], None), result
+    assert {(r["target"], r["mode"]) for r in doc["results"]} == {
+        (t, m) for t in (ACTOR, CRITIC) for m in ("train", "forward-only")
+    }
+
+
+@pytest.mark.parametrize(("version", "alive"), [("0.8.0", 3), ("0.9.1", 0)])
+def test_forward_backward_batch_through_the_adapter(version: str, alive: int) -> None:
+    """verl's own micro-batch loop: 0.8.0 keeps every micro-batch's leaf alive, 0.9.1 none."""
+    python = venv_python(version)
+    proc = subprocess.run(
+        [str(python), str(ROOT / "tests" / "data" / "verl_micro_batches.py"), ACTOR, "3"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["verl"] == version
+    assert got["torch"].startswith("2.13.0")
+    assert got["forwards"] == 3
+    assert got["alive_leaves"] == alive
+    assert got["alive_bytes"] == alive * LEAF_AND_GRAD_BYTES
+
+
+def test_adapter_recognises_verl_names_without_importing_verl() -> None:
+    """Recognition looks at names only; the main test venv does not have verl."""
+    import types
+
+    from leakscope.adapters import find_adapter
+    from leakscope.target import ResolvedTarget
+
+    module = types.ModuleType(IMPL)
+    base = type("FSDPEngineWithLMHead", (), {"__module__": IMPL})
+    sub = type("MyEngine", (base,), {"__module__": "user"})
+    other = type("FSDPEngineWithLMHead", (), {"__module__": "elsewhere"})
+    assert find_adapter(ResolvedTarget("x:y", base, module, "y")).name == "verl-fsdp"
+    assert find_adapter(ResolvedTarget("x:y", sub, module, "y")).name == "verl-fsdp"
+    assert find_adapter(ResolvedTarget("x:y", other, module, "y")) is None
+    assert "verl" not in sys.modules
+
+
+@pytest.mark.parametrize("version", ["0.8.0", "0.9.1"])
+def test_the_upstream_stack_real_verl_with_transformers_and_peft(version: str) -> None:
+    """verl's engines around a transformers Llama + PEFT LoRA + gradient checkpointing (verl installs both)."""
+    code, doc = run_check(version, ACTOR, CRITIC, "--mode", "train", "--model", "hf-lora")
+    results = _by_target(doc)
+    if version == "0.9.1":
+        assert code == 0, doc
+        assert all(r["verdict"] == "clean" and r["findings"] == [] for r in doc["results"]), doc
+        return
+    assert code == 1, doc
+    actor, critic = results[(ACTOR, "train")], results[(CRITIC, "train")]
+    assert [f["path"] for f in actor["findings"]] == ["output.model_output.log_probs", "output.model_output.entropy"]
+    assert [f["path"] for f in critic["findings"]] == ["output.model_output.values"]
+    # The embedding output enable_input_require_grads made a leaf (layer 0's
+    # checkpoint input), [2, 8, hidden 32] float32, and its gradient.
+    for finding in [*actor["findings"], *critic["findings"]]:
+        assert finding["bytes_by_cause"]["leaf+grad"] == LEAF_AND_GRAD_BYTES
+        assert finding["confirmed"] is True
