@@ -46,7 +46,14 @@ def slope(values: list[int] | tuple[int, ...]) -> float:
 
 
 def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple[Growth, list[Finding]]:
-    """Run ``options.micro_batches`` steps; return the growth curve and storage-growth warnings."""
+    """Run ``options.micro_batches`` steps; return the growth curve and storage-growth warnings.
+
+    When the target's adapter can drive the framework's own loop
+    (``spec.run_micro_batches``, e.g. verl's ``forward_backward_batch``), growth
+    is measured through that loop instead; see :func:`_growth_through_loop`.
+    """
+    if spec.run_micro_batches is not None:
+        return _growth_through_loop(spec, mode, options)
     model, engine = build_subject(spec, options)
     batches = [make_micro_batch(spec, options, i) for i in range(options.micro_batches)]
     trial = new_trial(spec, mode, options, model, engine, batches)
@@ -75,6 +82,51 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple
         batches.clear()
         trial.close()
         del model
+
+
+def _growth_through_loop(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple[Growth, list[Finding]]:
+    """Growth through the framework's own loop: run it over 1, 2, ..., N micro-batches.
+
+    The loop runs step and backward for each micro-batch inside the framework,
+    so nothing can be measured between its micro-batches; a fresh engine driven
+    over the first k micro-batches gives the point after micro-batch k. What
+    the loop returns is what its caller keeps (the ``output`` root).
+    """
+    import torch
+
+    from leakscope.errors import EngineError
+    from leakscope.protocol import describe_exception
+    from leakscope.tinymodel import loss_function as default_loss
+
+    assert spec.run_micro_batches is not None
+    curve = _Curve()
+    forward_only = mode is Mode.FORWARD_ONLY
+    for k in range(1, options.micro_batches + 1):
+        model, engine = build_subject(spec, options)
+        batches = [make_micro_batch(spec, options, i) for i in range(k)]
+        trial = new_trial(spec, mode, options, model, engine, batches)
+        del engine
+        try:
+            grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
+            trial.seq_start = next_sequence_nr()
+            try:
+                with grad_mode:
+                    result = spec.run_micro_batches(
+                        trial.roots["engine"], batches, spec.loss_function or default_loss, forward_only
+                    )
+            except Exception as exc:
+                raise EngineError(describe_exception(exc, f"{spec.adapter or 'the framework'} loop")) from None
+            trial.roots["output"] = result
+            del result
+            trial.seq_end = next_sequence_nr()
+            _collect(trial, model, None, options)
+            curve.measure(trial, None, [(trial.seq_start, trial.seq_end)], options)
+        finally:
+            batches.clear()
+            trial.close()
+            del model
+    curve.by_batch = ()
+    return curve.growth(), curve.storage_findings()
 
 
 def _collect(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> None:
