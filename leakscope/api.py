@@ -9,7 +9,7 @@ from __future__ import annotations
 import platform
 import time
 import traceback
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from leakscope import __version__
@@ -24,13 +24,18 @@ def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = Non
     ``targets`` are target strings (``pkg.mod:Engine``, ``path/file.py:Engine``)
     or the objects themselves (an engine class, a factory, a step function).
     Failures of a target become ``error`` results; nothing here raises for a
-    bad target.
+    bad target. With ``options.isolate`` each target runs in its own child
+    process (see ``leakscope.isolation``) and this process never imports torch.
     """
-    import torch
-
     options = options or CheckOptions()
     if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
         targets = [targets]
+    if options.isolate:
+        from leakscope.isolation import check_isolated
+
+        return check_isolated(targets, options)
+    import torch
+
     results: list[TargetResult] = []
     for target in targets:
         results.extend(check_target(target, options))
@@ -71,8 +76,14 @@ def resolve_spec(target: Any, options: CheckOptions) -> Any:
     return from_target(resolved, factory)
 
 
-def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
-    """All modes of one target; a target that cannot be resolved errors in every mode."""
+def check_target(
+    target: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None = None
+) -> list[TargetResult]:
+    """All modes of one target; a target that cannot be resolved errors in every mode.
+
+    ``on_result`` is called with each result as soon as it is known (the
+    isolated check streams them to its parent, so a later crash loses nothing).
+    """
     from leakscope.distributed import process_group
     from leakscope.liveness import gc_paused
 
@@ -80,7 +91,11 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
     try:
         spec = resolve_spec(target, options)
     except LeakscopeError as exc:
-        return [_error(name, mode, exc.message, exc.detail) for mode in options.modes]
+        errors = [_error(name, mode, exc.message, exc.detail) for mode in options.modes]
+        for error in errors:
+            if on_result is not None:
+                on_result(error)
+        return errors
     results = []
     for mode in options.modes:
         started = time.perf_counter()
@@ -96,6 +111,8 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
                 traceback.format_exc(),
             )
         results.append(_with_seconds(result, time.perf_counter() - started))
+        if on_result is not None:
+            on_result(results[-1])
     return results
 
 

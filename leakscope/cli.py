@@ -18,6 +18,8 @@ from leakscope import __version__
 from leakscope.errors import ExitCode, LeakscopeError, UsageError
 
 DEFAULT_TARGET = "leakscope.reference:FSDPEngine"
+#: seconds one target's isolated check may take (tiny models: a real check takes seconds)
+DEFAULT_TIMEOUT = 600.0
 
 app = typer.Typer(
     name="leakscope",
@@ -109,6 +111,18 @@ def check(
         bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
     ] = True,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
+    isolate: Annotated[
+        bool,
+        typer.Option("--isolate/--no-isolate", help="Check each target in its own process (--no-isolate: in this one, for debugging)."),
+    ] = True,
+    timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            "--timeout", metavar="SECONDS",
+            help=f"Kill a target's check after SECONDS (isolated only; 0: no limit). Default: {DEFAULT_TIMEOUT:g}.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Check engines for autograd graphs their forward_step leaves reachable.
 
@@ -127,10 +141,17 @@ def check(
             raise UsageError(f"--model {model!r} is not one of: {', '.join(MODELS)}")
         if factory is not None:
             split_target(factory)
+        if timeout is not None and (timeout < 0 or timeout != timeout):
+            raise UsageError(f"--timeout {timeout:g} is negative; give seconds > 0, or 0 for no limit")
+        if timeout is not None and not isolate:
+            raise UsageError("--timeout needs a child process to kill; drop --no-isolate")
     except UsageError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
     modes = (Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),)
-    options = CheckOptions(modes=modes, model=model, factory=factory, confirm=confirm)
+    limit = DEFAULT_TIMEOUT if timeout is None else (timeout or None)
+    options = CheckOptions(
+        modes=modes, model=model, factory=factory, confirm=confirm, isolate=isolate, timeout=limit if isolate else None
+    )
     try:
         report = _run(targets, options)
     except LeakscopeError as exc:
@@ -153,7 +174,10 @@ def check(
 
 
 def _run(targets: list[str], options: object) -> object:
-    """Run the library check with stdout redirected: engines that print cannot corrupt the report."""
+    """Run the library check with stdout redirected: engines that print cannot corrupt the report.
+
+    (Isolated checks redirect the child's stdout themselves; this covers --no-isolate.)
+    """
     from leakscope.api import check as run_check
 
     with contextlib.redirect_stdout(sys.stderr):

@@ -36,3 +36,7 @@ class CheckOptions:
     max_objects: int = 2_000_000
     #: a factory ``pkg.mod:make_engine`` that builds the engine from the model
     factory: str | None = None
+    #: check each target in its own child process (see docs/isolation.md)
+    isolate: bool = False
+    #: seconds one isolated target may take before its process is killed (None: no limit)
+    timeout: float | None = None
