@@ -6,6 +6,7 @@ The CLI and the pytest plugin gather options, call :func:`check` and render the
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import time
 import traceback
@@ -85,6 +86,7 @@ def check_target(
     isolated check streams them to its parent, so a later crash loses nothing).
     """
     from leakscope.distributed import process_group
+    from leakscope.guard import torch_state, warning_for
     from leakscope.liveness import gc_paused
 
     name = _name_of(target)
@@ -99,8 +101,9 @@ def check_target(
     results = []
     for mode in options.modes:
         started = time.perf_counter()
+        changed: list[str] = []
         try:
-            with process_group(), gc_paused():
+            with torch_state(changed), process_group(), gc_paused():
                 result = _check_mode(spec, mode, options)
         except LeakscopeError as exc:
             result = _error(name, mode, exc.message, exc.detail)
@@ -110,6 +113,8 @@ def check_target(
                 f"leakscope failed while checking: {type(exc).__name__}: {exc}; please report it with --debug output",
                 traceback.format_exc(),
             )
+        if changed:  # the engine left torch state changed: restored, but say so
+            result = dataclasses.replace(result, warnings=(*result.warnings, warning_for(changed)))
         results.append(_with_seconds(result, time.perf_counter() - started))
         if on_result is not None:
             on_result(results[-1])

@@ -95,7 +95,7 @@ def collect_evidence(
         t = ref()
         if t is not None:
             add(t, LEAF_GRAD if t.grad_fn is None else "activations", "probe")
-            if t.grad is not None:
+            if t.is_leaf and t.grad is not None:  # .grad of a non-leaf warns and is None
                 add(t.grad, LEAF_GRAD, "probe.grad")
     _, found = graph_tensors(graph_roots)
     for g in found:

@@ -22,6 +22,7 @@ from leakscope.liveness import Evidence, Item, collect_evidence, settle
 from leakscope.options import CheckOptions
 from leakscope.protocol import EngineSpec, build_engine, describe_exception
 from leakscope.results import Mode
+from leakscope.rng import seeded
 from leakscope.walk import Hit, Root, walk
 
 ROOT_ORDER = ("output", "engine", "micro_batch", "module")
@@ -153,7 +154,6 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
     _step(trial, model, options, anomaly=anomaly)
     trial.seconds = time.perf_counter() - started
     del model
-    torch.autograd.set_grad_enabled(True)
     return trial
 
 
@@ -182,7 +182,7 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
     )
     trial.seq_start = next_sequence_nr()
     try:
-        with grad_mode, anomaly_mode:
+        with grad_mode, anomaly_mode, seeded(options.size.seed):
             result = spec.call_step(trial.roots["engine"], trial.roots["micro_batch"], loss_function, forward_only)
     except Exception as exc:
         raise EngineError(
