@@ -41,8 +41,8 @@ def freeze_heap(target: str) -> None:
     """
     import gc
 
-    import torch  # noqa: F401
     import tensordict  # noqa: F401
+    import torch  # noqa: F401
 
     import leakscope.attribution  # noqa: F401
     from leakscope.target import resolve

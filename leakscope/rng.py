@@ -21,12 +21,12 @@ def seeded(seed: int) -> Iterator[None]:
     """Seed torch (CPU, and CUDA when initialised), ``random`` and numpy; restore them on exit."""
     import torch
 
-    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []  # type: ignore[no-untyped-call]
     py_state = random.getstate()
     numpy = sys.modules.get("numpy")
     np_state = numpy.random.get_state() if numpy is not None else None
     with torch.random.fork_rng(devices=cuda):
-        torch.random.default_generator.manual_seed(seed)
+        torch.default_generator.manual_seed(seed)
         for device in cuda:
             torch.cuda.default_generators[device].manual_seed(seed)
         random.seed(seed)

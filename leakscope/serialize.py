@@ -38,7 +38,7 @@ def to_data(obj: Any) -> Any:
     return obj
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
@@ -64,7 +64,7 @@ def _build(tp: Any, data: Any) -> Any:
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_build(args[0], v) for v in data)
-        return tuple(_build(a, v) for a, v in zip(args, data))
+        return tuple(_build(a, v) for a, v in zip(args, data, strict=False))
     if origin in (list, typing.List):  # noqa: UP006
         (arg,) = typing.get_args(tp)
         return [_build(arg, v) for v in data]

@@ -133,8 +133,6 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
     """Build, step (and backward in train mode), and return what a caller keeps."""
     import time
 
-    import torch
-
     from leakscope.tinymodel import build_micro_batch, build_model, loss_function
 
     started = time.perf_counter()

@@ -139,7 +139,7 @@ def test_fixture_corpus_gives_identical_answers_20_times() -> None:
         for _ in range(19):
             assert _answers(leakscope.check(targets, options)) == first
             assert _answers(leakscope.check("fixtures.bad.nondeterministic:Engine", CheckOptions())) == first_rng
-    for name, target in zip(names, targets):
+    for name, target in zip(names, targets, strict=True):
         expected = importlib.import_module(f"fixtures.{name}").EXPECTED
         got = {mode: (verdict, [p for p, _, _ in findings]) for t, mode, verdict, findings, _ in first if t == target}
         assert got == {mode: (verdict, list(paths)) for mode, (verdict, paths) in expected.items()}
