@@ -197,8 +197,7 @@ def test_isolated_hang_exit_and_crash_do_not_stop_the_other_targets(tmp_path: Pa
     pidfile = tmp_path / "helper.pid"
     targets = [
         "fixtures.bad.hangs:Engine", "fixtures.bad.exits:OsExit", "fixtures.bad.exits:Segfault",
-        "fixtures/bad/noisy.py:Engine", "fixtures.bad.global_state:Engine", "fixtures.verl_fix:Engine",
-        "fixtures.bad.no_such_module:Engine", "fixtures/bad/syntax_error.py:Engine",
+        "fixtures/bad/noisy.py:Engine", "fixtures.bad.no_such_module:Engine", "fixtures/bad/syntax_error.py:Engine",
     ]
     out = _cli(*targets, "--mode", "train", "--timeout", "25", "-f", "json",
                env={"LEAKSCOPE_TEST_PIDFILE": str(pidfile)})
@@ -217,11 +216,7 @@ def test_isolated_hang_exit_and_crash_do_not_stop_the_other_targets(tmp_path: Pa
         "the check process died of SIGSEGV before reporting: a crash in native code"
     )
     assert "Fatal Python error: Segmentation fault" in out.stderr  # faulthandler shows where
-    assert by_target["fixtures/bad/noisy.py:Engine"]["verdict"] == "clean"
-    assert by_target["fixtures.bad.global_state:Engine"]["warnings"][0].startswith(
-        "the engine left process-wide torch state changed"
-    )
-    assert by_target["fixtures.verl_fix:Engine"]["verdict"] == "clean"
+    assert by_target["fixtures/bad/noisy.py:Engine"]["verdict"] == "clean"  # checked after the hang and crashes
     # Same messages as in process.
     _assert_results(doc, "fixtures.bad.no_such_module:Engine", dict(ROWS[0][3]))
     _assert_results(doc, "fixtures/bad/syntax_error.py:Engine", dict(ROWS[5][3]))
