@@ -28,7 +28,18 @@ _LAZY = {
     "Verdict": "leakscope.results",
 }
 
-__all__ = ["__version__", *_LAZY]
+__all__ = [
+    "CheckOptions",
+    "Finding",
+    "Mode",
+    "ModelSize",
+    "Report",
+    "Source",
+    "TargetResult",
+    "Verdict",
+    "__version__",
+    "check",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -34,9 +34,10 @@ def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = Non
     if options.isolate:
         from leakscope.isolation import check_isolated
 
-        return check_isolated(targets, options)
+        return check_isolated(targets, options)  # the child resolves the device
     import torch
 
+    options = resolve_device(options)
     results: list[TargetResult] = []
     for target in targets:
         results.extend(check_target(target, options))
@@ -46,6 +47,21 @@ def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = Non
         torch_version=str(torch.__version__),
         python_version=platform.python_version(),
     )
+
+
+def resolve_device(options: CheckOptions) -> CheckOptions:
+    """``device=None`` means CUDA when available, else CPU."""
+    import dataclasses
+
+    import torch
+
+    if options.device is None:
+        return dataclasses.replace(options, device="cuda" if torch.cuda.is_available() else "cpu")
+    if options.device == "cuda" and not torch.cuda.is_available():
+        from leakscope.errors import UsageError
+
+        raise UsageError("--device cuda: no CUDA device is available here; use --device cpu")
+    return options
 
 
 def _name_of(target: Any) -> str:
@@ -103,7 +119,7 @@ def check_target(
         started = time.perf_counter()
         changed: list[str] = []
         try:
-            with torch_state(changed), process_group(), gc_paused():
+            with torch_state(changed), process_group(options.device), gc_paused():
                 result = _check_mode(spec, mode, options)
         except LeakscopeError as exc:
             result = _error(name, mode, exc.message, exc.detail)

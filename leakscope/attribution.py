@@ -35,7 +35,7 @@ from leakscope.liveness import alive_bytes, settle
 from leakscope.options import CheckOptions
 from leakscope.protocol import EngineSpec
 from leakscope.results import Finding, Mode, Source, TargetResult, Verdict
-from leakscope.source import display_path, user_frame_in_stack_text
+from leakscope.source import display_path, engine_files, user_frame_in_stack_text
 from leakscope.trial import Observation, Trial, observe, run_trial
 from leakscope.walk import Hit, ReleaseFailed, release
 
@@ -62,11 +62,22 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         findings.append(_unknown_finding(residual))
     if not findings and sum(died_in_gc.values()) > 0:
         findings.append(_until_gc_finding(died_in_gc))
+    growth = None
+    if options.micro_batches > 1:
+        from leakscope.growth import measure_growth
+
+        growth, storage_findings = measure_growth(spec, mode, options)
+        findings.extend(storage_findings)
     verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
+    projection = None
+    if options.at is not None and verdict is Verdict.LEAK:
+        from leakscope.projection import project
+
+        projection = project(spec, mode, options, options.at)
     total = sum(bytes_by_cause(union).values()) + sum(residual.values()) if verdict is Verdict.LEAK else 0
     return TargetResult(
         target=spec.name, mode=mode, verdict=verdict, findings=tuple(findings),
-        retained_bytes=total, warnings=tuple(warnings),
+        retained_bytes=total, warnings=tuple(warnings), growth=growth, projection=projection,
     )
 
 
@@ -84,7 +95,7 @@ def _until_gc_bytes(trial: Trial) -> dict[str, int]:
     still = {id(item) for item, _ in trial.evidence.alive()}
     seen: set[tuple[str, int]] = set()
     out: dict[str, int] = {}
-    for item_id, (cause, key, nbytes) in before.items():
+    for item_id, (_cause, key, nbytes) in before.items():
         if item_id in still or key in seen:
             continue
         seen.add(key)
@@ -106,7 +117,7 @@ def _graph_of(obj: Any) -> tuple[list[Any], list[tuple[str, Any]], str]:
     return [obj], [], node_name(obj)
 
 
-def _source_of(obj: Any, spec: EngineSpec) -> Source | None:
+def _source_of(obj: Any, spec: EngineSpec, modules: Any = ()) -> Source | None:
     node = getattr(obj, "grad_fn", None) if not _is_node(obj) else obj
     if node is not None:
         try:
@@ -116,7 +127,7 @@ def _source_of(obj: Any, spec: EngineSpec) -> Source | None:
         if isinstance(text, (list, tuple)):
             text = "".join(str(line) for line in text)
         if text:
-            found = user_frame_in_stack_text(str(text))
+            found = user_frame_in_stack_text(str(text), engine_files(modules))
             if found is not None:
                 return found
     return anchor_source(spec)
@@ -174,7 +185,7 @@ def _describe(hit: Hit, trial: Trial, obs: Observation, union: StorageMap) -> Fi
         hint=hint_for(holder, cause, hit.path),
         cause=cause,
         bytes_by_cause=dict(sorted(by_cause.items())),
-        source=_source_of(hit.obj, trial.spec),
+        source=_source_of(hit.obj, trial.spec, trial.modules),
     )
 
 

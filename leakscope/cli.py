@@ -10,12 +10,16 @@ import contextlib
 import enum
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from leakscope import __version__
 from leakscope.errors import ExitCode, LeakscopeError, UsageError
+
+if TYPE_CHECKING:
+    from leakscope.options import CheckOptions
+    from leakscope.results import Report
 
 DEFAULT_TARGET = "leakscope.reference:FSDPEngine"
 #: seconds one target's isolated check may take (tiny models: a real check takes seconds)
@@ -42,6 +46,31 @@ class FormatChoice(str, enum.Enum):
     json = "json"
 
 
+class DeviceChoice(str, enum.Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+MicroBatches = Annotated[
+    int,
+    typer.Option(
+        "--micro-batches", min=1,
+        help="Run N micro-batches the way forward_backward_batch does and report growth (1 disables).",
+    ),
+]
+Device = Annotated[
+    DeviceChoice, typer.Option("--device", help="Where the tiny model runs; auto picks cuda when available.")
+]
+At = Annotated[
+    str | None,
+    typer.Option(
+        "--at", metavar="SCALE",
+        help="Project leaks to real scale: hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB.",
+    ),
+]
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"leakscope {__version__}")
@@ -57,7 +86,7 @@ def _root(
     """leakscope: catch forward_step outputs that keep autograd graphs alive, before they OOM."""
 
 
-def _emit(text: str, output: Optional[Path]) -> None:
+def _emit(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
@@ -65,7 +94,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
         output.write_text(text, encoding="utf-8")
 
 
-def _fail(message: str, code: int, fmt: FormatChoice, output: Optional[Path]) -> None:
+def _fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> None:
     """One line on stderr; a valid JSON document on stdout when JSON was asked for."""
     typer.echo(f"leakscope: error: {message}", err=True)
     if fmt is FormatChoice.json:
@@ -87,7 +116,7 @@ def _fail(message: str, code: int, fmt: FormatChoice, output: Optional[Path]) ->
 @app.command()
 def check(
     targets: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Argument(
             metavar="[TARGET]...",
             help="Engines to check: 'pkg.module:Name' or 'path/to/file.py:Name' "
@@ -98,10 +127,10 @@ def check(
     mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.both,
     fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
     output: Annotated[
-        Optional[Path], typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
+        Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
     ] = None,
     factory: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
     ] = None,
     model: Annotated[
@@ -110,13 +139,16 @@ def check(
     confirm: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
     ] = True,
+    micro_batches: MicroBatches = 3,
+    device: Device = DeviceChoice.auto,
+    at: At = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
     isolate: Annotated[
         bool,
         typer.Option("--isolate/--no-isolate", help="Check each target in its own process (--no-isolate: in this one, for debugging)."),
     ] = True,
     timeout: Annotated[
-        Optional[float],
+        float | None,
         typer.Option(
             "--timeout", metavar="SECONDS",
             help=f"Kill a target's check after SECONDS (isolated only; 0: no limit). Default: {DEFAULT_TIMEOUT:g}.",
@@ -134,6 +166,7 @@ def check(
     from leakscope.tinymodel_names import MODELS
 
     targets = list(targets or [DEFAULT_TARGET])
+    scale = None
     try:
         for target in targets:
             split_target(target)
@@ -145,12 +178,18 @@ def check(
             raise UsageError(f"--timeout {timeout:g} is negative; give seconds > 0, or 0 for no limit")
         if timeout is not None and not isolate:
             raise UsageError("--timeout needs a child process to kill; drop --no-isolate")
+        if at is not None:
+            from leakscope.projection import parse_at
+
+            scale = parse_at(at)
     except UsageError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
     modes = (Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),)
     limit = DEFAULT_TIMEOUT if timeout is None else (timeout or None)
     options = CheckOptions(
-        modes=modes, model=model, factory=factory, confirm=confirm, isolate=isolate, timeout=limit if isolate else None
+        modes=modes, model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
+        device=None if device is DeviceChoice.auto else device.value, at=scale,
+        isolate=isolate, timeout=limit if isolate else None,
     )
     try:
         report = _run(targets, options)
@@ -173,7 +212,76 @@ def check(
     raise typer.Exit(report.exit_code)
 
 
-def _run(targets: list[str], options: object) -> object:
+@app.command()
+def estimate(
+    target: Annotated[str, typer.Argument(metavar="TARGET", help="The engine: 'pkg.module:Name' or 'path/to/file.py:Name'.")],
+    at: Annotated[
+        str,
+        typer.Option(
+            "--at", metavar="SCALE",
+            help="hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB (hidden and tokens required).",
+        ),
+    ],
+    mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.train,
+    fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
+    model: Annotated[str, typer.Option("--model", help="Tiny model (see `check --help`).")] = "peft-checkpoint",
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
+) -> None:
+    """Project what a leak costs at your scale: bytes per micro-batch, per update, and when memory runs out.
+
+    Same exit codes as check. The model behind the projection is in docs/estimate.md.
+    """
+    check(
+        targets=[target], mode=mode, fmt=fmt, output=None, factory=None, model=model, confirm=True,
+        micro_batches=2, device=DeviceChoice.auto, at=at, debug=debug,
+    )
+
+
+@app.command()
+def explain(
+    target: Annotated[
+        str | None, typer.Argument(metavar="[TARGET]", help=f"The engine. Default: {DEFAULT_TARGET}.")
+    ] = None,
+    path: Annotated[
+        str | None, typer.Option("--path", help="The finding to explain (default: the first).")
+    ] = None,
+    mode: Annotated[ModeChoice, typer.Option("--mode", help="train or forward-only.")] = ModeChoice.train,
+    dot: Annotated[
+        Path | None, typer.Option("--dot", metavar="FILE", help="Also write the graph as Graphviz DOT text.")
+    ] = None,
+    max_nodes: Annotated[int, typer.Option("--max-nodes", min=1, help="Describe at most N nodes.")] = 10_000,
+    max_lines: Annotated[int, typer.Option("--max-lines", min=5, help="Print at most N tree lines.")] = 200,
+    model: Annotated[str, typer.Option("--model", help="Tiny model (see `check --help`).")] = "peft-checkpoint",
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+) -> None:
+    """Draw the graph one finding keeps alive: nodes, saved tensors with shapes and bytes, leaves.
+
+    Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
+    """
+    from leakscope.explain import explain as run_explain
+    from leakscope.options import CheckOptions
+    from leakscope.render.dot import render as render_dot
+    from leakscope.render.tree import render as render_tree
+    from leakscope.results import Mode
+
+    if mode is ModeChoice.both:
+        _fail("explain takes one mode: --mode train or --mode forward-only", 2, FormatChoice.text, None)
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            view = run_explain(
+                target or DEFAULT_TARGET, path, CheckOptions(model=model), Mode(mode.value), max_nodes=max_nodes
+            )
+    except LeakscopeError as exc:
+        if debug and exc.detail:
+            typer.echo(exc.detail, err=True)
+        _fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
+    _emit(render_tree(view, max_lines=max_lines), None)
+    if dot is not None:
+        dot.write_text(render_dot(view), encoding="utf-8")
+        typer.echo(f"leakscope: wrote {dot}", err=True)
+
+
+def _run(targets: list[str], options: CheckOptions) -> Report:
     """Run the library check with stdout redirected: engines that print cannot corrupt the report.
 
     (Isolated checks redirect the child's stdout themselves; this covers --no-isolate.)
@@ -181,7 +289,7 @@ def _run(targets: list[str], options: object) -> object:
     from leakscope.api import check as run_check
 
     with contextlib.redirect_stdout(sys.stderr):
-        return run_check(targets, options)  # type: ignore[arg-type]
+        return run_check(targets, options)
 
 
 def main() -> None:

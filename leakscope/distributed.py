@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 
 @contextlib.contextmanager
-def process_group() -> Iterator[bool]:
+def process_group(device: str | None = "cpu") -> Iterator[bool]:
     """Create a single-process gloo group if none exists; destroy it afterwards.
 
     Yields True when the group was created here. Under torchrun (a group
@@ -19,7 +19,9 @@ def process_group() -> Iterator[bool]:
     if not dist.is_available() or dist.is_initialized():
         yield False
         return
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    backend = "cpu:gloo,cuda:nccl" if device == "cuda" else "gloo"
+    store = dist.HashStore()  # type: ignore[attr-defined]
+    dist.init_process_group(backend, store=store, rank=0, world_size=1)
     try:
         yield True
     finally:

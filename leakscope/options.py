@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from leakscope.results import Mode
 
@@ -27,6 +28,10 @@ class CheckOptions:
     #: which tiny model to hand the engine (see ``leakscope.tinymodel.MODELS``)
     model: str = "peft-checkpoint"
     size: ModelSize = ModelSize()
+    #: micro-batches per growth run (1 disables the growth measurement)
+    micro_batches: int = 3
+    #: "cpu" or "cuda"; None picks cuda when available
+    device: str | None = None
     #: re-run the step per candidate to prove each reference retains on its own
     confirm: bool = True
     max_confirm: int = 16
@@ -36,6 +41,8 @@ class CheckOptions:
     max_objects: int = 2_000_000
     #: a factory ``pkg.mod:make_engine`` that builds the engine from the model
     factory: str | None = None
+    #: project leaks to this scale (a ``leakscope.projection.Scale``), ``--at``
+    at: Any = None
     #: check each target in its own child process (see docs/isolation.md)
     isolate: bool = False
     #: seconds one isolated target may take before its process is killed (None: no limit)

@@ -60,7 +60,7 @@ def check_forward_step(engine: Any, spec_name: str) -> None:
             f"{type(engine).__name__} (from {spec_name}) has no forward_step; "
             "define forward_step(self, micro_batch, loss_function, forward_only) -> (loss, output)"
         ) from None
-    bound = getattr(engine, "forward_step")
+    bound = engine.forward_step
     if not callable(bound):
         raise EngineError(f"{type(engine).__name__}.forward_step is not callable ({type(method).__name__})")
     try:

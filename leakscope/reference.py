@@ -53,7 +53,8 @@ class FSDPEngine:
                 "FSDPEngine needs a process group; run it through `leakscope check`, "
                 "torchrun, or call torch.distributed.init_process_group first"
             )
-        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        device_type = next(model.parameters()).device.type
+        mesh = init_device_mesh(device_type, (dist.get_world_size(),))
         for block in getattr(model, "blocks", ()):
             fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)

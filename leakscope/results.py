@@ -68,10 +68,26 @@ class Finding:
 
 @dataclasses.dataclass(frozen=True)
 class Growth:
-    """Retained bytes after each micro-batch of a ``--micro-batches`` run."""
+    """What a ``--micro-batches N`` run retained after each micro-batch.
 
+    Measured the way a ``forward_backward_batch`` loop holds things: every
+    output kept in a list, the latest loss alive until the next step returns.
+    A leak is growth (``slope_bytes > 0`` or growing ``graph_nodes``), not one
+    live graph.
+    """
+
+    #: bytes of this run's graphs alive after micro-batch 0, 1, ...
     retained_bytes: tuple[int, ...]
+    #: least-squares slope of ``retained_bytes`` per micro-batch
     slope_bytes: float
+    #: graph nodes alive after each micro-batch
+    graph_nodes: tuple[int, ...] = ()
+    #: after the last micro-batch: alive graph nodes created by micro-batch 0, 1, ...
+    nodes_by_micro_batch: tuple[int, ...] = ()
+    #: bytes of graph-free tensors the engine, model and globals hold after each micro-batch
+    storage_bytes: tuple[int, ...] = ()
+    storage_slope_bytes: float = 0.0
+    #: ``torch.cuda.memory_allocated()`` after each micro-batch (``--device cuda``)
     cuda_allocated: tuple[int, ...] | None = None
 
 
@@ -91,6 +107,8 @@ class TargetResult:
     traceback: str | None = None
     seconds: float = 0.0
     rank: int | None = None
+    #: ``--at``: what this leak costs at the user's scale (a ``leakscope.projection.Projection``)
+    projection: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import importlib
 import types
 import typing
 from collections.abc import Mapping
@@ -23,12 +24,18 @@ from leakscope.options import CheckOptions
 from leakscope.results import TargetResult
 
 T = TypeVar("T")
+#: the key naming a dataclass's class in :func:`to_data` output
+TYPE_KEY = "__dataclass__"
 
 
 def to_data(obj: Any) -> Any:
     """A dataclass tree as JSON-compatible data (enums by value, tuples as lists)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        data = {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        # Fields typed Any (``CheckOptions.at``, ``TargetResult.projection``) hold
+        # dataclasses too: name the class so the other side can rebuild it.
+        data[TYPE_KEY] = f"{type(obj).__module__}:{type(obj).__qualname__}"
+        return data
     if isinstance(obj, enum.Enum):
         return obj.value
     if isinstance(obj, Mapping):
@@ -56,6 +63,8 @@ def from_data(cls: type[T], data: Any) -> T:
 def _build(tp: Any, data: Any) -> Any:
     if data is None:
         return None
+    if tp is Any:
+        tp = _tagged_class(data) or Any
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(tp) if a is not type(None)]
@@ -80,6 +89,19 @@ def _build(tp: Any, data: Any) -> Any:
     if tp is float and isinstance(data, int):
         return float(data)
     return data
+
+
+def _tagged_class(data: Any) -> type | None:
+    """The leakscope dataclass a :func:`to_data` dict names (never a class from elsewhere)."""
+    if not isinstance(data, dict) or not isinstance(data.get(TYPE_KEY), str):
+        return None
+    module_name, _, qualname = data[TYPE_KEY].partition(":")
+    if module_name != "leakscope" and not module_name.startswith("leakscope."):
+        return None
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj if isinstance(obj, type) and dataclasses.is_dataclass(obj) else None
 
 
 def results_to_data(results: list[TargetResult]) -> list[Any]:

@@ -13,6 +13,7 @@ import sysconfig
 import traceback
 import types
 from pathlib import Path
+from typing import Any
 
 from leakscope.results import Source
 
@@ -74,10 +75,35 @@ def user_frame(tb: types.TracebackType | None) -> Source | None:
 _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)')
 
 
-def user_frame_in_stack_text(text: str) -> Source | None:
-    """The innermost user frame of a formatted stack (anomaly mode's ``traceback_``)."""
-    found = None
+def user_frame_in_stack_text(text: str, prefer: frozenset[str] = frozenset()) -> Source | None:
+    """The innermost user frame of a formatted stack (anomaly mode's ``traceback_``).
+
+    Frames in ``prefer`` (the engine's own files) win over helpers elsewhere, so
+    the line shown is the engine's line, the one to change.
+    """
+    found = preferred = None
     for m in _FRAME_RE.finditer(text):
-        if not is_internal(m.group("file")):
-            found = Source(display_path(m.group("file")), int(m.group("line")), m.group("func").strip())
-    return found
+        file = m.group("file")
+        if is_internal(file):
+            continue
+        found = Source(display_path(file), int(m.group("line")), m.group("func").strip())
+        if _resolved(file) in prefer:
+            preferred = found
+    return preferred or found
+
+
+def _resolved(file: str) -> str:
+    try:
+        return str(Path(file).resolve())
+    except OSError:
+        return file
+
+
+def engine_files(modules: Any) -> frozenset[str]:
+    """Resolved source files of the engine's modules."""
+    files = set()
+    for module in modules:
+        file = getattr(module, "__file__", None)
+        if file:
+            files.add(_resolved(file))
+    return frozenset(files)

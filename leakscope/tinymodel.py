@@ -20,7 +20,6 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from leakscope.options import ModelSize
-
 from leakscope.tinymodel_names import MODELS  # noqa: E402
 
 
@@ -29,7 +28,8 @@ class TinyOutput(dict):  # type: ignore[type-arg]
 
     @property
     def logits(self) -> torch.Tensor:
-        return self["logits"]  # type: ignore[no-any-return]
+        logits: torch.Tensor = self["logits"]
+        return logits
 
 
 class Block(nn.Module):
@@ -41,7 +41,8 @@ class Block(nn.Module):
         self.down = nn.Linear(2 * hidden, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.tanh(self.up(x)))
+        out: torch.Tensor = x + self.down(torch.tanh(self.up(x)))
+        return out
 
 
 class TinyLM(nn.Module):
@@ -92,16 +93,16 @@ class TinyLM(nn.Module):
         return TinyOutput(logits=self.head(x))
 
 
-def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize()) -> TinyLM:
+def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), device: str = "cpu") -> TinyLM:
     """A fresh, deterministically initialised tiny model in train mode."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(size.seed)
         model = TinyLM(size, kind)
     model.train()
-    return model
+    return model.to(device) if device != "cpu" else model
 
 
-def build_micro_batch(size: ModelSize = ModelSize(), index: int = 0) -> Any:
+def build_micro_batch(size: ModelSize = ModelSize(), index: int = 0, device: str = "cpu") -> Any:
     """A verl-style micro-batch: ``TensorDict`` of int64 ``[B, S]`` ids, mask and positions."""
     from tensordict import TensorDict
 
@@ -111,10 +112,11 @@ def build_micro_batch(size: ModelSize = ModelSize(), index: int = 0) -> Any:
     if size.seq > 2:
         attention_mask[-1, -2:] = 0  # right padding on the last sample
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return TensorDict(
+    td = TensorDict(
         {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
         batch_size=[size.batch],
     )
+    return td.to(device) if device != "cpu" else td
 
 
 def loss_function(model_output: Any, data: Any, dp_group: Any = None, **_: Any) -> tuple[torch.Tensor, dict[str, float]]:

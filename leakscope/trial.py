@@ -133,12 +133,31 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
     """Build, step (and backward in train mode), and return what a caller keeps."""
     import time
 
-    from leakscope.tinymodel import build_micro_batch, build_model, loss_function
+    from leakscope.tinymodel import build_micro_batch
 
     started = time.perf_counter()
-    model = build_model(options.model, options.size)
-    engine = build_engine(spec, model)
-    micro_batch = build_micro_batch(options.size)
+    model, engine = build_subject(spec, options)
+    micro_batch = build_micro_batch(options.size, 0, options.device or "cpu")
+    trial = new_trial(spec, mode, options, model, engine, micro_batch)
+    del engine, micro_batch
+    _step(trial, model, options, anomaly=anomaly)
+    trial.seconds = time.perf_counter() - started
+    del model
+    return trial
+
+
+def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
+    """A fresh tiny model and the engine built around it."""
+    from leakscope.tinymodel import build_model
+
+    model = build_model(options.model, options.size, options.device or "cpu")
+    return model, build_engine(spec, model)
+
+
+def new_trial(
+    spec: EngineSpec, mode: Mode, options: CheckOptions, model: Any, engine: Any, micro_batch: Any
+) -> Trial:
+    """A trial over these objects, with what they hold before any step recorded as pre-existing."""
     roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
     modules = tuple(dict.fromkeys([*spec.modules, *_engine_modules(engine)]))
     trial = Trial(spec, mode, roots, modules, 0, 0, Evidence(), {}, set())
@@ -148,10 +167,6 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
         if key is not None:
             trial.excluded_storages.add(key)
     trial.excluded_storages |= _param_storages(model)
-    del engine, micro_batch
-    _step(trial, model, options, anomaly=anomaly)
-    trial.seconds = time.perf_counter() - started
-    del model
     return trial
 
 
@@ -166,22 +181,22 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
     return out
 
 
-def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> None:
-    """Run the step; everything it touches is local and gone when this returns."""
+def step_once(
+    spec: EngineSpec, engine: Any, micro_batch: Any, mode: Mode, *, anomaly: bool = False, seed: int = 0
+) -> tuple[Any, Any]:
+    """Call the step as its real caller does (and backward in train mode); validate what it returns."""
     import torch
 
     from leakscope.tinymodel import loss_function
 
-    spec, mode = trial.spec, trial.mode
     forward_only = mode is Mode.FORWARD_ONLY
     grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
     anomaly_mode = (
         torch.autograd.set_detect_anomaly(True, check_nan=False) if anomaly else contextlib.nullcontext()
     )
-    trial.seq_start = next_sequence_nr()
     try:
-        with grad_mode, anomaly_mode, seeded(options.size.seed):
-            result = spec.call_step(trial.roots["engine"], trial.roots["micro_batch"], loss_function, forward_only)
+        with grad_mode, anomaly_mode, seeded(seed):
+            result = spec.call_step(engine, micro_batch, loss_function, forward_only)
     except Exception as exc:
         raise EngineError(
             describe_exception(exc, "forward_step") + "; fix the engine (run with --debug for the traceback)",
@@ -202,6 +217,18 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
                 describe_exception(exc, "loss.backward()") + "; the returned loss must be differentiable",
                 detail=traceback.format_exc(),
             ) from None
+    return loss, output
+
+
+def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> None:
+    """Run the step; everything it touches is local and gone when this returns."""
+    import torch
+
+    trial.seq_start = next_sequence_nr()
+    loss, output = step_once(
+        trial.spec, trial.roots["engine"], trial.roots["micro_batch"], trial.mode, anomaly=anomaly,
+        seed=options.size.seed,
+    )
     trial.seq_end = next_sequence_nr()
     trial.roots["output"] = output
     del output

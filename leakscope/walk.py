@@ -218,9 +218,9 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
     if issubclass(tp, tuple):
         fields = getattr(tp, "_fields", None)
         values = list(tuple.__iter__(obj))
-        named = isinstance(fields, tuple) and len(fields) == len(values)
+        names: tuple[Any, ...] = fields if isinstance(fields, tuple) and len(fields) == len(values) else ()
         for i, value in enumerate(values):
-            segment = f".{fields[i]}" if named and _identifier(fields[i]) else f"[{i}]"
+            segment = f".{names[i]}" if names and _identifier(names[i]) else f"[{i}]"
             yield segment, TUPLE, obj, i, value
         return
     if issubclass(tp, (set, frozenset)):

@@ -32,6 +32,23 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
     }
 
 
+def projection_dict(p: Any) -> dict[str, Any]:
+    """A ``Projection`` as plain JSON data."""
+    return {
+        "hidden": p.scale.hidden,
+        "tokens": p.scale.tokens,
+        "dtype": p.scale.dtype,
+        "micro_batches": p.scale.micro_batches,
+        "gpu_memory": p.scale.gpu_memory,
+        "vocab": p.scale.vocab,
+        "bytes_per_micro_batch": p.bytes_per_micro_batch,
+        "bytes_per_update": p.bytes_per_update,
+        "oom_micro_batch": p.oom_micro_batch,
+        "coefficients": list(p.coefficients),
+        "samples": [list(s) for s in p.samples],
+    }
+
+
 def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
     """One target-and-mode result as plain JSON data."""
     out: dict[str, Any] = {
@@ -49,6 +66,15 @@ def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
             "slope_bytes": result.growth.slope_bytes,
             "cuda_allocated": list(result.growth.cuda_allocated) if result.growth.cuda_allocated else None,
         }
+    if result.growth is not None:
+        out["growth"].update({
+            "graph_nodes": list(result.growth.graph_nodes),
+            "nodes_by_micro_batch": list(result.growth.nodes_by_micro_batch),
+            "storage_bytes": list(result.growth.storage_bytes),
+            "storage_slope_bytes": result.growth.storage_slope_bytes,
+        })
+    if result.projection is not None:
+        out["projection"] = projection_dict(result.projection)
     if result.rank is not None:
         out["rank"] = result.rank
     if debug and result.traceback:

@@ -20,6 +20,38 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def growth_line(result: TargetResult) -> str:
+    """``retained after micro-batch 1..N: ...`` with slope and per-micro-batch node origin."""
+    g = result.growth
+    assert g is not None
+    per = ", ".join(human_bytes(b) for b in g.retained_bytes)
+    line = f"  growth over {len(g.retained_bytes)} micro-batches: {per} (slope {human_bytes(int(max(g.slope_bytes, 0)))}/micro-batch)"
+    if g.nodes_by_micro_batch:
+        origin = ", ".join(f"#{i}: {n}" for i, n in enumerate(g.nodes_by_micro_batch))
+        line += f"; live graph nodes by micro-batch {origin}"
+    if g.storage_slope_bytes > 0:
+        line += f"; graph-free storage grows {human_bytes(int(g.storage_slope_bytes))}/micro-batch"
+    if g.cuda_allocated:
+        line += "; cuda allocated " + ", ".join(human_bytes(b) for b in g.cuda_allocated)
+    return line
+
+
+def projection_line(p: Any) -> str:
+    """What the leak costs at the user's scale."""
+    s = p.scale
+    line = (
+        f"  at hidden={s.hidden}, tokens={s.tokens}, {s.dtype}: {human_bytes(p.bytes_per_micro_batch)} per micro-batch, "
+        f"{human_bytes(p.bytes_per_update)} per update of {s.micro_batches}"
+    )
+    if s.gpu_memory is not None:
+        line += (
+            f"; {human_bytes(s.gpu_memory)} runs out at micro-batch {p.oom_micro_batch}"
+            if p.oom_micro_batch is not None
+            else f"; fits in {human_bytes(s.gpu_memory)}"
+        )
+    return line
+
+
 def _result_block(result: TargetResult, debug: bool) -> list[Any]:
     from rich import box
     from rich.table import Table
@@ -51,13 +83,17 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
             lines = [f"  {f.path}"]
             if f.source:
                 lines.append(f"    created at {f.source}")
+            if len(f.bytes_by_cause) > 1:
+                split = ", ".join(f"{cause} {human_bytes(n)}" for cause, n in f.bytes_by_cause.items())
+                lines.append(f"    bytes by cause: {split}")
             if f.allowed_reason:
                 lines.append(f"    allowed: {f.allowed_reason}")
             lines.append(f"    fix: {f.hint}")
             blocks.append(Text("\n".join(lines)))
     if result.growth is not None:
-        per = ", ".join(human_bytes(b) for b in result.growth.retained_bytes)
-        blocks.append(Text(f"  retained after each micro-batch: {per}; slope {human_bytes(int(result.growth.slope_bytes))}/micro-batch"))
+        blocks.append(Text(growth_line(result)))
+    if result.projection is not None:
+        blocks.append(Text(projection_line(result.projection)))
     for warning in result.warnings:
         blocks.append(Text(f"  warning: {warning}", style="yellow"))
     return blocks

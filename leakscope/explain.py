@@ -1,0 +1,167 @@
+"""``leakscope explain``: the retained graph of one finding, as plain data.
+
+A :class:`GraphView` describes the graph a held reference keeps alive: node
+names, saved slots with shapes and bytes, leaves and their gradients. It is
+built iteratively (graphs of a million nodes need no recursion) and holds
+descriptions only; the renderers in ``leakscope.render.tree`` and
+``leakscope.render.dot`` turn it into text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from leakscope.errors import LeakscopeError, UsageError
+from leakscope.graph import (
+    accumulated_leaf,
+    ctx_values,
+    next_nodes,
+    node_name,
+    saved_values,
+    storage_nbytes,
+)
+from leakscope.options import CheckOptions
+from leakscope.results import Mode
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """A tensor a node keeps: saved for backward, a ctx attribute, or a leaf and its grad."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewNode:
+    """One graph node."""
+
+    id: int
+    name: str
+    slots: tuple[Slot, ...]
+    children: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphView:
+    """The retained graph below one held reference (possibly truncated to ``max_nodes``)."""
+
+    target: str
+    mode: str
+    path: str
+    root: int | None
+    nodes: tuple[ViewNode, ...]
+    total_nodes: int
+    truncated: bool
+    paths: tuple[str, ...] = ()
+
+
+def _slot(name: str, t: Any) -> Slot:
+    try:
+        return Slot(name, tuple(int(d) for d in t.shape), str(t.dtype).replace("torch.", ""), storage_nbytes(t))
+    except Exception:
+        return Slot(name, (), type(t).__name__, 0)
+
+
+def _slots(node: Any) -> tuple[Slot, ...]:
+    import torch
+
+    out = []
+    leaf = accumulated_leaf(node)
+    if leaf is not None:
+        label = "parameter" if isinstance(leaf, torch.nn.Parameter) else "leaf"
+        out.append(_slot(label, leaf))
+        if leaf.grad is not None:
+            out.append(_slot(f"{label}.grad", leaf.grad))
+        return tuple(out)
+    for name, data in saved_values(node):
+        if isinstance(data, torch.Tensor):
+            out.append(_slot(f"saved {name}", data))
+        else:
+            out.append(Slot(f"saved {name}", (), type(data).__name__, 0))
+    for name, value in ctx_values(node):
+        if isinstance(value, torch.Tensor):
+            out.append(_slot(f"ctx.{name}", value))
+    return tuple(out)
+
+
+def build_view(root: Any, *, target: str, mode: str, path: str, max_nodes: int = 10_000) -> GraphView:
+    """Describe the graph below ``root`` (a node), breadth first, at most ``max_nodes`` described."""
+    ids: dict[int, int] = {}  # id(python node) -> view id
+    keep: list[Any] = []  # hold wrappers so ids stay unique while walking
+    described: list[ViewNode] = []
+    queue = [root]
+    head = 0
+    while head < len(queue):
+        node = queue[head]
+        head += 1
+        if id(node) in ids:
+            continue
+        ids[id(node)] = len(keep)
+        keep.append(node)
+        children = next_nodes(node)
+        queue.extend(c for c in children if id(c) not in ids)
+        if len(described) < max_nodes:
+            described.append(ViewNode(ids[id(node)], node_name(node), _slots(node), ()))
+        # `children` ids are assigned lazily below, once every node has one.
+    total = len(keep)
+    # Second pass: child links of described nodes (ids now exist for all nodes).
+    linked = []
+    for view in described:
+        node = keep[view.id]
+        child_ids = tuple(ids[id(c)] for c in next_nodes(node) if id(c) in ids)
+        linked.append(dataclasses.replace(view, children=child_ids))
+    keep.clear()
+    ids.clear()
+    queue.clear()
+    return GraphView(target, mode, path, 0, tuple(linked), total, total > len(linked))
+
+
+def explain(target: Any, path: str | None = None, options: CheckOptions | None = None,
+            mode: Mode = Mode.TRAIN, max_nodes: int = 10_000) -> GraphView:
+    """Run the step once and describe what the reference at ``path`` (default: the first finding) retains."""
+    from leakscope.api import resolve_device, resolve_spec
+    from leakscope.distributed import process_group
+    from leakscope.liveness import gc_paused
+    from leakscope.trial import observe, run_trial
+
+    options = resolve_device(options or CheckOptions())
+    spec = resolve_spec(target, options)
+    with process_group(options.device), gc_paused():
+        trial = run_trial(spec, mode, options)
+        try:
+            obs = observe(trial, options)
+            paths = tuple(h.path for h in obs.candidates)
+            chosen = [h for h in obs.candidates if path is None or h.path == path][:1]
+            if not chosen:
+                obs.clear()
+                if path is not None:
+                    raise UsageError(
+                        f"{spec.name} [{mode.value}] has no finding at {path!r}; "
+                        f"findings: {', '.join(paths) or 'none'}"
+                    )
+                return GraphView(spec.name, mode.value, "", None, (), 0, False, paths)
+            hit = chosen[0]
+            obj = hit.obj
+            node = getattr(obj, "grad_fn", obj) if not _is_leaf(obj) else None
+            view_path = hit.path
+            chosen.clear()
+            obs.clear()
+            if node is None:
+                return GraphView(spec.name, mode.value, view_path, None, (), 0, False, paths)
+            view = build_view(node, target=spec.name, mode=mode.value, path=view_path, max_nodes=max_nodes)
+            del node, obj, hit
+            return dataclasses.replace(view, paths=paths)
+        except LeakscopeError:
+            raise
+        finally:
+            trial.close()
+
+
+def _is_leaf(obj: Any) -> bool:
+    import torch
+
+    return isinstance(obj, torch.Tensor) and obj.grad_fn is None

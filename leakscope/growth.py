@@ -1,0 +1,202 @@
+"""Growth over micro-batches: run N steps the way ``forward_backward_batch`` does and measure.
+
+The loop keeps every returned output in a list and holds the latest loss until
+the next step returns, exactly like verl's caller. After each micro-batch it
+settles and measures what this run's graphs still retain. One live graph (the
+current loss's) is normal; growth is the leak.
+
+Storage that grows with no graph attached (detached outputs piling up in a
+history on the engine, hooks that store detached activations) is measured
+separately: it is worth a warning, not a failed gate.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from leakscope.graph import UINT64_MAX, iter_nodes, sequence_nr, storage_key, storage_map
+from leakscope.liveness import collect_evidence, settle
+from leakscope.options import CheckOptions
+from leakscope.protocol import EngineSpec
+from leakscope.results import Finding, Growth, Mode
+from leakscope.trial import Trial, build_subject, new_trial, next_sequence_nr, step_once
+from leakscope.walk import walk
+
+STORAGE_ROOTS = ("engine", "module", "global")
+
+
+def slope(values: list[int] | tuple[int, ...]) -> float:
+    """Least-squares slope of ``values`` against 0, 1, 2, ..."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean_x = (n - 1) / 2
+    mean_y = sum(values) / n
+    num = sum((i - mean_x) * (v - mean_y) for i, v in enumerate(values))
+    den = sum((i - mean_x) ** 2 for i in range(n))
+    return num / den
+
+
+def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple[Growth, list[Finding]]:
+    """Run ``options.micro_batches`` steps; return the growth curve and storage-growth warnings."""
+    from leakscope.tinymodel import build_micro_batch
+
+    model, engine = build_subject(spec, options)
+    batches = [build_micro_batch(options.size, i, options.device or "cpu") for i in range(options.micro_batches)]
+    trial = new_trial(spec, mode, options, model, engine, batches)
+    del engine
+    trial.roots["output"] = []
+    ranges: list[tuple[int, int]] = []
+    curve = _Curve()
+    try:
+        loss: Any = None
+        trial.seq_start = next_sequence_nr()
+        for micro_batch in batches:
+            start = next_sequence_nr()
+            # `loss` is rebound only after the step returns: the previous
+            # micro-batch's loss is alive during this step, as in a real loop.
+            loss, output = step_once(spec, trial.roots["engine"], micro_batch, mode)
+            trial.roots["output"].append(output)
+            del output
+            trial.seq_end = next_sequence_nr()
+            ranges.append((start, trial.seq_end))
+            _collect(trial, model, loss, options)
+            curve.measure(trial, loss, ranges, options)
+        del loss, micro_batch
+        findings = curve.storage_findings()
+        return curve.growth(), findings
+    finally:
+        batches.clear()
+        trial.close()
+        del model
+
+
+def _collect(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> None:
+    """Add this micro-batch's graph evidence (weakrefs) to the trial's."""
+    import torch
+
+    roots: list[Any] = []
+    if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+        roots.append(loss.grad_fn)
+    for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
+        node = hit.obj.grad_fn if isinstance(hit.obj, torch.Tensor) else hit.obj
+        if node is not None and trial.in_step(node):
+            roots.append(node)
+    probes = list(getattr(model, "leakscope_probes", ()))
+    model.leakscope_probes.clear() if hasattr(model, "leakscope_probes") else None
+    more = collect_evidence(roots, probes, is_preexisting=trial.is_preexisting)
+    roots.clear()
+    known = {id(item.ref()) for item in trial.evidence.items if item.ref() is not None}
+    for item in more.items:
+        obj = item.ref()
+        if obj is not None and id(obj) not in known:
+            trial.evidence.items.append(item)
+        del obj
+    trial.evidence.leaf_ids |= more.leaf_ids
+
+
+class _Curve:
+    """Measurements after each micro-batch (plain numbers and paths only)."""
+
+    def __init__(self) -> None:
+        self.bytes: list[int] = []
+        self.nodes: list[int] = []
+        self.by_batch: tuple[int, ...] = ()
+        self.storage: list[int] = []
+        self.storage_paths: dict[str, int] = {}
+        self.cuda: list[int] | None = None
+
+    def measure(self, trial: Trial, loss: Any, ranges: list[tuple[int, int]], options: CheckOptions) -> None:
+        import torch
+
+        settle()
+        plain_ids: set[int] = set()
+        excluded = set(trial.excluded_storages)
+        node_roots: list[Any] = []
+        if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+            node_roots.append(loss.grad_fn)
+        stored: list[tuple[str, Any]] = []
+        paths: dict[str, int] = {}
+        for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
+            obj = hit.obj
+            node = obj.grad_fn if isinstance(obj, torch.Tensor) else obj
+            if node is not None and trial.in_step(node):
+                node_roots.append(node)
+                continue
+            if not isinstance(obj, torch.Tensor):
+                continue
+            plain_ids.add(id(obj))
+            key = storage_key(obj)
+            if key is not None:
+                excluded.add(key)
+            if hit.root.kind in STORAGE_ROOTS and not trial.is_preexisting(obj):
+                stored.append(("storage", obj))
+                holder = _holder_path(hit.path)
+                paths[holder] = paths.get(holder, 0) + 1
+        alive = trial.evidence.alive(plain_ids)
+        self.bytes.append(sum(n for _, n in storage_map(((i.cause, o) for i, o in alive), excluded).values()))
+        alive.clear()
+        self.storage.append(sum(n for _, n in storage_map(stored, trial.excluded_storages).values()))
+        stored.clear()
+        self.storage_paths = paths
+        counts = [0] * len(ranges)
+        total = 0
+        for node in iter_nodes(node_roots):
+            total += 1
+            seq = sequence_nr(node)
+            if seq == UINT64_MAX:
+                continue
+            for i, (start, end) in enumerate(ranges):
+                if start < seq < end:
+                    counts[i] += 1
+                    break
+        node_roots.clear()
+        self.nodes.append(total)
+        self.by_batch = tuple(counts)
+        if torch.cuda.is_available() and options.device == "cuda":
+            self.cuda = (self.cuda or []) + [int(torch.cuda.memory_allocated())]
+
+    def growth(self) -> Growth:
+        return Growth(
+            retained_bytes=tuple(self.bytes),
+            slope_bytes=round(slope(self.bytes), 1),
+            graph_nodes=tuple(self.nodes),
+            nodes_by_micro_batch=self.by_batch,
+            storage_bytes=tuple(self.storage),
+            storage_slope_bytes=round(slope(self.storage), 1),
+            cuda_allocated=tuple(self.cuda) if self.cuda is not None else None,
+        )
+
+    def storage_findings(self) -> list[Finding]:
+        rate = slope(self.storage)
+        if rate <= 0 or not self.storage_paths:
+            return []
+        holder = max(self.storage_paths, key=lambda p: (self.storage_paths[p], p))
+        return [Finding(
+            path=holder,
+            holder="storage growth",
+            grad_fn="-",
+            graph_nodes=0,
+            retained_bytes=int(round(rate)),
+            confirmed=True,
+            hint=(
+                f"{holder} grows by about {int(round(rate))} bytes per micro-batch without any graph: "
+                "bound it (a deque with maxlen, clear it per batch) or keep scalars (.item())"
+            ),
+            cause="storage-growth",
+            bytes_by_cause={"storage-growth": int(round(rate))},
+            severity="warning",
+        )]
+
+
+_INDEX = re.compile(r"(\[\d+\]|\{\})$")
+
+
+def _holder_path(path: str) -> str:
+    """``engine.history[3]`` -> ``engine.history``: the container that grows."""
+    while True:
+        trimmed = _INDEX.sub("", path)
+        if trimmed == path:
+            return path
+        path = trimmed
