@@ -56,11 +56,17 @@ def freeze_heap(target: str) -> None:
 
 
 def _run(request: dict[str, Any], out: IO[str]) -> None:
-    from leakscope.api import check_target
+    from leakscope.api import check_target, resolve_device
+    from leakscope.errors import UsageError
     from leakscope.serialize import options_from_data, to_data
 
     freeze_heap(request["target"])
     options = dataclasses.replace(options_from_data(request["options"]), isolate=False)
+    try:
+        options = resolve_device(options)  # as leakscope.check does in process
+    except UsageError as exc:
+        _write(out, {"usage_error": exc.message})
+        return
     check_target(request["target"], options, on_result=lambda result: _write(out, {"result": to_data(result)}))
     torch = sys.modules.get("torch")
     if torch is not None:

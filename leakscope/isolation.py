@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from leakscope import __version__
+from leakscope.errors import UsageError
 from leakscope.options import CheckOptions
 from leakscope.results import Mode, Report, TargetResult, Verdict
 
@@ -39,6 +40,7 @@ def check_isolated(targets: Sequence[Any], options: CheckOptions) -> Report:
 
     Targets must be strings, or importable objects (named by module and
     qualified name); ``options.timeout`` bounds each target's process.
+    Raises :class:`~leakscope.errors.UsageError` for options the child rejects.
     """
     results: list[TargetResult] = []
     torch_version: str | None = None
@@ -90,6 +92,9 @@ def run_child(target: str, options: CheckOptions) -> tuple[list[TargetResult], s
         records = _read_records(results_path)
     seconds = time.perf_counter() - started
     version = next((r["torch_version"] for r in records if "torch_version" in r), None)
+    usage = next((r["usage_error"] for r in records if "usage_error" in r), None)
+    if usage is not None:  # bad options (``--device cuda`` without a GPU): exit 2, as in process
+        raise UsageError(usage)
     results = [result_from_data(r["result"]) for r in records if "result" in r]
     fatal = next((r for r in records if "fatal" in r), None)
     done = {r.mode for r in results}

@@ -147,11 +147,16 @@ def test_fixture_corpus_gives_identical_answers_20_times() -> None:
 
 
 def test_results_and_options_cross_processes_losslessly() -> None:
-    report = leakscope.check(["fixtures.verl_bug:Engine", "fixtures.bad.step_raises:Engine"], CheckOptions())
+    from leakscope.projection import parse_at
+
+    at = parse_at("hidden=4096,tokens=17700")
+    report = leakscope.check(["fixtures.verl_bug:Engine", "fixtures.bad.step_raises:Engine"], CheckOptions(at=at))
     for result in report.results:
         assert result_from_data(json.loads(json.dumps(to_data(result)))) == result
-    assert report.results[2].traceback and report.results[0].findings[0].source is not None
-    options = CheckOptions(modes=(leakscope.Mode.FORWARD_ONLY,), factory="a:b", timeout=2.5, isolate=True)
+    first = report.results[0]
+    assert report.results[2].traceback and first.findings[0].source is not None
+    assert first.projection is not None and first.growth is not None  # dataclasses held in Any fields
+    options = CheckOptions(modes=(leakscope.Mode.FORWARD_ONLY,), factory="a:b", timeout=2.5, isolate=True, at=at)
     assert options_from_data(json.loads(json.dumps(to_data(options)))) == options
 
 
