@@ -27,47 +27,23 @@ def _write(out: IO[str], record: dict[str, Any]) -> None:
     out.flush()
 
 
-def freeze_heap(target: str) -> None:
-    """Import torch, tensordict and the target's module, then move every object into gc's permanent generation.
-
-    # NOTE [Frozen heap]
-    # A check runs the cyclic GC several times (``liveness.settle``) so that
-    # only real holders keep a graph alive. With torch imported the heap holds
-    # some 300k objects and each full collection costs ~0.3-0.6 s, most of a
-    # check's time. Objects frozen here are never scanned again; everything the
-    # check creates afterwards (models, graphs, the engine's outputs, cycles)
-    # is still collected normally, so verdicts do not change. Only a throwaway
-    # child process may do this: frozen objects are never freed.
-    """
-    import gc
-
-    import tensordict  # noqa: F401
-    import torch  # noqa: F401
-
-    import leakscope.attribution  # noqa: F401
-    from leakscope.target import resolve
-
-    try:
-        resolve(target)  # import the user's module now, so its objects are frozen too
-    except Exception:  # noqa: S110 - check_target reports it as the target's error
-        pass
-    gc.collect()
-    gc.freeze()
-
-
 def _run(request: dict[str, Any], out: IO[str]) -> None:
     from leakscope.api import check_target, resolve_device
     from leakscope.errors import UsageError
+    from leakscope.policy import allow_result
     from leakscope.serialize import options_from_data, to_data
 
-    freeze_heap(request["target"])
     options = dataclasses.replace(options_from_data(request["options"]), isolate=False)
     try:
         options = resolve_device(options)  # as leakscope.check does in process
     except UsageError as exc:
         _write(out, {"usage_error": exc.message})
         return
-    check_target(request["target"], options, on_result=lambda result: _write(out, {"result": to_data(result)}))
+    # As leakscope.check does in process: allowlisted findings are marked before they leave.
+    check_target(
+        request["target"], options,
+        on_result=lambda result: _write(out, {"result": to_data(allow_result(result, options.allowlist))}),
+    )
     torch = sys.modules.get("torch")
     if torch is not None:
         _write(out, {"torch_version": str(torch.__version__)})

@@ -19,14 +19,22 @@ from leakscope.options import CheckOptions
 from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
 
 
-def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = None) -> Report:
+def check(
+    targets: Sequence[Any] | str | Any,
+    options: CheckOptions | None = None,
+    *,
+    on_result: Callable[[TargetResult], None] | None = None,
+) -> Report:
     """Check each target in each mode and return the report.
 
     ``targets`` are target strings (``pkg.mod:Engine``, ``path/file.py:Engine``)
     or the objects themselves (an engine class, a factory, a step function).
     Failures of a target become ``error`` results; nothing here raises for a
-    bad target. With ``options.isolate`` each target runs in its own child
-    process (see ``leakscope.isolation``) and this process never imports torch.
+    bad target. ``options.allowlist`` marks deliberate findings ``allowed``.
+    ``on_result`` is called with each result as soon as it is judged (the
+    CLI's progress display; the library itself never draws anything).
+    With ``options.isolate`` each target runs in its own child process (see
+    ``leakscope.isolation``) and this process never imports torch.
     """
     options = options or CheckOptions()
     if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
@@ -34,19 +42,28 @@ def check(targets: Sequence[Any] | str | Any, options: CheckOptions | None = Non
     if options.isolate:
         from leakscope.isolation import check_isolated
 
-        return check_isolated(targets, options)  # the child resolves the device
+        return check_isolated(targets, options, on_result=on_result)  # the child resolves the device
     import torch
+
+    from leakscope.distributed import gather_report, session
+    from leakscope.policy import allow_result
 
     options = resolve_device(options)
     results: list[TargetResult] = []
-    for target in targets:
-        results.extend(check_target(target, options))
-    return Report(
-        results=tuple(results),
-        leakscope_version=__version__,
-        torch_version=str(torch.__version__),
-        python_version=platform.python_version(),
-    )
+    # Under torchrun each rank checks its own step; the report merges the ranks.
+    with session():
+        for target in targets:
+            for result in check_target(target, options):
+                result = allow_result(result, options.allowlist)
+                results.append(result)
+                if on_result is not None:
+                    on_result(result)
+        return gather_report(Report(
+            results=tuple(results),
+            leakscope_version=__version__,
+            torch_version=str(torch.__version__),
+            python_version=platform.python_version(),
+        ))
 
 
 def resolve_device(options: CheckOptions) -> CheckOptions:
@@ -101,9 +118,10 @@ def check_target(
     ``on_result`` is called with each result as soon as it is known (the
     isolated check streams them to its parent, so a later crash loses nothing).
     """
-    from leakscope.distributed import process_group
+    from leakscope.distributed import Lockstep, multi_rank, process_group
     from leakscope.guard import torch_state, warning_for
     from leakscope.liveness import gc_paused
+    from leakscope.runtime import single_threaded
 
     name = _name_of(target)
     try:
@@ -114,13 +132,20 @@ def check_target(
             if on_result is not None:
                 on_result(error)
         return errors
+    lockstep = Lockstep(spec) if multi_rank() else None
     results = []
     for mode in options.modes:
         started = time.perf_counter()
         changed: list[str] = []
         try:
-            with torch_state(changed), process_group(options.device), gc_paused():
-                result = _check_mode(spec, mode, options)
+            with torch_state(changed), process_group(options.device), gc_paused(), single_threaded():
+                if lockstep is None:
+                    result = _check_mode(spec, mode, options)
+                else:  # NOTE [Ranks in lockstep]
+                    try:
+                        result = _check_mode(lockstep.wrapped(), mode, options)
+                    finally:
+                        lockstep.drain(mode, options)
         except LeakscopeError as exc:
             result = _error(name, mode, exc.message, exc.detail)
         except Exception as exc:  # a bug in leakscope or a torch surprise: still one line
@@ -131,10 +156,27 @@ def check_target(
             )
         if changed:  # the engine left torch state changed: restored, but say so
             result = dataclasses.replace(result, warnings=(*result.warnings, warning_for(changed)))
-        results.append(_with_seconds(result, time.perf_counter() - started))
+        results.append(_with_seconds(_anchored(result, spec), time.perf_counter() - started))
         if on_result is not None:
             on_result(results[-1])
     return results
+
+
+def _anchored(result: TargetResult, spec: Any) -> TargetResult:
+    """Findings with no known creating line point at the engine's ``forward_step``.
+
+    An unnamed holder, a reference cycle or storage growth has no line that
+    created it, but SARIF and pull-request annotations need a place to stand.
+    """
+    import dataclasses
+
+    if all(f.source is not None for f in result.findings):
+        return result
+    from leakscope.attribution import anchor_source
+
+    anchor = anchor_source(spec)
+    findings = tuple(f if f.source is not None else dataclasses.replace(f, source=anchor) for f in result.findings)
+    return dataclasses.replace(result, findings=findings)
 
 
 def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:

@@ -31,6 +31,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Plain help: rendering it with rich doubled the CPU cost of `--help` (see docs/performance.md).
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -44,6 +46,14 @@ class ModeChoice(str, enum.Enum):
 class FormatChoice(str, enum.Enum):
     text = "text"
     json = "json"
+    junit = "junit"
+    sarif = "sarif"
+    github = "github"
+
+
+class FailOnChoice(str, enum.Enum):
+    leak = "leak"
+    warning = "warning"
 
 
 class DeviceChoice(str, enum.Enum):
@@ -115,6 +125,8 @@ def _fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> No
 
 @app.command()
 def check(
+    # None when another command (estimate) calls check() as a function.
+    ctx: typer.Context = None,  # type: ignore[assignment]
     targets: Annotated[
         list[str] | None,
         typer.Argument(
@@ -143,6 +155,26 @@ def check(
     device: Device = DeviceChoice.auto,
     at: At = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config", metavar="FILE",
+            help="Read the tool.leakscope table of FILE instead of ./pyproject.toml; flags override it.",
+        ),
+    ] = None,
+    fail_on: Annotated[
+        FailOnChoice | None,
+        typer.Option("--fail-on", help="Exit 1 on a leak (default), or also on a warning such as until-gc.",
+                     show_default=False),
+    ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print no report on stdout (--output still writes it); the exit code tells.")
+    ] = False,
+    progress: Annotated[
+        bool | None,
+        typer.Option("--progress/--no-progress", help="Progress on stderr. Default: only for several targets on a terminal.",
+                     show_default=False),
+    ] = None,
     isolate: Annotated[
         bool,
         typer.Option("--isolate/--no-isolate", help="Check each target in its own process (--no-isolate: in this one, for debugging)."),
@@ -160,12 +192,25 @@ def check(
 
     Exit codes: 0 every target clean, 1 a leak, 2 usage error, 3 a target could not be checked.
     """
+    from leakscope import config as project_config
+    from leakscope.errors import ConfigError
     from leakscope.options import CheckOptions
     from leakscope.results import Mode
     from leakscope.target import split_target
     from leakscope.tinymodel_names import MODELS
 
-    targets = list(targets or [DEFAULT_TARGET])
+    try:
+        flags = project_config.parse(_explicit_flags(ctx), "the command line")
+        settings = project_config.discover(config).override(flags)
+    except ConfigError as exc:
+        _fail(exc.message, int(exc.exit_code), fmt, output)
+    mode = ModeChoice(settings.mode) if settings.mode else mode
+    model = settings.model or model
+    factory = settings.factory or factory
+    confirm = settings.confirm if settings.confirm is not None else confirm
+    micro_batches = settings.micro_batches or micro_batches
+    gate = settings.effective_fail_on
+    targets = list(targets or settings.targets or [DEFAULT_TARGET])
     scale = None
     try:
         for target in targets:
@@ -186,30 +231,42 @@ def check(
         _fail(exc.message, int(exc.exit_code), fmt, output)
     modes = (Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),)
     limit = DEFAULT_TIMEOUT if timeout is None else (timeout or None)
+    from leakscope.distributed import launcher_env
+
+    # Under torchrun the ranks must be the processes torchrun started: check in them.
+    isolate = isolate and launcher_env() is None
     options = CheckOptions(
         modes=modes, model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
         device=None if device is DeviceChoice.auto else device.value, at=scale,
         isolate=isolate, timeout=limit if isolate else None,
     )
-    try:
-        report = _run(targets, options)
-    except LeakscopeError as exc:
-        if debug and exc.detail:
-            typer.echo(exc.detail, err=True)
-        _fail(exc.message, int(exc.exit_code), fmt, output)
-    if debug:
-        for result in report.results:
-            if result.traceback:
-                typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
-    from leakscope.render import render
+    from leakscope.distributed import barrier, is_reporting_rank, session
 
-    if fmt is FormatChoice.text:
-        color = output is None and sys.stdout.isatty()
-        text = render(report, "text", color=color, debug=debug)
-    else:
-        text = render(report, fmt.value, debug=debug)
-    _emit(text, output)
-    raise typer.Exit(report.exit_code)
+    with session():  # under torchrun: one process group for the check and the merged report
+        try:
+            options = settings.check_options(options)
+            report = _run(targets, options, progress=progress if not quiet else False)
+        except LeakscopeError as exc:
+            if debug and exc.detail:
+                typer.echo(exc.detail, err=True)
+            _fail(exc.message, int(exc.exit_code), fmt, output)
+        if debug:
+            for result in report.results:
+                if result.traceback:
+                    typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
+        from leakscope.policy import exit_code
+        from leakscope.render import render
+
+        if fmt is FormatChoice.text:
+            color = output is None and sys.stdout.isatty()
+            text = render(report, "text", color=color, debug=debug)
+        else:
+            text = render(report, fmt.value, debug=debug, fail_on=gate)
+        # under torchrun rank 0 prints the merged report
+        if is_reporting_rank() and (output is not None or not quiet):
+            _emit(text, output)
+        barrier()  # no rank exits (torchrun would stop the others) before it is written
+    raise typer.Exit(exit_code(report, gate))
 
 
 @app.command()
@@ -281,15 +338,29 @@ def explain(
         typer.echo(f"leakscope: wrote {dot}", err=True)
 
 
-def _run(targets: list[str], options: CheckOptions) -> Report:
-    """Run the library check with stdout redirected: engines that print cannot corrupt the report.
+def _explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
+    """The options given on the command line (not defaulted): they override the config file."""
+    flags: dict[str, object] = {}
+    if ctx is None:
+        return flags
+    for name in ("mode", "model", "factory", "confirm", "micro_batches", "fail_on"):
+        # Compared by name: typer may vendor click, so its ParameterSource is not importable here.
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name != "DEFAULT":
+            value = ctx.params[name]
+            flags[name] = value.value if isinstance(value, enum.Enum) else value
+    return flags
 
-    (Isolated checks redirect the child's stdout themselves; this covers --no-isolate.)
-    """
+
+def _run(targets: list[str], options: CheckOptions, progress: bool | None = None) -> Report:
+    """Run the library check with stdout redirected: engines that print cannot corrupt the report."""
+    from leakscope import progress as display
     from leakscope.api import check as run_check
 
-    with contextlib.redirect_stdout(sys.stderr):
-        return run_check(targets, options)
+    total = len(targets) * len(options.modes)
+    with display.display(total, display.wanted(progress, len(targets))) as on_result:
+        with contextlib.redirect_stdout(sys.stderr):
+            return run_check(targets, options, on_result=on_result)
 
 
 def main() -> None:
@@ -299,6 +370,10 @@ def main() -> None:
     except KeyboardInterrupt:
         typer.echo("leakscope: interrupted", err=True)
         sys.exit(130)
+    finally:
+        from leakscope.runtime import prepare_exit
+
+        prepare_exit()  # see NOTE [Exit cost]
 
 
 __all__ = ["app", "main", "ExitCode"]

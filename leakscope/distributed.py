@@ -1,9 +1,106 @@
-"""A process group for the duration of a check, and nothing left behind after it."""
+"""Process groups for a check: a private one for a single process, torchrun's for many ranks.
+
+# NOTE [Ranks in lockstep]
+# Under ``torchrun`` every rank checks its own step of the real (FSDP-sharded)
+# engine, and every step runs collectives (all-gather in forward,
+# reduce-scatter in backward) that must pair across ranks. But how many steps a
+# rank runs depends on what it finds: a rank that finds a holder re-runs the
+# step to confirm it, a clean rank does not. So before each step every rank
+# votes (all-reduce MAX) on whether it has a real step to run; a rank that has
+# finished the mode keeps voting 0 and runs a throw-away step on a fresh
+# subject for as long as another rank still votes 1 (see :class:`Lockstep`).
+# Engine construction runs no collectives (measured with FSDP2), so only steps
+# are paired. A rank whose engine raises in the middle of a step leaves its
+# peers waiting in a collective until the group's timeout (5 minutes).
+"""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from leakscope.results import Report, TargetResult
+
+#: how long a rank waits in a collective for its peers
+GROUP_TIMEOUT_S = 300
+
+_session_depth = 0
+
+
+def launcher_env() -> tuple[int, int] | None:
+    """``(rank, world_size)`` when a launcher such as torchrun started this process, else None.
+
+    Reads only the environment (``RANK``, ``WORLD_SIZE``), so it costs nothing
+    and imports no torch: the CLI uses it to decide not to isolate targets in
+    child processes, since under torchrun the ranks must be the processes
+    torchrun started.
+    """
+    try:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    return rank, world
+
+
+@contextlib.contextmanager
+def session() -> Iterator[None]:
+    """Under a launcher, the default process group for the whole check; nothing otherwise.
+
+    Initialises it from the environment (gloo, ``env://``) when the caller has
+    not, and destroys it when the outermost session ends: the process is left
+    as it was found. Without a launcher this imports nothing.
+    """
+    global _session_depth
+    if launcher_env() is None:
+        yield
+        return
+    import torch.distributed as dist
+
+    created = False
+    if _session_depth == 0 and dist.is_available() and not dist.is_initialized():
+        import datetime
+
+        dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
+        created = True
+    _session_depth += 1
+    try:
+        yield
+    finally:
+        _session_depth -= 1
+        if created and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def rank_and_world() -> tuple[int, int]:
+    """This process's rank and the world size of the default group, ``(0, 1)`` without one."""
+    if launcher_env() is None:
+        return 0, 1
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return 0, 1
+    return dist.get_rank(), dist.get_world_size()
+
+
+def multi_rank() -> bool:
+    """True inside a session with more than one rank."""
+    return rank_and_world()[1] > 1
+
+
+def is_reporting_rank() -> bool:
+    """Rank 0 prints the merged report; the other ranks print nothing on stdout."""
+    return rank_and_world()[0] == 0
+
+
+def barrier() -> None:
+    """Wait for every rank (so no rank exits while rank 0 still writes the report)."""
+    if multi_rank():
+        import torch.distributed as dist
+
+        dist.barrier()
 
 
 @contextlib.contextmanager
@@ -27,3 +124,92 @@ def process_group(device: str | None = "cpu") -> Iterator[bool]:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+class Lockstep:
+    """Pairs every rank's steps of one target and mode; see NOTE [Ranks in lockstep]."""
+
+    def __init__(self, spec: Any) -> None:
+        self.spec = spec
+
+    def wrapped(self) -> Any:
+        """The spec whose ``call_step`` first votes that this rank has a real step to run."""
+        inner = self.spec.call_step
+        vote = self._vote
+
+        def call_step(engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
+            vote(True)
+            return inner(engine, micro_batch, loss_function, forward_only)
+
+        return dataclasses.replace(self.spec, call_step=call_step)
+
+    def drain(self, mode: Any, options: Any) -> None:
+        """This rank is done with the mode: step along with any rank that is not."""
+        while self._vote(False):
+            self._spare_step(mode, options)
+
+    @staticmethod
+    def _vote(busy: bool) -> bool:
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([1 if busy else 0], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
+    def _spare_step(self, mode: Any, options: Any) -> None:
+        from leakscope.tinymodel import build_micro_batch
+        from leakscope.trial import build_subject, step_once
+
+        model, engine = build_subject(self.spec, options)
+        micro_batch = build_micro_batch(options.size, 0, options.device or "cpu")
+        loss, output = step_once(self.spec, engine, micro_batch, mode)
+        del loss, output, engine, model, micro_batch
+
+
+def gather_report(report: Report) -> Report:
+    """Every rank's report merged (on every rank); the report itself with one rank."""
+    if not multi_rank():
+        return report
+    import torch.distributed as dist
+
+    reports: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(reports, report)
+    return merge_reports(reports)
+
+
+def _comparable(result: TargetResult) -> TargetResult:
+    return dataclasses.replace(result, seconds=0.0, rank=None, traceback=None)
+
+
+def merge_reports(reports: Sequence[Report]) -> Report:
+    """One report from one per rank (same targets and modes, in the same order).
+
+    A result every rank agrees on appears once (``rank`` None, the slowest
+    rank's seconds); where ranks differ, each rank's result appears with its
+    ``rank``. The exit code is therefore the worst over ranks.
+    """
+    first = reports[0]
+    merged: list[TargetResult] = []
+    for i, result in enumerate(first.results):
+        per_rank = [r.results[i] for r in reports]
+        if all(_comparable(r) == _comparable(result) for r in per_rank[1:]):
+            merged.append(dataclasses.replace(result, seconds=max(r.seconds for r in per_rank)))
+        else:
+            merged.extend(dataclasses.replace(r, rank=rank) for rank, r in enumerate(per_rank))
+    return dataclasses.replace(first, results=tuple(merged))
+
+
+__all__ = [
+    "GROUP_TIMEOUT_S",
+    "Lockstep",
+    "barrier",
+    "gather_report",
+    "is_reporting_rank",
+    "launcher_env",
+    "merge_reports",
+    "multi_rank",
+    "process_group",
+    "rank_and_world",
+    "session",
+]

@@ -9,6 +9,17 @@
 
 Everything here is iterative (no recursion limit for 1M-node graphs) and keeps
 references only for the duration of one call.
+
+# NOTE [Deep graphs after a Python walk]
+# Since torch made ``Node`` an intrusive_ptr with PyObject preservation (2.13),
+# a node keeps the Python wrapper that ``next_functions`` created for it for as
+# long as the node lives, and freeing a *chain* of such nodes recurses once per
+# node through the wrapper's dealloc. Any Python walk (ours, torchviz's, a bare
+# DFS) over a chain deeper than about 50k nodes therefore makes the later
+# ``del`` of that graph overflow an 8 MiB C stack (a segfault). A check only
+# walks its tiny trial graphs, so it is not affected; code that scans a big
+# retained graph should drop the graph in a thread with a large stack (see
+# ``benchmarks/graph_scan.py``). Wide graphs are not affected.
 """
 
 from __future__ import annotations
@@ -39,6 +50,45 @@ def _raw_saved_names(node: Any) -> tuple[str, ...]:
     return names
 
 
+@dataclasses.dataclass(frozen=True)
+class _NodeType:
+    """What every node of one autograd node type offers, read once per type.
+
+    # NOTE [Per-type node facts]
+    # A graph of 1M nodes has a few dozen node types. Everything that depends
+    # only on the type (its name, whether it is an AccumulateGrad holding a
+    # leaf, its ``_raw_saved_`` slots, whether instances carry a ctx
+    # ``__dict__``) is computed once here instead of per node: per-node
+    # ``try: node.variable`` and ``object.__getattribute__(node, "__dict__")``
+    # raised and caught an AttributeError on almost every node, which made the
+    # scan ten times slower than the walk itself.
+    """
+
+    name: str
+    leaf: bool
+    raw_saved: tuple[tuple[str, str], ...]
+    has_dict: bool
+
+
+_node_types: dict[type, _NodeType] = {}
+
+
+def _node_type(node: Any) -> _NodeType:
+    tp = type(node)
+    info = _node_types.get(tp)
+    if info is None:
+        names = dir(tp)
+        info = _NodeType(
+            name=node_name(node),
+            leaf="variable" in names,
+            raw_saved=tuple((n, n[len("_raw_saved_"):]) for n in _raw_saved_names(node)),
+            # C++ nodes have no instance dict; custom Function nodes do (their ctx).
+            has_dict=getattr(tp, "__dictoffset__", 0) != 0,
+        )
+        _node_types[tp] = info
+    return info
+
+
 def sequence_nr(node: Any) -> int:
     """The node's creation number (per thread); ``UINT64_MAX`` for AccumulateGrad."""
     try:
@@ -66,14 +116,21 @@ def iter_nodes(roots: Iterable[Any]) -> Iterator[Any]:
     """Every node reachable from ``roots``, each once, without recursion."""
     seen: dict[int, Any] = {}  # holds the Python wrappers so ids stay unique
     stack = [r for r in roots if r is not None]
+    pop, push = stack.pop, stack.append
     while stack:
-        node = stack.pop()
+        node = pop()
         key = id(node)
         if key in seen:
             continue
         seen[key] = node
         yield node
-        stack.extend(next_nodes(node))
+        try:
+            edges = node.next_functions
+        except Exception:
+            continue
+        for nxt, _ in edges:
+            if nxt is not None and id(nxt) not in seen:
+                push(nxt)
     seen.clear()
 
 
@@ -113,7 +170,7 @@ def ctx_values(node: Any) -> Iterator[tuple[str, Any]]:
         yield from list(d.items())
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class GraphTensor:
     """A tensor the graph keeps alive, and why."""
 
@@ -124,32 +181,83 @@ class GraphTensor:
 
 
 def graph_tensors(roots: Iterable[Any], *, with_leaves: bool = True) -> tuple[int, list[GraphTensor]]:
-    """Count the nodes reachable from ``roots`` and list the tensors they keep alive."""
+    """Count the nodes reachable from ``roots`` and list the tensors they keep alive.
+
+    One iterative pass (no recursion limit) at about a million nodes per second;
+    see NOTE [Per-type node facts] and docs/performance.md.
+    """
     import torch
 
     tensor_type = torch.Tensor
     param_type = torch.nn.Parameter
-    count = 0
+
+    def is_plain(obj: Any) -> bool:
+        """A tensor that is not a Parameter. ``isinstance(x, Parameter)`` runs
+        ``_ParameterMeta.__instancecheck__`` in Python (0.4 us), so exact
+        ``torch.Tensor`` (almost every saved tensor) is decided by type alone."""
+        return type(obj) is tensor_type or (isinstance(obj, tensor_type) and not isinstance(obj, param_type))
+
+    types = _node_types
     found: list[GraphTensor] = []
-    for node in iter_nodes(roots):
-        count += 1
-        leaf = accumulated_leaf(node)
-        if leaf is not None:
-            if with_leaves and not isinstance(leaf, param_type):
-                found.append(GraphTensor(LEAF_GRAD, leaf, "AccumulateGrad", "variable"))
-                grad = leaf.grad
-                if grad is not None:
-                    found.append(GraphTensor(LEAF_GRAD, grad, "AccumulateGrad", "variable.grad"))
+    add = found.append
+    seen: dict[int, Any] = {}  # holds the Python wrappers so ids stay unique
+    stack = [r for r in roots if r is not None]
+    pop, push = stack.pop, stack.append
+    while stack:
+        node = pop()
+        key = id(node)
+        if key in seen:
             continue
-        name = None
-        for slot, data in saved_values(node):
-            if isinstance(data, tensor_type) and not isinstance(data, param_type):
-                name = name or node_name(node)
-                found.append(GraphTensor(ACTIVATIONS, data, name, slot))
-        for slot, value in ctx_values(node):
-            if isinstance(value, tensor_type) and not isinstance(value, param_type):
-                found.append(GraphTensor(CTX, value, node_name(node), f"ctx.{slot}"))
+        seen[key] = node
+        info = types.get(type(node)) or _node_type(node)
+        if info.leaf:
+            if with_leaves:
+                leaf = accumulated_leaf(node)
+                if leaf is not None and is_plain(leaf):
+                    add(GraphTensor(LEAF_GRAD, leaf, "AccumulateGrad", "variable"))
+                    grad = leaf.grad
+                    if grad is not None:
+                        add(GraphTensor(LEAF_GRAD, grad, "AccumulateGrad", "variable.grad"))
+            continue
+        for attr, slot in info.raw_saved:
+            try:
+                raw = getattr(node, attr)
+            except Exception:
+                continue
+            if type(raw) is tuple or type(raw) is list:
+                for i, handle in enumerate(raw):
+                    data = _packed(handle)
+                    if is_plain(data):
+                        add(GraphTensor(ACTIVATIONS, data, info.name, slot if len(raw) == 1 else f"{slot}[{i}]"))
+            else:
+                try:  # _packed() inlined: this is the one hot path
+                    data = raw.data
+                except Exception:
+                    continue
+                if is_plain(data):
+                    add(GraphTensor(ACTIVATIONS, data, info.name, slot))
+        if info.has_dict:
+            for slot, value in ctx_values(node):
+                if is_plain(value):
+                    add(GraphTensor(CTX, value, info.name, f"ctx.{slot}"))
+        try:
+            edges = node.next_functions
+        except Exception:
+            continue
+        for nxt, _ in edges:
+            if nxt is not None and id(nxt) not in seen:
+                push(nxt)
+    count = len(seen)
+    seen.clear()
     return count, found
+
+
+def _packed(handle: Any) -> Any:
+    """The packed object of a ``SavedTensor`` handle, or None; see NOTE [Reading saved tensors]."""
+    try:
+        return handle.data
+    except Exception:
+        return None
 
 
 def storage_key(t: Any) -> tuple[str, int] | None:

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,9 @@ from leakscope.results import Mode, Report, TargetResult, Verdict
 _FIX_EXIT = "an engine must return (loss, output) and never exit the process"
 
 
-def check_isolated(targets: Sequence[Any], options: CheckOptions) -> Report:
+def check_isolated(
+    targets: Sequence[Any], options: CheckOptions, *, on_result: Callable[[TargetResult], None] | None = None
+) -> Report:
     """Like :func:`leakscope.api.check`, each target in a fresh child process.
 
     Targets must be strings, or importable objects (named by module and
@@ -56,6 +58,9 @@ def check_isolated(targets: Sequence[Any], options: CheckOptions) -> Report:
             continue
         child_results, version = run_child(name, options)
         results.extend(child_results)
+        for result in child_results:
+            if on_result is not None:
+                on_result(result)
         torch_version = torch_version or version
     return Report(
         results=tuple(results),

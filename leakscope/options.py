@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from leakscope.policy import AllowEntry
 from leakscope.results import Mode
 
 
@@ -43,6 +44,8 @@ class CheckOptions:
     factory: str | None = None
     #: project leaks to this scale (a ``leakscope.projection.Scale``), ``--at``
     at: Any = None
+    #: findings a project keeps attached on purpose: reported as ``allowed``, never failing
+    allowlist: tuple[AllowEntry, ...] = ()
     #: check each target in its own child process (see docs/isolation.md)
     isolate: bool = False
     #: seconds one isolated target may take before its process is killed (None: no limit)

@@ -48,6 +48,9 @@ class Block(nn.Module):
 class TinyLM(nn.Module):
     """A causal-LM-shaped model: ``model(input_ids=..., ...) -> TinyOutput(logits=[B, S, V])``."""
 
+    #: record the probes (weakrefs to checkpoint inputs); off only to measure their cost
+    record_probes: bool = True
+
     def __init__(self, size: ModelSize = ModelSize(), kind: str = "peft-checkpoint") -> None:
         super().__init__()
         if kind not in MODELS:
@@ -88,7 +91,8 @@ class TinyLM(nn.Module):
             if self.kind == "full-finetune":
                 x = block(x)
                 continue
-            self.leakscope_probes.append(weakref.ref(x))
+            if self.record_probes:
+                self.leakscope_probes.append(weakref.ref(x))
             x = checkpoint(block, x, use_reentrant=self.kind == "reentrant-checkpoint")
         return TinyOutput(logits=self.head(x))
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gc
 import importlib
@@ -10,7 +9,6 @@ import json
 import random
 import threading
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -105,17 +103,6 @@ def test_a_check_leaves_nothing_behind(grad_enabled: bool) -> None:
     MADE.clear()
 
 
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[None]:
-    """What the isolated worker does (NOTE [Frozen heap]), undone afterwards so this process is unchanged."""
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def _answers(report: Report) -> list[tuple[str, str, str, list[tuple[str, int, bool]], int]]:
     return [
         (r.target, r.mode.value, r.verdict.value, [(f.path, f.retained_bytes, f.confirmed) for f in r.findings],
@@ -133,12 +120,11 @@ def test_fixture_corpus_gives_identical_answers_20_times() -> None:
     names = fixture_modules()
     targets = [fixture_target(name) for name in names]
     options = CheckOptions(confirm=False)
-    with frozen_heap():
-        first = _answers(leakscope.check(targets, options))
-        first_rng = _answers(leakscope.check("fixtures.bad.nondeterministic:Engine", CheckOptions()))
-        for _ in range(19):
-            assert _answers(leakscope.check(targets, options)) == first
-            assert _answers(leakscope.check("fixtures.bad.nondeterministic:Engine", CheckOptions())) == first_rng
+    first = _answers(leakscope.check(targets, options))
+    first_rng = _answers(leakscope.check("fixtures.bad.nondeterministic:Engine", CheckOptions()))
+    for _ in range(19):
+        assert _answers(leakscope.check(targets, options)) == first
+        assert _answers(leakscope.check("fixtures.bad.nondeterministic:Engine", CheckOptions())) == first_rng
     for name, target in zip(names, targets, strict=True):
         expected = importlib.import_module(f"fixtures.{name}").EXPECTED
         got = {mode: (verdict, [p for p, _, _ in findings]) for t, mode, verdict, findings, _ in first if t == target}
@@ -164,8 +150,7 @@ def test_library_isolate_option_matches_in_process() -> None:
     """``CheckOptions(isolate=True)`` gives the in-process answer, from a child process."""
     targets = ["fixtures.verl_bug:Engine", make_engine]
     isolated = leakscope.check(targets, CheckOptions(isolate=True, timeout=120))
-    with frozen_heap():
-        local = leakscope.check(targets, CheckOptions())
+    local = leakscope.check(targets, CheckOptions())
 
     def strip(report: Report) -> list[Any]:
         return [dataclasses.replace(r, seconds=0.0) for r in report.results]

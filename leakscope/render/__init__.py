@@ -9,9 +9,15 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-FORMATS = ("text", "json")
+FORMATS = ("text", "json", "junit", "sarif", "github")
 
-_MODULES = {"text": "leakscope.render.text", "json": "leakscope.render.json_report"}
+_MODULES = {
+    "text": "leakscope.render.text",
+    "json": "leakscope.render.json_report",
+    "junit": "leakscope.render.junit",
+    "sarif": "leakscope.render.sarif",
+    "github": "leakscope.render.github",
+}
 
 
 def renderer(fmt: str) -> Callable[..., str]:

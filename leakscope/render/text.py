@@ -60,6 +60,8 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
     head = Text()
     head.append(f"{result.target} ", style="bold")
     head.append(f"[{result.mode.value}] ")
+    if result.rank is not None:  # under torchrun, only where ranks differ
+        head.append(f"[rank {result.rank}] ")
     head.append(result.verdict.value.upper(), style=_STYLE[result.verdict])
     if result.verdict is Verdict.LEAK:
         head.append(f"  {human_bytes(result.retained_bytes)} retained per micro-batch")

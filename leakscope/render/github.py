@@ -1,0 +1,55 @@
+"""GitHub Actions workflow commands: findings as inline annotations on the pull request.
+
+``::error`` for a leak, ``::warning`` for a warning, ``::notice`` for an allowed
+finding, each at the line that created the retaining tensor; a target that
+could not be checked is an ``::error`` without a file. The last line is the
+plain summary. Escaping follows the runner's rules for workflow commands.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leakscope.policy import exit_code
+from leakscope.render.summary import finding_message, label, report_line
+from leakscope.results import Finding, Report, Verdict
+
+_COMMAND = {"leak": "error", "warning": "warning", "allowed": "notice"}
+
+
+def escape_data(text: str) -> str:
+    """Escape a command's message (``%``, CR, LF)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    """Escape a command property value (also ``:`` and ``,``, which delimit properties)."""
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def command(name: str, message: str, **properties: str | int) -> str:
+    """``::name key=value,...::message`` with both parts escaped."""
+    props = ",".join(f"{k}={escape_property(str(v))}" for k, v in properties.items())
+    return f"::{name} {props}::{escape_data(message)}" if props else f"::{name}::{escape_data(message)}"
+
+
+def _annotation(finding: Finding, message: str) -> str:
+    name = _COMMAND.get(finding.severity, "error")
+    title = f"leakscope {finding.holder}" + (" (allowed)" if finding.severity == "allowed" else "")
+    if finding.source is None:
+        return command(name, message, title=title)
+    return command(name, message, file=finding.source.file, line=max(1, finding.source.line), title=title)
+
+
+def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
+    """One workflow command per finding, error and warning, then the summary line."""
+    lines = []
+    for result in report.results:
+        if result.verdict is Verdict.ERROR:
+            lines.append(command("error", f"{label(result)}: {result.error}", title="leakscope error"))
+        for finding in result.findings:
+            lines.append(_annotation(finding, finding_message(result, finding)))
+        for warning in result.warnings:
+            lines.append(command("warning", f"{label(result)}: {warning}", title="leakscope warning"))
+    lines.append(report_line(report, exit_code(report, fail_on)))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,50 @@
+"""JUnit XML: one ``<testcase>`` per target and mode, for CI test-report views.
+
+A leak is a ``<failure>``, a target that could not be checked an ``<error>``;
+allowed findings and warnings go to ``<system-out>`` so they stay visible.
+With ``fail_on="warning"`` a warning is a failure too, matching the exit code.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from typing import Any
+
+from leakscope.policy import fails, has_warning
+from leakscope.render.summary import result_detail, result_line
+from leakscope.results import Report, Verdict
+
+
+def render(report: Report, *, fail_on: str = "leak", debug: bool = False, **_: Any) -> str:
+    """The report as a JUnit XML document with a trailing newline."""
+    results = report.results
+    failures = sum(1 for r in results if r.verdict is not Verdict.ERROR and fails(r, fail_on))
+    errors = sum(1 for r in results if r.verdict is Verdict.ERROR)
+    seconds = f"{sum(r.seconds for r in results):.3f}"
+    counts = {"tests": str(len(results)), "failures": str(failures), "errors": str(errors)}
+    root = ET.Element("testsuites", {"name": "leakscope", **counts, "time": seconds})
+    suite = ET.SubElement(root, "testsuite", {"name": "leakscope", **counts, "skipped": "0", "time": seconds})
+    properties = ET.SubElement(suite, "properties")
+    for name, value in (
+        ("leakscope_version", report.leakscope_version),
+        ("torch_version", report.torch_version),
+        ("python_version", report.python_version),
+    ):
+        ET.SubElement(properties, "property", {"name": name, "value": value})
+    for result in results:
+        case = ET.SubElement(
+            suite, "testcase", {"classname": result.target, "name": result.mode.value, "time": f"{result.seconds:.3f}"}
+        )
+        detail = result_detail(result)
+        if result.verdict is Verdict.ERROR:
+            element = ET.SubElement(case, "error", {"message": result_line(result), "type": "error"})
+            element.text = result.traceback if debug and result.traceback else detail
+        elif fails(result, fail_on):
+            kind = "leak" if result.verdict is Verdict.LEAK else "warning"
+            element = ET.SubElement(case, "failure", {"message": result_line(result), "type": kind})
+            element.text = detail
+        elif result.findings or has_warning(result):
+            ET.SubElement(case, "system-out").text = detail
+    ET.indent(root, space="  ")
+    body = ET.tostring(root, encoding="unicode")
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + body + "\n"

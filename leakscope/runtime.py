@@ -1,0 +1,54 @@
+"""Process-level settings a check runs under: intra-op threads, and a cheap exit.
+
+Both exist because a check's wall time is dominated by what torch costs the
+process, not by leakscope's own work (see docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sys
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run torch's intra-op work on one thread for the check; restore the count afterwards.
+
+    The tiny model's kernels take microseconds, so a second intra-op thread
+    gains nothing, and on a small shared CI machine (2 cores, other jobs) its
+    spin-waits stalled one training step for 0.2-0.4 s. Retention does not
+    depend on the thread count.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if before == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def prepare_exit() -> None:
+    """Let a process that imported torch exit without a last full-heap collection.
+
+    # NOTE [Exit cost]
+    # At shutdown CPython collects the whole heap; after ``import torch`` (and
+    # FSDP, which brings in torch._dynamo and sympy) that heap holds millions of
+    # container objects and the collection took 2 s on the 2-core CI machine,
+    # a third of a whole check. ``gc.freeze()`` moves every object to the
+    # permanent generation, which collections skip. atexit handlers and module
+    # teardown still run; only ``__del__`` of objects in reference cycles is
+    # skipped, which CPython never promises at exit anyway. Call it only when
+    # the process is about to exit; without torch loaded it does nothing.
+    """
+    if "torch" in sys.modules:
+        gc.freeze()
+
+
+__all__ = ["prepare_exit", "single_threaded"]

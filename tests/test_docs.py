@@ -1,0 +1,72 @@
+"""Docs that claim to mirror the tool are checked against it."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from leakscope.cli import app
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+OPTION = re.compile(r"(?<![\w-])(--?[a-z][a-z-]*)")
+
+
+def _help_options() -> set[str]:
+    result = CliRunner().invoke(app, ["check", "--help"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    return set(OPTION.findall(result.stdout))
+
+
+def test_cli_reference_lists_every_option_of_check_help() -> None:
+    helped = _help_options()
+    assert {"--mode", "--format", "--config", "--fail-on", "--quiet", "-q", "--progress", "--no-progress"} <= helped
+    doc = (DOCS / "cli.md").read_text(encoding="utf-8")
+    missing = sorted(o for o in helped if f"`{o}`" not in doc)
+    assert missing == [], f"docs/cli.md does not document {missing}"
+    table = [line for line in doc.splitlines() if line.startswith("| `-")]
+    documented = {o for line in table for o in OPTION.findall(line.split("|")[1])}
+    assert sorted(documented - helped) == [], "docs/cli.md documents options that check --help does not have"
+
+
+def test_formats_doc_names_every_registered_format() -> None:
+    from leakscope.render import FORMATS
+
+    doc = (DOCS / "formats.md").read_text(encoding="utf-8")
+    assert all(f"| `{fmt}` |" in doc for fmt in FORMATS)
+
+
+def test_configuration_doc_names_every_key() -> None:
+    from leakscope.config import ALLOW_KEYS, KEYS
+
+    doc = (DOCS / "configuration.md").read_text(encoding="utf-8")
+    assert all(f"| `{key}` |" in doc for key in KEYS)
+    assert all(f"`{key}`" in doc for key in ALLOW_KEYS)
+
+
+def test_findings_catalogue_examples_are_real_output() -> None:
+    sys.path.insert(0, str(DOCS))
+    try:
+        import gen_examples
+    finally:
+        sys.path.remove(str(DOCS))
+    current = gen_examples.DOC.read_text(encoding="utf-8")
+    ids = re.findall(r"<!-- example: ([\w-]+) -->", current)
+    assert sorted(ids) == sorted(gen_examples.EXAMPLES)
+    # Regenerating must change nothing: every example is what leakscope prints today.
+    assert gen_examples.render_doc(current) == current, "run: python docs/gen_examples.py"
+
+
+def test_findings_catalogue_covers_every_holder_and_cause() -> None:
+    from leakscope.render.sarif import RULES
+
+    doc = (DOCS / "findings.md").read_text(encoding="utf-8")
+    for holder in RULES:
+        title = {"not found": "unknown holder", "cycle": "reference cycle (until-gc)"}.get(holder, holder)
+        assert f"### {title}\n" in doc, holder
+    for cause in ("activations", "leaf+grad", "ctx", "nodes-only"):
+        assert f"### {cause}\n" in doc, cause
+    for entry in re.split(r"\n### ", doc.split("## Holders", 1)[1].split("## Causes", 1)[0])[1:]:
+        assert all(part in entry for part in ("**Symptom**", "**Cause**", "**Fix**")), entry[:40]

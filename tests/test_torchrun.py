@@ -1,0 +1,121 @@
+"""Multi-rank: `torchrun --nproc-per-node 2 -m leakscope check ...` on gloo, CPU only.
+
+Each rank checks its own step of the real FSDP2-sharded engine; rank 0 prints
+one merged report; every rank exits with the worst code, and torchrun itself
+exits 1 when any rank exits non-zero (its own convention).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from fixtures.rank_leak import EXPECTED_BY_RANK
+from leakscope.distributed import launcher_env, merge_reports
+from leakscope.results import Finding, Mode, Report, TargetResult, Verdict
+from tests.conftest import ROOT
+
+
+def _torchrun(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "leakscope", "check", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def _by_rank(doc: dict[str, Any], target: str) -> dict[int, dict[str, tuple[str, list[str]]]]:
+    out: dict[int, dict[str, tuple[str, list[str]]]] = {0: {}, 1: {}}
+    for r in doc["results"]:
+        if r["target"] != target:
+            continue
+        ranks = [r["rank"]] if "rank" in r else [0, 1]
+        for rank in ranks:
+            out[rank][r["mode"]] = (r["verdict"], [f["path"] for f in r["findings"]])
+    return out
+
+
+def test_two_ranks_merged_report_per_rank_where_they_differ() -> None:
+    done = _torchrun("leakscope.reference:LeakyFSDPEngine", "fixtures.rank_leak:Engine", "--format", "json")
+    doc = json.loads(done.stdout)  # one document: only rank 0 wrote stdout
+    # Both ranks leak the same way: one result per mode, no rank.
+    leaky = [r for r in doc["results"] if r["target"].endswith("LeakyFSDPEngine")]
+    assert [(r["mode"], r["verdict"], "rank" in r) for r in leaky] == [("train", "leak", False), ("forward-only", "clean", False)]
+    assert [f["path"] for f in leaky[0]["findings"]] == ["output.model_output.log_probs", "output.model_output.entropy"]
+    # Only rank 1 keeps its losses: per-rank results.
+    assert _by_rank(doc, "fixtures.rank_leak:Engine") == {
+        rank: {mode: (v, list(p)) for mode, (v, p) in modes.items()} for rank, modes in EXPECTED_BY_RANK.items()
+    }
+    # Every rank exits 1 (the worst); torchrun reports it and exits 1 itself.
+    assert done.returncode == 1
+    assert done.stderr.count("exitcode  : 1") == 2, done.stderr[-3000:]
+
+
+def test_two_ranks_clean_engine_exits_zero() -> None:
+    done = _torchrun("leakscope.reference:FSDPEngine", "--mode", "train", "--micro-batches", "1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("leakscope.reference:FSDPEngine [train] CLEAN") == 1
+    assert "[rank" not in done.stdout
+    assert done.stdout.rstrip().endswith("0 leak, 1 clean, 0 error (exit 0)")
+
+
+_SESSION = """
+import os, sys
+import torch.distributed as dist
+import leakscope
+from leakscope.options import CheckOptions
+opts = CheckOptions(micro_batches=1, confirm=False)
+leakscope.check("leakscope.reference:FSDPEngine", opts)
+print("left initialized:", dist.is_initialized())
+dist.init_process_group("gloo", init_method="env://")
+group = dist.group.WORLD
+leakscope.check("leakscope.reference:FSDPEngine", opts)
+print("caller's group kept:", dist.is_initialized() and dist.group.WORLD is group)
+dist.destroy_process_group()
+"""
+
+
+def test_session_leaves_the_process_group_as_found() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", _SESSION], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == ["left initialized: False", "caller's group kept: True"], done.stderr[-3000:]
+
+
+def _result(verdict: Verdict, paths: list[str], seconds: float) -> TargetResult:
+    findings = tuple(Finding(p, "engine attribute", "DivBackward0", 3, 8, True, "fix") for p in paths)
+    return TargetResult("t:E", Mode.TRAIN, verdict, findings=findings, seconds=seconds)
+
+
+def test_merge_reports_collapses_agreeing_ranks_and_splits_differing_ones() -> None:
+    def report(*results: TargetResult) -> Report:
+        return Report(results=results, leakscope_version="0", torch_version="t", python_version="p")
+
+    same = merge_reports([report(_result(Verdict.CLEAN, [], 1.0)), report(_result(Verdict.CLEAN, [], 2.5))])
+    assert same.results == (_result(Verdict.CLEAN, [], 2.5),)
+    assert same.exit_code == 0
+    split = merge_reports([report(_result(Verdict.CLEAN, [], 1.0)), report(_result(Verdict.LEAK, ["engine.x"], 1.0))])
+    assert [(r.rank, r.verdict) for r in split.results] == [(0, Verdict.CLEAN), (1, Verdict.LEAK)]
+    assert split.exit_code == 1
+
+
+@pytest.mark.parametrize(("env", "want"), [({}, None), ({"RANK": "1", "WORLD_SIZE": "2"}, (1, 2)), ({"RANK": "x", "WORLD_SIZE": "2"}, None)])
+def test_launcher_env(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], want: tuple[int, int] | None) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert launcher_env() == want
