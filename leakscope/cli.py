@@ -177,7 +177,7 @@ def check(
     ] = None,
     isolate: Annotated[
         bool,
-        typer.Option("--isolate/--no-isolate", help="Check each target in its own process (--no-isolate: in this one, for debugging)."),
+        typer.Option("--isolate/--no-isolate", help="Check each target in its own process; off: in this one, for debugging."),
     ] = True,
     timeout: Annotated[
         float | None,
