@@ -6,6 +6,7 @@ The CLI and the pytest plugin gather options, call :func:`check` and render the
 
 from __future__ import annotations
 
+import dataclasses
 import platform
 import time
 import traceback
@@ -32,15 +33,22 @@ def check(
     bad target. ``options.allowlist`` marks deliberate findings ``allowed``.
     ``on_result`` is called with each result as soon as it is judged (the
     CLI's progress display; the library itself never draws anything).
+    With ``options.isolate`` each target runs in its own child process (see
+    ``leakscope.isolation``) and this process never imports torch.
     """
+    options = options or CheckOptions()
+    if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
+        targets = [targets]
+    if options.isolate:
+        from leakscope.isolation import check_isolated
+
+        return check_isolated(targets, options, on_result=on_result)  # the child resolves the device
     import torch
 
     from leakscope.distributed import gather_report, session
     from leakscope.policy import allow_result
 
-    options = resolve_device(options or CheckOptions())
-    if isinstance(targets, (str, bytes)) or not isinstance(targets, Sequence):
-        targets = [targets]
+    options = resolve_device(options)
     results: list[TargetResult] = []
     # Under torchrun each rank checks its own step; the report merges the ranks.
     with session():
@@ -102,9 +110,16 @@ def resolve_spec(target: Any, options: CheckOptions) -> Any:
     return from_target(resolved, factory)
 
 
-def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
-    """All modes of one target; a target that cannot be resolved errors in every mode."""
+def check_target(
+    target: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None = None
+) -> list[TargetResult]:
+    """All modes of one target; a target that cannot be resolved errors in every mode.
+
+    ``on_result`` is called with each result as soon as it is known (the
+    isolated check streams them to its parent, so a later crash loses nothing).
+    """
     from leakscope.distributed import Lockstep, multi_rank, process_group
+    from leakscope.guard import torch_state, warning_for
     from leakscope.liveness import gc_paused
     from leakscope.runtime import single_threaded
 
@@ -112,13 +127,18 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
     try:
         spec = resolve_spec(target, options)
     except LeakscopeError as exc:
-        return [_error(name, mode, exc.message, exc.detail) for mode in options.modes]
+        errors = [_error(name, mode, exc.message, exc.detail) for mode in options.modes]
+        for error in errors:
+            if on_result is not None:
+                on_result(error)
+        return errors
     lockstep = Lockstep(spec) if multi_rank() else None
     results = []
     for mode in options.modes:
         started = time.perf_counter()
+        changed: list[str] = []
         try:
-            with process_group(options.device), gc_paused(), single_threaded():
+            with torch_state(changed), process_group(options.device), gc_paused(), single_threaded():
                 if lockstep is None:
                     result = _check_mode(spec, mode, options)
                 else:  # NOTE [Ranks in lockstep]
@@ -134,7 +154,11 @@ def check_target(target: Any, options: CheckOptions) -> list[TargetResult]:
                 f"leakscope failed while checking: {type(exc).__name__}: {exc}; please report it with --debug output",
                 traceback.format_exc(),
             )
+        if changed:  # the engine left torch state changed: restored, but say so
+            result = dataclasses.replace(result, warnings=(*result.warnings, warning_for(changed)))
         results.append(_with_seconds(_anchored(result, spec), time.perf_counter() - started))
+        if on_result is not None:
+            on_result(results[-1])
     return results
 
 

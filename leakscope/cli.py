@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from leakscope.results import Report
 
 DEFAULT_TARGET = "leakscope.reference:FSDPEngine"
+#: seconds one target's isolated check may take (tiny models: a real check takes seconds)
+DEFAULT_TIMEOUT = 600.0
 
 app = typer.Typer(
     name="leakscope",
@@ -173,6 +175,18 @@ def check(
         typer.Option("--progress/--no-progress", help="Progress on stderr. Default: only for several targets on a terminal.",
                      show_default=False),
     ] = None,
+    isolate: Annotated[
+        bool,
+        typer.Option("--isolate/--no-isolate", help="Check each target in its own process; off: in this one, for debugging."),
+    ] = True,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--timeout", metavar="SECONDS",
+            help=f"Kill a target's check after SECONDS (isolated only; 0: no limit). Default: {DEFAULT_TIMEOUT:g}.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Check engines for autograd graphs their forward_step leaves reachable.
 
@@ -207,6 +221,10 @@ def check(
             _require_hf()
         if factory is not None:
             split_target(factory)
+        if timeout is not None and (timeout < 0 or timeout != timeout):
+            raise UsageError(f"--timeout {timeout:g} is negative; give seconds > 0, or 0 for no limit")
+        if timeout is not None and not isolate:
+            raise UsageError("--timeout needs a child process to kill; drop --no-isolate")
         if at is not None:
             from leakscope.projection import parse_at
 
@@ -214,9 +232,15 @@ def check(
     except UsageError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
     modes = (Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),)
+    limit = DEFAULT_TIMEOUT if timeout is None else (timeout or None)
+    from leakscope.distributed import launcher_env
+
+    # Under torchrun the ranks must be the processes torchrun started: check in them.
+    isolate = isolate and launcher_env() is None
     options = CheckOptions(
         modes=modes, model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
         device=None if device is DeviceChoice.auto else device.value, at=scale,
+        isolate=isolate, timeout=limit if isolate else None,
     )
     from leakscope.distributed import barrier, is_reporting_rank, session
 

@@ -96,6 +96,7 @@ def _growth_through_loop(spec: EngineSpec, mode: Mode, options: CheckOptions) ->
 
     from leakscope.errors import EngineError
     from leakscope.protocol import describe_exception
+    from leakscope.rng import seeded
     from leakscope.tinymodel import loss_function as default_loss
 
     assert spec.run_micro_batches is not None
@@ -110,7 +111,7 @@ def _growth_through_loop(spec: EngineSpec, mode: Mode, options: CheckOptions) ->
             grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
             trial.seq_start = next_sequence_nr()
             try:
-                with grad_mode:
+                with grad_mode, seeded(0):
                     result = spec.run_micro_batches(
                         trial.roots["engine"], batches, spec.loss_function or default_loss, forward_only
                     )

@@ -46,3 +46,7 @@ class CheckOptions:
     at: Any = None
     #: findings a project keeps attached on purpose: reported as ``allowed``, never failing
     allowlist: tuple[AllowEntry, ...] = ()
+    #: check each target in its own child process (see docs/isolation.md)
+    isolate: bool = False
+    #: seconds one isolated target may take before its process is killed (None: no limit)
+    timeout: float | None = None

@@ -144,6 +144,12 @@ def build_engine(spec: EngineSpec, model: Any) -> Any:
             + "; make __init__ work with a small nn.Module, or pass --factory",
             detail=traceback.format_exc(),
         ) from None
+    except SystemExit as exc:
+        raise EngineError(
+            f"building the engine {spec.name}(model) called sys.exit({exc.code!r}); "
+            "raise an exception instead of exiting, or pass --factory",
+            detail=traceback.format_exc(),
+        ) from None
     if engine is None:
         raise EngineError(f"{spec.name}(model) returned None; the factory must return the engine")
     if spec.call_step is _call_forward_step:

@@ -22,6 +22,7 @@ from leakscope.liveness import Evidence, Item, collect_evidence, settle
 from leakscope.options import CheckOptions
 from leakscope.protocol import EngineSpec, build_engine, describe_exception
 from leakscope.results import Mode
+from leakscope.rng import seeded
 from leakscope.walk import Hit, Root, walk
 
 ROOT_ORDER = ("output", "engine", "micro_batch", "module")
@@ -132,7 +133,6 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
     """Build, step (and backward in train mode), and return what a caller keeps."""
     import time
 
-    import torch
 
     started = time.perf_counter()
     model, engine = build_subject(spec, options)
@@ -142,7 +142,6 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
     _step(trial, model, options, anomaly=anomaly)
     trial.seconds = time.perf_counter() - started
     del model
-    torch.autograd.set_grad_enabled(True)
     return trial
 
 
@@ -190,7 +189,9 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
     return out
 
 
-def step_once(spec: EngineSpec, engine: Any, micro_batch: Any, mode: Mode, *, anomaly: bool = False) -> tuple[Any, Any]:
+def step_once(
+    spec: EngineSpec, engine: Any, micro_batch: Any, mode: Mode, *, anomaly: bool = False, seed: int = 0
+) -> tuple[Any, Any]:
     """Call the step as its real caller does (and backward in train mode); validate what it returns."""
     import torch
 
@@ -202,7 +203,7 @@ def step_once(spec: EngineSpec, engine: Any, micro_batch: Any, mode: Mode, *, an
         torch.autograd.set_detect_anomaly(True, check_nan=False) if anomaly else contextlib.nullcontext()
     )
     try:
-        with grad_mode, anomaly_mode:
+        with grad_mode, anomaly_mode, seeded(seed):
             result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
     except Exception as exc:
         raise EngineError(
@@ -233,7 +234,8 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
 
     trial.seq_start = next_sequence_nr()
     loss, output = step_once(
-        trial.spec, trial.roots["engine"], trial.roots["micro_batch"], trial.mode, anomaly=anomaly
+        trial.spec, trial.roots["engine"], trial.roots["micro_batch"], trial.mode, anomaly=anomaly,
+        seed=options.size.seed,
     )
     trial.seq_end = next_sequence_nr()
     trial.roots["output"] = output

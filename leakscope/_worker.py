@@ -1,0 +1,72 @@
+"""The child side of an isolated check: ``python -m leakscope._worker REQUEST.json``.
+
+Started by :mod:`leakscope.isolation`, one process per target. It checks the
+target mode by mode with :func:`leakscope.api.check_target` and appends one
+JSON line per finished result to the results file the request names, so the
+parent keeps every mode that finished even if a later one crashes or hangs.
+
+Nothing the engine does can reach the parent's report: file descriptor 1 is
+pointed at stderr before any user code runs (C extensions that write to fd 1
+included), and the process ends with ``os._exit`` so atexit handlers and
+non-daemon threads the engine left behind cannot keep it alive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import json
+import os
+import sys
+import traceback
+from typing import IO, Any
+
+
+def _write(out: IO[str], record: dict[str, Any]) -> None:
+    out.write(json.dumps(record) + "\n")
+    out.flush()
+
+
+def _run(request: dict[str, Any], out: IO[str]) -> None:
+    from leakscope.api import check_target, resolve_device
+    from leakscope.errors import UsageError
+    from leakscope.policy import allow_result
+    from leakscope.serialize import options_from_data, to_data
+
+    options = dataclasses.replace(options_from_data(request["options"]), isolate=False)
+    try:
+        options = resolve_device(options)  # as leakscope.check does in process
+    except UsageError as exc:
+        _write(out, {"usage_error": exc.message})
+        return
+    # As leakscope.check does in process: allowlisted findings are marked before they leave.
+    check_target(
+        request["target"], options,
+        on_result=lambda result: _write(out, {"result": to_data(allow_result(result, options.allowlist))}),
+    )
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _write(out, {"torch_version": str(torch.__version__)})
+
+
+def main(argv: list[str]) -> None:
+    """Run one request and exit without running anything the engine registered."""
+    os.dup2(2, 1)  # engine prints, even from C, land on stderr
+    sys.stdout = sys.stderr
+    # A segfault in native code prints the Python stack it happened in.
+    faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+    with open(argv[0], encoding="utf-8") as f:
+        request = json.load(f)
+    status = 0
+    with open(request["results"], "a", encoding="utf-8") as out:
+        try:
+            _run(request, out)
+        except BaseException as exc:  # noqa: B036 - the parent turns this line into an error result
+            _write(out, {"fatal": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            status = 1
+    sys.stderr.flush()
+    os._exit(status)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
