@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 HOLDERS = {
     "output": "returned",
     "engine": "engine attribute",
@@ -23,6 +25,23 @@ def _leaf_name(path: str) -> str:
     return tail if tail.isidentifier() else "value"
 
 
+_INDEX = re.compile(r"(\[[^\]]*\]|\{\})+$")
+
+
+def _reference(path: str, root: str, alias: str) -> tuple[str, bool]:
+    """``engine.meter.sum`` -> (``self.meter.sum``, False); ``engine.history[0]`` -> (``self.history``, True)."""
+    rest = path[len(root):] if path.startswith(root) else path
+    container = _INDEX.sub("", rest)
+    return alias + container, container != rest
+
+
+def _store(path: str, root: str, alias: str) -> str:
+    ref, in_container = _reference(path, root, alias)
+    if in_container:
+        return f"put value.detach() into {ref} instead of the attached tensor (or .item() for scalars)"
+    return f"{ref} = value.detach() (or .item() for scalars)"
+
+
 def hint_for(holder: str, cause: str, path: str) -> str:
     """One sentence: what to change so the caller stops holding this step's graph."""
     name = _leaf_name(path)
@@ -34,15 +53,16 @@ def hint_for(holder: str, cause: str, path: str) -> str:
             )
         return f"detach the returned tree after the loss is computed (verl's fix: {name}.detach())"
     if holder == "engine attribute":
-        return f"store a detached value on the engine: self.{name} = value.detach() (or .item() for scalars); accumulate loss.detach()"
+        return f"keep only detached values on the engine: {_store(path, 'engine', 'self')}; accumulate loss.detach()"
     if holder == "micro-batch":
         return f"write only detached tensors into the micro-batch: micro_batch[{name!r}] = value.detach()"
     if holder == "model hook":
         return "detach inside the hook before storing: store.append(output.detach()), or use torch.no_grad() there"
     if holder == "model attribute":
-        return f"keep only detached tensors on the model: module.{name} = value.detach()"
+        return f"keep only detached tensors on the model: {_store(path, 'module', 'model')}"
     if holder == "module global":
-        return "module-level state must hold detached tensors: append value.detach(), never the attached tensor"
+        ref, _ = _reference(path, "global:", "")
+        return f"module-level state must hold detached tensors: put value.detach() into {ref or 'it'}, never the attached tensor"
     if cause == "until-gc":
         return "break the reference cycle that holds the graph (often a tensor stored on an object that points back at it)"
     return (
