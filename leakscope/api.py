@@ -68,8 +68,6 @@ def check(
 
 def resolve_device(options: CheckOptions) -> CheckOptions:
     """``device=None`` means CUDA when available, else CPU."""
-    import dataclasses
-
     import torch
 
     if options.device is None:
@@ -180,8 +178,6 @@ def _anchored(result: TargetResult, spec: Any) -> TargetResult:
 
 
 def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:
-    import dataclasses
-
     return dataclasses.replace(result, seconds=round(seconds, 3))
 
 
