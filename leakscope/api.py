@@ -132,7 +132,12 @@ def check_target(
         return errors
     lockstep = Lockstep(spec) if multi_rank() else None
     results = []
-    for mode in options.modes:
+    # NOTE [Forward-only first]: state an engine keeps in module globals or
+    # class attributes outlives a mode. A correct forward-only step builds no
+    # graph, so running it first leaves nothing for the train mode to build on;
+    # the other order would let a train-mode graph be extended by the
+    # forward-only step and reported there. Results keep the requested order.
+    for mode in sorted(options.modes, key=lambda m: m is not Mode.FORWARD_ONLY):
         started = time.perf_counter()
         changed: list[str] = []
         try:
@@ -157,6 +162,7 @@ def check_target(
         results.append(_with_seconds(_anchored(result, spec), time.perf_counter() - started))
         if on_result is not None:
             on_result(results[-1])
+    results.sort(key=lambda r: options.modes.index(r.mode))
     return results
 
 

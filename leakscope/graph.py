@@ -183,7 +183,9 @@ class GraphTensor(NamedTuple):
     slot: str
 
 
-def graph_tensors(roots: Iterable[Any], *, with_leaves: bool = True) -> tuple[int, list[GraphTensor]]:
+def graph_tensors(
+    roots: Iterable[Any], *, with_leaves: bool = True, after_seq: int | None = None
+) -> tuple[int, list[GraphTensor]]:
     """Count the nodes reachable from ``roots`` and list the tensors they keep alive.
 
     One iterative pass (no recursion limit) at about a million nodes per second;
@@ -215,6 +217,8 @@ def graph_tensors(roots: Iterable[Any], *, with_leaves: bool = True) -> tuple[in
             continue
         seen[key] = node
         info = types.get(type(node)) or _node_type(node)
+        if after_seq is not None and not info.leaf and sequence_nr(node) <= after_seq:
+            continue  # a graph built before this step: not this step's (NOTE [Older graphs])
         if info.leaf:
             if with_leaves:
                 leaf = accumulated_leaf(node)

@@ -76,8 +76,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple
             _collect(trial, model, loss, options)
             curve.measure(trial, loss, ranges, options)
         del loss, micro_batch
-        findings = curve.storage_findings()
-        return curve.growth(), findings
+        return curve.growth(), curve.stale + curve.storage_findings()
     finally:
         batches.clear()
         trial.close()
@@ -143,7 +142,7 @@ def _collect(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> None
             roots.append(node)
     probes = list(getattr(model, "leakscope_probes", ()))
     model.leakscope_probes.clear() if hasattr(model, "leakscope_probes") else None
-    more = collect_evidence(roots, probes, is_preexisting=trial.is_preexisting)
+    more = collect_evidence(roots, probes, is_preexisting=trial.is_preexisting, after_seq=trial.seq_start)
     roots.clear()
     known = {id(item.ref()) for item in trial.evidence.items if item.ref() is not None}
     for item in more.items:
@@ -164,6 +163,8 @@ class _Curve:
         self.storage: list[int] = []
         self.storage_paths: dict[str, int] = {}
         self.cuda: list[int] | None = None
+        #: after the last micro-batch: references holding an earlier micro-batch's graph
+        self.stale: list[Finding] = []
 
     def measure(self, trial: Trial, loss: Any, ranges: list[tuple[int, int]], options: CheckOptions) -> None:
         import torch
@@ -176,11 +177,16 @@ class _Curve:
             node_roots.append(loss.grad_fn)
         stored: list[tuple[str, Any]] = []
         paths: dict[str, int] = {}
+        stale: list[tuple[Any, Any]] = []  # (hit, node) holding an earlier micro-batch's graph
+        earlier = ranges[:-1]
         for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
             obj = hit.obj
             node = obj.grad_fn if isinstance(obj, torch.Tensor) else obj
             if node is not None and trial.in_step(node):
                 node_roots.append(node)
+                seq = sequence_nr(node)
+                if any(start < seq < end for start, end in earlier):
+                    stale.append((hit, node))
                 continue
             if not isinstance(obj, torch.Tensor):
                 continue
@@ -192,6 +198,8 @@ class _Curve:
                 stored.append(("storage", obj))
                 holder = _holder_path(hit.path)
                 paths[holder] = paths.get(holder, 0) + 1
+        self.stale = [_stale_finding(hit, node, excluded, trial.seq_start) for hit, node in stale]
+        stale.clear()
         alive = trial.evidence.alive(plain_ids)
         self.bytes.append(sum(n for _, n in storage_map(((i.cause, o) for i, o in alive), excluded).values()))
         alive.clear()
@@ -246,6 +254,33 @@ class _Curve:
             bytes_by_cause={"storage-growth": int(round(rate))},
             severity="warning",
         )]
+
+
+def _stale_finding(hit: Any, node: Any, excluded: set[tuple[str, int]], after_seq: int) -> Finding:
+    """A reference still holding the graph of a micro-batch whose step returned long ago.
+
+    Holding a tensor (or node) holds its graph, so the reference retains it on
+    its own: the finding is confirmed by construction.
+    """
+    from leakscope.graph import bytes_by_cause, graph_tensors, node_name
+    from leakscope.hints import hint_for, holder_kind
+
+    count, found = graph_tensors([node], after_seq=after_seq)
+    by_cause = bytes_by_cause(storage_map(((g.cause, g.tensor) for g in found), excluded))
+    found.clear()
+    cause = max(by_cause, key=lambda c: by_cause[c]) if sum(by_cause.values()) else "nodes-only"
+    holder = holder_kind(hit.root.kind, hit.link.in_hook())
+    return Finding(
+        path=hit.path,
+        holder=holder,
+        grad_fn=node_name(node),
+        graph_nodes=count,
+        retained_bytes=sum(by_cause.values()),
+        confirmed=True,
+        hint=hint_for(holder, cause, hit.path),
+        cause=cause,
+        bytes_by_cause=by_cause,
+    )
 
 
 _INDEX = re.compile(r"(\[\d+\]|\{\})$")

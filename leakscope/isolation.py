@@ -116,6 +116,7 @@ def run_child(target: str, options: CheckOptions) -> tuple[list[TargetResult], s
             message = _death_message(returncode)
         detail = fatal.get("traceback") if fatal is not None else None
         results.extend(_error(target, mode, message, detail, seconds) for mode in missing)
+    results.sort(key=lambda r: options.modes.index(r.mode) if r.mode in options.modes else len(options.modes))
     return results, version
 
 

@@ -95,6 +95,7 @@ def collect_evidence(
     probes: Iterable[weakref.ref[Any]],
     *,
     is_preexisting: Any,
+    after_seq: int | None = None,
 ) -> Evidence:
     """Weakref everything the step's graph keeps alive (see NOTE [Observer effect])."""
     evidence = Evidence()
@@ -118,7 +119,7 @@ def collect_evidence(
             # Only leaves have a .grad (reading it on a non-leaf warns).
             if t.is_leaf and t.grad is not None:
                 add(t.grad, LEAF_GRAD, "probe.grad")
-    _, found = graph_tensors(graph_roots)
+    _, found = graph_tensors(graph_roots, after_seq=after_seq)
     for g in found:
         add(g.tensor, g.cause, "leaf" if g.slot == "variable" else f"{g.node}.{g.slot}")
     return evidence

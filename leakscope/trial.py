@@ -70,6 +70,35 @@ class Trial:
             return leaf is not None and id(leaf) in self.evidence.leaf_ids
         return self.seq_start < seq < self.seq_end
 
+    def only_extends_older_graph(self, node: Any) -> bool:
+        """True when this step only added graph-free nodes on top of a graph built before it.
+
+        NOTE [Older graphs]: an accumulator that outlives checks and modes
+        (``Engine.total = Engine.total + x``, with ``x`` computed under
+        ``no_grad``) gets one new node per step on top of an older graph. That
+        older graph is the leak of the step that built it, not of this one;
+        counting it here would make a forward-only verdict depend on what ran
+        before it in the same process.
+        """
+        from leakscope.graph import ctx_values, iter_nodes, saved_values
+
+        older = False
+        for current in _bounded(iter_nodes([node]), 10_000):
+            seq = sequence_nr(current)
+            if seq == UINT64_MAX:
+                leaf = accumulated_leaf(current)
+                if leaf is not None and id(leaf) in self.evidence.leaf_ids:
+                    return False  # reaches this step's leaves
+                continue
+            if seq <= self.seq_start:
+                older = True
+                continue
+            if self.seq_start < seq < self.seq_end and (
+                next(saved_values(current), None) is not None or next(ctx_values(current), None) is not None
+            ):
+                return False  # this step's own nodes keep tensors
+        return older
+
     def is_preexisting(self, t: Any) -> bool:
         """True for tensors the roots already held before the step (inputs, buffers)."""
         ref = self.preexisting.get(id(t))
@@ -246,9 +275,19 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
     if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
         graph_roots.append(loss.grad_fn)
     graph_roots.extend(_step_nodes(trial, options))
-    trial.evidence = collect_evidence(graph_roots, list(getattr(model, "leakscope_probes", ())), is_preexisting=trial.is_preexisting)
+    trial.evidence = collect_evidence(
+        graph_roots, list(getattr(model, "leakscope_probes", ())),
+        is_preexisting=trial.is_preexisting, after_seq=trial.seq_start,
+    )
     graph_roots.clear()
     del loss
+
+
+def _bounded(nodes: Any, limit: int) -> Any:
+    for i, node in enumerate(nodes):
+        if i >= limit:
+            return
+        yield node
 
 
 def _step_nodes(trial: Trial, options: CheckOptions) -> list[Any]:
@@ -295,7 +334,7 @@ def observe(trial: Trial, options: CheckOptions) -> Observation:
         obj = hit.obj
         if isinstance(obj, torch.Tensor):
             node = obj.grad_fn
-            if node is not None and trial.in_step(node):
+            if node is not None and trial.in_step(node) and not trial.only_extends_older_graph(node):
                 candidates.append(hit)
                 key = storage_key(obj)
                 if key is not None:

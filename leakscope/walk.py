@@ -139,6 +139,7 @@ class _Kinds:
         self.module = torch.nn.Module
         self.node = Node
         self.cfunction_base = torch._C._FunctionBase
+        self._node_types: dict[type, bool] = {}
         try:
             from tensordict.base import TensorDictBase
 
@@ -150,12 +151,22 @@ class _Kinds:
         return isinstance(obj, self.torch.nn.Parameter)
 
     def is_node(self, obj: Any) -> bool:
+        """An autograd graph node (``loss.grad_fn``, a GradientEdge's ``.node``, ...).
+
+        Decided by type alone (``issubclass`` on ``Node``'s class-based
+        subclass hook), never ``isinstance``, which would read a user object's
+        ``__class__``; cached per type. C++ nodes report ``__module__ ==
+        'builtins'`` on torch 2.13, so the module name cannot decide it.
+        """
         tp = type(obj)
-        if issubclass(tp, self.cfunction_base):
-            return True
-        mod = getattr(tp, "__module__", "")
-        # C++ nodes are instances of classes registered as virtual subclasses of Node.
-        return (mod == "torch._C._functions" or mod == "torch.autograd.graph" or mod is None or mod == "") and isinstance(obj, self.node)
+        known = self._node_types.get(tp)
+        if known is None:
+            try:
+                known = issubclass(tp, self.cfunction_base) or issubclass(tp, self.node)
+            except Exception:
+                known = False
+            self._node_types[tp] = known
+        return known
 
 
 @functools.lru_cache(maxsize=1)
