@@ -10,13 +10,13 @@ import dataclasses
 import platform
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from leakscope import __version__
 from leakscope.errors import LeakscopeError, TargetError
 from leakscope.options import CheckOptions
-from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
+from leakscope.results import Mode, Report, TargetResult, Verdict
 
 
 def check(
@@ -159,28 +159,11 @@ def check_target(
             )
         if changed:  # the engine left torch state changed: restored, but say so
             result = dataclasses.replace(result, warnings=(*result.warnings, warning_for(changed)))
-        results.append(_with_seconds(_anchored(result, spec), time.perf_counter() - started))
+        results.append(_with_seconds(result, time.perf_counter() - started))
         if on_result is not None:
             on_result(results[-1])
     results.sort(key=lambda r: options.modes.index(r.mode))
     return results
-
-
-def _anchored(result: TargetResult, spec: Any) -> TargetResult:
-    """Findings with no known creating line point at the engine's ``forward_step``.
-
-    An unnamed holder, a reference cycle or storage growth has no line that
-    created it, but SARIF and pull-request annotations need a place to stand.
-    """
-    import dataclasses
-
-    if all(f.source is not None for f in result.findings):
-        return result
-    from leakscope.attribution import anchor_source
-
-    anchor = anchor_source(spec)
-    findings = tuple(f if f.source is not None else dataclasses.replace(f, source=anchor) for f in result.findings)
-    return dataclasses.replace(result, findings=findings)
 
 
 def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:
@@ -197,11 +180,4 @@ def _check_mode(spec: Any, mode: Mode, options: CheckOptions) -> TargetResult:
     return attribution.judge(spec, mode, options)
 
 
-def iter_findings(report: Report) -> Iterable[tuple[TargetResult, Finding]]:
-    """Every (result, finding) pair of a report, in order."""
-    for result in report.results:
-        for finding in result.findings:
-            yield result, finding
-
-
-__all__ = ["check", "check_target", "iter_findings", "Source"]
+__all__ = ["check", "check_target", "resolve_device", "resolve_spec"]

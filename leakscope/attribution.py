@@ -81,7 +81,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         projection = project(spec, mode, options, options.at)
     total = sum(bytes_by_cause(union).values()) + sum(residual.values()) if verdict is Verdict.LEAK else 0
     return TargetResult(
-        target=spec.name, mode=mode, verdict=verdict, findings=tuple(findings),
+        target=spec.name, mode=mode, verdict=verdict, findings=_anchored(findings, spec),
         retained_bytes=total, warnings=tuple(warnings), growth=growth, projection=projection,
     )
 
@@ -122,6 +122,21 @@ def _graph_of(obj: Any) -> tuple[list[Any], list[tuple[str, Any]], str]:
     return [obj], [], node_name(obj)
 
 
+def _anchored(findings: list[Finding], spec: EngineSpec) -> tuple[Finding, ...]:
+    """Findings with no known creating line point at the engine's ``forward_step``.
+
+    A held leaf, an unnamed holder, a reference cycle or storage growth has no
+    line that created it, but SARIF and pull-request annotations need a place
+    to stand.
+    """
+    if all(f.source is not None for f in findings):
+        return tuple(findings)
+    import dataclasses
+
+    anchor = anchor_source(spec)
+    return tuple(f if f.source is not None else dataclasses.replace(f, source=anchor) for f in findings)
+
+
 def _source_of(obj: Any, spec: EngineSpec, modules: Any = ()) -> Source | None:
     node = getattr(obj, "grad_fn", None) if not _is_node(obj) else obj
     if node is not None:
@@ -135,7 +150,7 @@ def _source_of(obj: Any, spec: EngineSpec, modules: Any = ()) -> Source | None:
             found = user_frame_in_stack_text(str(text), engine_files(modules))
             if found is not None:
                 return found
-    return anchor_source(spec)
+    return None
 
 
 def _is_node(obj: Any) -> bool:

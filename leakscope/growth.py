@@ -16,7 +16,7 @@ import re
 from typing import Any
 
 from leakscope.graph import UINT64_MAX, iter_nodes, sequence_nr, storage_key, storage_map
-from leakscope.liveness import collect_evidence, settle
+from leakscope.liveness import alive_bytes, collect_evidence, settle
 from leakscope.options import CheckOptions
 from leakscope.protocol import EngineSpec
 from leakscope.results import Finding, Growth, Mode
@@ -201,7 +201,7 @@ class _Curve:
         self.stale = [_stale_finding(hit, node, excluded, trial.seq_start) for hit, node in stale]
         stale.clear()
         alive = trial.evidence.alive(plain_ids)
-        self.bytes.append(sum(n for _, n in storage_map(((i.cause, o) for i, o in alive), excluded).values()))
+        self.bytes.append(sum(alive_bytes(alive, excluded).values()))
         alive.clear()
         self.storage.append(sum(n for _, n in storage_map(stored, trial.excluded_storages).values()))
         stored.clear()

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from leakscope.graph import LEAF_GRAD, graph_tensors, storage_key, storage_nbytes
+from leakscope.graph import LEAF_GRAD, graph_tensors
 
 
 def settle() -> None:
@@ -139,6 +139,4 @@ __all__ = [
     "collect_evidence",
     "gc_paused",
     "settle",
-    "storage_key",
-    "storage_nbytes",
 ]

@@ -104,11 +104,6 @@ def _tagged_class(data: Any) -> type | None:
     return obj if isinstance(obj, type) and dataclasses.is_dataclass(obj) else None
 
 
-def results_to_data(results: list[TargetResult]) -> list[Any]:
-    """Target results as JSON data."""
-    return [to_data(r) for r in results]
-
-
 def result_from_data(data: Any) -> TargetResult:
     """One :class:`TargetResult` from :func:`to_data` output."""
     return from_data(TargetResult, data)

@@ -50,7 +50,6 @@ class Trial:
     evidence: Evidence
     preexisting: dict[int, weakref.ref[Any]]
     excluded_storages: set[tuple[str, int]]
-    seconds: float = 0.0
 
     def root_list(self) -> list[Root]:
         out = [Root(name, self.roots[name], name, self.roots) for name in ROOT_ORDER if name in self.roots]
@@ -160,16 +159,11 @@ def _validate(result: Any, mode: Mode) -> tuple[Any, Any]:
 
 def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: bool = False) -> Trial:
     """Build, step (and backward in train mode), and return what a caller keeps."""
-    import time
-
-
-    started = time.perf_counter()
     model, engine = build_subject(spec, options)
     micro_batch = make_micro_batch(spec, options, 0)
     trial = new_trial(spec, mode, options, model, engine, micro_batch)
     del engine, micro_batch
     _step(trial, model, options, anomaly=anomaly)
-    trial.seconds = time.perf_counter() - started
     del model
     return trial
 
