@@ -187,7 +187,7 @@ def _dominant(by_cause: dict[str, int]) -> str:
 def _describe(hit: Hit, trial: Trial, obs: Observation, union: StorageMap) -> Finding:
     roots, extra, grad_fn = _graph_of(hit.obj)
     nodes, found = graph_tensors(roots, after_seq=trial.seq_start)
-    items = [(g.cause, g.tensor) for g in found] + extra
+    items = [(g.cause, t) for g in found for t in g.tensors] + extra
     storages = storage_map(items, obs.excluded_storages - _own_storage(hit.obj))
     found.clear()
     items.clear()

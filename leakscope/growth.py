@@ -266,7 +266,7 @@ def _stale_finding(hit: Any, node: Any, excluded: set[tuple[str, int]], after_se
     from leakscope.hints import hint_for, holder_kind
 
     count, found = graph_tensors([node], after_seq=after_seq)
-    by_cause = bytes_by_cause(storage_map(((g.cause, g.tensor) for g in found), excluded))
+    by_cause = bytes_by_cause(storage_map(((g.cause, t) for g in found for t in g.tensors), excluded))
     found.clear()
     cause = max(by_cause, key=lambda c: by_cause[c]) if sum(by_cause.values()) else "nodes-only"
     holder = holder_kind(hit.root.kind, hit.link.in_hook())

@@ -121,7 +121,9 @@ def collect_evidence(
                 add(t.grad, LEAF_GRAD, "probe.grad")
     _, found = graph_tensors(graph_roots, after_seq=after_seq)
     for g in found:
-        add(g.tensor, g.cause, "leaf" if g.slot == "variable" else f"{g.node}.{g.slot}")
+        what = "leaf" if g.slot == "variable" else f"{g.node}.{g.slot}"
+        for t in g.tensors:
+            add(t, g.cause, what)
     return evidence
 
 
