@@ -68,6 +68,8 @@ def _child(kind: str, n: int, contender: str) -> None:
     import threading
     import time
 
+    from leakscope.graph import graph_tensors  # imported before the clock, like torch
+
     gc.disable()  # as during a check (gc_paused); collections would time the heap, not the walk
     y, keep = build(kind, n)
     root = y.grad_fn
@@ -77,8 +79,6 @@ def _child(kind: str, n: int, contender: str) -> None:
         if contender == "bare":
             out["nodes"] = bare_dfs(root)
         elif contender == "leakscope":
-            from leakscope.graph import graph_tensors
-
             nodes, found = graph_tensors([root])
             out["nodes"], out["tensors"] = nodes, sum(len(g.tensors) for g in found)
             del found
