@@ -63,23 +63,27 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     if not findings and sum(died_in_gc.values()) > 0:
         findings.append(_until_gc_finding(died_in_gc))
     growth = None
+    held_bytes = 0  # retained after the last micro-batch, when only the growth run saw a leak
     if options.micro_batches > 1:
         from leakscope.growth import measure_growth
 
-        growth, growth_findings = measure_growth(spec, mode, options)
-        # Graphs of earlier micro-batches still held after the last one are a
-        # leak the single step can miss (an engine that keeps every second
-        # step); when the single step already named the holders, they are not
-        # repeated under their micro-batch-indexed paths.
+        run = measure_growth(spec, mode, options)
+        growth = run.growth
+        # Graphs still held after the last micro-batch are a leak the single
+        # step can miss (an engine that keeps every second step; NOTE [Held
+        # after the last micro-batch]); when the single step already named the
+        # holders, they are not repeated under their micro-batch-indexed paths.
         single_step_leak = any(f.severity == "leak" for f in findings)
-        findings.extend(f for f in growth_findings if f.severity != "leak" or not single_step_leak)
+        findings.extend(f for f in run.findings if f.severity != "leak" or not single_step_leak)
+        if not single_step_leak:
+            held_bytes = run.held_bytes
     verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
     projection = None
     if options.at is not None and verdict is Verdict.LEAK:
         from leakscope.projection import project
 
         projection = project(spec, mode, options, options.at)
-    total = sum(bytes_by_cause(union).values()) + sum(residual.values()) if verdict is Verdict.LEAK else 0
+    total = sum(bytes_by_cause(union).values()) + sum(residual.values()) + held_bytes if verdict is Verdict.LEAK else 0
     return TargetResult(
         target=spec.name, mode=mode, verdict=verdict, findings=_anchored(findings, spec),
         retained_bytes=total, warnings=tuple(warnings), growth=growth, projection=projection,

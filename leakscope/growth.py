@@ -13,9 +13,16 @@ separately: it is worth a warning, not a failed gate.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
-from leakscope.graph import UINT64_MAX, iter_nodes, sequence_nr, storage_key, storage_map
+from leakscope.graph import (
+    UINT64_MAX,
+    StorageMap,
+    iter_nodes,
+    sequence_nr,
+    storage_key,
+    storage_map,
+)
 from leakscope.liveness import alive_bytes, collect_evidence, settle
 from leakscope.options import CheckOptions
 from leakscope.protocol import EngineSpec
@@ -45,8 +52,19 @@ def slope(values: list[int] | tuple[int, ...]) -> float:
     return num / den
 
 
-def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple[Growth, list[Finding]]:
-    """Run ``options.micro_batches`` steps; return the growth curve and storage-growth warnings.
+class GrowthRun(NamedTuple):
+    """What a micro-batch run found: its curve, its findings, and the bytes the
+    references holding a graph after the last micro-batch retain (storage-deduplicated)."""
+
+    growth: Growth
+    findings: list[Finding]
+    held_bytes: int = 0
+
+
+def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> GrowthRun:
+    """Run ``options.micro_batches`` steps: the growth curve, graphs still held
+    after the last micro-batch (NOTE [Held after the last micro-batch]) and
+    storage-growth warnings.
 
     When the target's adapter can drive the framework's own loop
     (``spec.run_micro_batches``, e.g. verl's ``forward_backward_batch``), growth
@@ -76,14 +94,14 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple
             _collect(trial, model, loss, options)
             curve.measure(trial, loss, ranges, options)
         del loss, micro_batch
-        return curve.growth(), curve.stale + curve.storage_findings()
+        return GrowthRun(curve.growth(), curve.held + curve.storage_findings(), curve.held_bytes)
     finally:
         batches.clear()
         trial.close()
         del model
 
 
-def _growth_through_loop(spec: EngineSpec, mode: Mode, options: CheckOptions) -> tuple[Growth, list[Finding]]:
+def _growth_through_loop(spec: EngineSpec, mode: Mode, options: CheckOptions) -> GrowthRun:
     """Growth through the framework's own loop: run it over 1, 2, ..., N micro-batches.
 
     The loop runs step and backward for each micro-batch inside the framework,
@@ -126,7 +144,7 @@ def _growth_through_loop(spec: EngineSpec, mode: Mode, options: CheckOptions) ->
             trial.close()
             del model
     curve.by_batch = ()
-    return curve.growth(), curve.storage_findings()
+    return GrowthRun(curve.growth(), curve.storage_findings())
 
 
 def _collect(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> None:
@@ -163,8 +181,10 @@ class _Curve:
         self.storage: list[int] = []
         self.storage_paths: dict[str, int] = {}
         self.cuda: list[int] | None = None
-        #: after the last micro-batch: references holding an earlier micro-batch's graph
-        self.stale: list[Finding] = []
+        #: after the last micro-batch: references (other than the caller's loss)
+        #: holding any micro-batch's graph; see NOTE [Held after the last micro-batch]
+        self.held: list[Finding] = []
+        self.held_bytes = 0
 
     def measure(self, trial: Trial, loss: Any, ranges: list[tuple[int, int]], options: CheckOptions) -> None:
         import torch
@@ -177,16 +197,20 @@ class _Curve:
             node_roots.append(loss.grad_fn)
         stored: list[tuple[str, Any]] = []
         paths: dict[str, int] = {}
-        stale: list[tuple[Any, Any]] = []  # (hit, node) holding an earlier micro-batch's graph
-        earlier = ranges[:-1]
+        # NOTE [Held after the last micro-batch]
+        # Every walked reference to a graph node of this run is a holder: the
+        # caller keeps only the latest loss (a local of the loop, never walked),
+        # and the single-step check reports any other reference that outlives
+        # its step. An engine that keeps a graph only on some micro-batches
+        # (every second one, or only the last of two) is caught here, whether
+        # the kept graph is an earlier micro-batch's or the last one's.
+        held: list[tuple[Any, Any]] = []  # (hit, node)
         for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
             obj = hit.obj
             node = obj.grad_fn if isinstance(obj, torch.Tensor) else obj
             if node is not None and trial.in_step(node):
                 node_roots.append(node)
-                seq = sequence_nr(node)
-                if any(start < seq < end for start, end in earlier):
-                    stale.append((hit, node))
+                held.append((hit, node))
                 continue
             if not isinstance(obj, torch.Tensor):
                 continue
@@ -198,8 +222,11 @@ class _Curve:
                 stored.append(("storage", obj))
                 holder = _holder_path(hit.path)
                 paths[holder] = paths.get(holder, 0) + 1
-        self.stale = [_stale_finding(hit, node, excluded, trial.seq_start) for hit, node in stale]
-        stale.clear()
+        union: StorageMap = {}
+        self.held = [_held_finding(hit, node, excluded, trial.seq_start, union) for hit, node in held]
+        self.held_bytes = sum(nbytes for _, nbytes in union.values())
+        union.clear()
+        held.clear()
         alive = trial.evidence.alive(plain_ids)
         self.bytes.append(sum(alive_bytes(alive, excluded).values()))
         alive.clear()
@@ -235,8 +262,14 @@ class _Curve:
         )
 
     def storage_findings(self) -> list[Finding]:
+        """A warning when graph-free storage grows on *every* micro-batch.
+
+        A tensor stored once in a while and replaced (``self.logged = x`` every
+        third step) raises the curve once; that is a slot, not a pile.
+        """
         rate = slope(self.storage)
-        if rate <= 0 or not self.storage_paths:
+        steps = [b - a for a, b in zip(self.storage, self.storage[1:])]
+        if rate <= 0 or not self.storage_paths or not steps or min(steps) <= 0:
             return []
         holder = max(self.storage_paths, key=lambda p: (self.storage_paths[p], p))
         return [Finding(
@@ -256,8 +289,10 @@ class _Curve:
         )]
 
 
-def _stale_finding(hit: Any, node: Any, excluded: set[tuple[str, int]], after_seq: int) -> Finding:
-    """A reference still holding the graph of a micro-batch whose step returned long ago.
+def _held_finding(
+    hit: Any, node: Any, excluded: set[tuple[str, int]], after_seq: int, union: StorageMap
+) -> Finding:
+    """A reference still holding the graph of a micro-batch whose step has returned.
 
     Holding a tensor (or node) holds its graph, so the reference retains it on
     its own: the finding is confirmed by construction.
@@ -266,8 +301,10 @@ def _stale_finding(hit: Any, node: Any, excluded: set[tuple[str, int]], after_se
     from leakscope.hints import hint_for, holder_kind
 
     count, found = graph_tensors([node], after_seq=after_seq)
-    by_cause = bytes_by_cause(storage_map(((g.cause, t) for g in found for t in g.tensors), excluded))
+    storages = storage_map(((g.cause, t) for g in found for t in g.tensors), excluded)
     found.clear()
+    union.update(storages)
+    by_cause = bytes_by_cause(storages)
     cause = max(by_cause, key=lambda c: by_cause[c]) if sum(by_cause.values()) else "nodes-only"
     holder = holder_kind(hit.root.kind, hit.link.in_hook())
     return Finding(

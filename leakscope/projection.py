@@ -128,7 +128,7 @@ def project(spec: Any, mode: Any, options: CheckOptions, scale: Scale) -> Projec
         for seq in SAMPLE_SEQS:
             size = dataclasses.replace(base, hidden=hidden, seq=seq)
             opts = dataclasses.replace(options, size=size, micro_batches=2)
-            growth, _ = measure_growth(spec, mode, opts)
+            growth = measure_growth(spec, mode, opts).growth
             per_micro_batch = growth.retained_bytes[1] - growth.retained_bytes[0]
             samples.append((size.batch * seq, hidden, max(0, per_micro_batch)))
     coefficients = _solve(samples)
