@@ -30,6 +30,8 @@ EXAMPLES: dict[str, list[str]] = {
     "micro-batch": ["fixtures.micro_batch_write:Engine", "--mode", "train"],
     "model-state": ["fixtures.model_state:Engine", "--mode", "train"],
     "module-global": ["fixtures.module_global:Engine", "--mode", "train"],
+    "tensor-hook": ["fixtures.tensor_hook:Engine", "--mode", "train"],
+    "generator": ["fixtures.pending_generator:Engine", "--mode", "train"],
     "unknown-holder": ["fixtures.unknown_holder:Engine", "--mode", "train"],
     "reference-cycle": ["fixtures.cycle_until_gc:Engine", "--mode", "train"],
     "ctx": ["fixtures.ctx_function:Engine", "--mode", "train"],

@@ -210,7 +210,8 @@ class _Curve:
             node = obj.grad_fn if isinstance(obj, torch.Tensor) else obj
             if node is not None and trial.in_step(node):
                 node_roots.append(node)
-                held.append((hit, node))
+                if not trial.only_extends_older_graph(node):  # NOTE [Older graphs]
+                    held.append((hit, node))
                 continue
             if not isinstance(obj, torch.Tensor):
                 continue
@@ -320,13 +321,19 @@ def _held_finding(
     )
 
 
-_INDEX = re.compile(r"(\[\d+\]|\{\})$")
+# A per-micro-batch entry at the end of a path: a list index (or an lru_cache
+# position), a set element, an object key (``[<Tensor>]``); and a suspended
+# generator's local, which belongs to the generator.
+_ENTRY = re.compile(r"(\[-?\d+\]|\{\}|\[<[^\]]*>\])$")
+_FRAME_LOCAL = re.compile(r"\.(?:gi|cr|ag)_frame\.f_locals\[[^\]]*\]$")
 
 
 def _holder_path(path: str) -> str:
-    """``engine.history[3]`` -> ``engine.history``: the container that grows."""
+    """The container that grows: ``engine.history[3]`` -> ``engine.history``,
+    ``engine.pending[2].gi_frame.f_locals['x']`` -> ``engine.pending``."""
+    path = _FRAME_LOCAL.sub("", path)
     while True:
-        trimmed = _INDEX.sub("", path)
+        trimmed = _ENTRY.sub("", path)
         if trimmed == path:
             return path
         path = trimmed

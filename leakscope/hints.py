@@ -42,8 +42,54 @@ def _store(path: str, root: str, alias: str) -> str:
     return f"{ref} = value.detach() (or .item() for scalars)"
 
 
+_ROOT_ALIASES = (("engine", "self"), ("module", "model"), ("micro_batch", "micro_batch"), ("output", "output"))
+_TENSOR_HOOK = re.compile(r"^(?P<owner>.*)\.(?:_backward_hooks|_post_accumulate_grad_hooks)\[\d+\](?P<rest>.*)$")
+_FRAME_LOCAL = re.compile(r"^(?P<owner>.*)\.(?:gi|cr|ag)_frame\.f_locals\['(?P<name>[^']+)'\]")
+_LRU_RESULT = re.compile(r"^(?P<owner>.*)\.cache\[-\d+\]")
+
+
+def _code(path: str) -> str:
+    """A report path as the engine's code spells it: ``engine.x`` -> ``self.x``."""
+    if path.startswith("global:"):
+        return path[len("global:"):]
+    for root, alias in _ROOT_ALIASES:
+        if path == root or path.startswith((root + ".", root + "[")):
+            return alias + path[len(root):]
+    return path
+
+
+def _special_hint(path: str) -> str | None:
+    """Holders whose fix is not "store a detached value": hooks, generators, caches."""
+    m = _TENSOR_HOOK.match(path)
+    if m:
+        captured = _leaf_name(m.group("rest")) if m.group("rest") else "value"
+        return (
+            f"a hook registered on {_code(m.group('owner'))} (register_hook) keeps {captured}, "
+            f"a tensor of this step: give the hook {captured}.detach() (or a float) instead, or "
+            "remove the hook through its handle before the step returns"
+        )
+    m = _FRAME_LOCAL.match(path)
+    if m:
+        return (
+            f"the suspended generator {_code(m.group('owner'))} keeps its local {m.group('name')} "
+            "(a tensor of this step) alive: yield detached values, or exhaust or close() it before "
+            "the step returns"
+        )
+    m = _LRU_RESULT.match(path)
+    if m:
+        return (
+            f"the functools.lru_cache on {_code(m.group('owner'))} keeps the tensors it returned, "
+            "with their graphs: return a detached value from the cached function (or do not cache "
+            "tensors that require grad); cache_clear() frees them"
+        )
+    return None
+
+
 def hint_for(holder: str, cause: str, path: str) -> str:
     """One sentence: what to change so the caller stops holding this step's graph."""
+    special = _special_hint(path)
+    if special is not None:
+        return special
     name = _leaf_name(path)
     if holder == "returned":
         if cause == "activations":

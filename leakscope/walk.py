@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import types
+import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -38,6 +39,8 @@ SET = "set"  # set element
 DEFAULTS = "defaults"  # function __defaults__ tuple
 CLASSATTR = "classattr"  # setattr(cls, key, value)
 PARTIAL_ARG = "partial-arg"  # functools.partial positional argument
+LRU = "lru"  # a functools.lru_cache result: released by cache_clear()
+FRAME = "frame"  # a local of a suspended generator's frame
 READONLY = "readonly"  # reachable, but cannot be replaced
 
 
@@ -140,6 +143,11 @@ class _Kinds:
         self.node = Node
         self.cfunction_base = torch._C._FunctionBase
         self._node_types: dict[type, bool] = {}
+        # C-level getters, so a tensor subclass's Python override is never called.
+        base = torch._C.TensorBase.__dict__
+        self.tensor_hook_getters = tuple(
+            (name, base[name]) for name in ("_backward_hooks", "_post_accumulate_grad_hooks") if name in base
+        )
         try:
             from tensordict.base import TensorDictBase
 
@@ -149,6 +157,19 @@ class _Kinds:
 
     def is_parameter(self, obj: Any) -> bool:
         return isinstance(obj, self.torch.nn.Parameter)
+
+    def tensor_hooks(self, t: Any) -> list[tuple[str, dict[Any, Any]]]:
+        """``(name, hooks)`` for the Python hook dicts registered on ``t`` (``register_hook``,
+        ``register_post_accumulate_grad_hook``): their closures can hold another step's graph."""
+        out = []
+        for name, getter in self.tensor_hook_getters:
+            try:
+                hooks = getter.__get__(t)
+            except Exception:
+                continue
+            if isinstance(hooks, dict) and hooks:
+                out.append((name, hooks))
+        return out
 
     def is_node(self, obj: Any) -> bool:
         """An autograd graph node (``loss.grad_fn``, a GradientEdge's ``.node``, ...).
@@ -270,6 +291,14 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
         except ValueError:  # empty cell
             pass
         return
+    if issubclass(tp, weakref.WeakKeyDictionary):
+        yield from _weak_key_children(obj)
+        return
+    if tp in _SUSPENDED:
+        yield from _frame_children(obj)
+        return
+    if tp is _LRU_WRAPPER:
+        yield from _lru_children(obj)  # then its __dict__ (``__wrapped__``), below
     if _is_skipped_type(tp):
         return
     if getattr(tp, "_is_tensorclass", False):
@@ -288,6 +317,68 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
             yield _key_segment(key), ATTR, d, key, value
     for name, value, descr in _slot_values(obj):
         yield f".{name}", SLOT, obj, descr, value
+
+
+_SUSPENDED = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame", types.AsyncGeneratorType: "ag_frame"}
+_LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
+
+
+def _weak_key_children(wkd: weakref.WeakKeyDictionary[Any, Any]) -> Iterable[Child]:
+    """Values of a ``WeakKeyDictionary`` are held strongly (only the keys are weak)."""
+    data = (_instance_dict(wkd) or {}).get("data")
+    if type(data) is not dict:
+        return
+    for ref, value in list(dict.items(data)):
+        key = ref() if isinstance(ref, weakref.ref) else None
+        yield (_key_segment(key) if key is not None else "[<dead key>]"), ITEM, data, ref, value
+
+
+def _frame_children(gen: Any) -> Iterable[Child]:
+    """Locals (and closed-over cells) of a suspended generator or coroutine.
+
+    Read from the frame (``gi_frame.f_locals``), never by resuming it; see
+    :func:`_set_frame_local` for how one is released.
+    """
+    attr = _SUSPENDED[type(gen)]
+    frame = getattr(gen, attr, None)
+    if frame is None:  # finished: holds nothing
+        return
+    try:
+        local_vars = list(frame.f_locals.items())
+    except Exception:
+        return
+    for name, value in local_vars:
+        yield f".{attr}.f_locals[{name!r}]", FRAME, frame, name, value
+
+
+def _lru_children(wrapper: Any) -> Iterable[Child]:
+    """The results a ``functools.lru_cache`` / ``functools.cache`` wrapper keeps.
+
+    # NOTE [Reading an lru_cache]
+    # The C wrapper offers no way to list its cache. An unbounded cache's dict
+    # (one of its GC referents) maps key -> result. A bounded cache's dict maps
+    # key -> link entry, and its GC traversal visits each entry's key, result
+    # and then the entry's type (CPython 3.11+); results are paired with their
+    # keys by identity. On an interpreter that traverses otherwise nothing is
+    # named (the graph is still reported, as ``<unknown holder>``). Releasing a
+    # result is ``cache_clear()``, which is also the fix.
+    """
+    import gc
+
+    refs = gc.get_referents(wrapper)
+    caches = [r for r in refs if type(r) is dict and r]
+    if not caches:
+        return
+    cache = caches[0]
+    keys = {id(key) for key in cache}
+    entry_type = type(next(iter(cache.values())))
+    if entry_type.__name__ != "_lru_list_elem":
+        results = list(cache.values())
+    else:
+        results = [refs[i - 1] for i in range(2, len(refs)) if refs[i] is entry_type and id(refs[i - 2]) in keys]
+    # Newest last: the entry a step just added is ``cache[-1]`` however old the cache is.
+    for i, value in enumerate(results):
+        yield f".cache[{i - len(results)}]", LRU, wrapper, None, value
 
 
 def _tensordict_children(td: Any) -> Iterable[Child]:
@@ -317,6 +408,12 @@ def _module_children(module: Any) -> Iterable[Child]:
     d = _instance_dict(module) or {}
     for key, value in list(d.items()):
         if key == "_parameters":
+            # Parameters hold no step graph themselves; their hooks' closures can.
+            if type(value) is dict:
+                k = kinds()
+                for name, param in list(value.items()):
+                    if param is not None and k.tensor_hooks(param):
+                        yield f".{name}", READONLY, value, name, param
             continue
         if key in _MODULE_PLAIN_DICTS and type(value) is dict:
             for name, child in list(value.items()):
@@ -403,6 +500,8 @@ def _is_state(value: Any, module_name: str) -> bool:
     tp = type(value)
     if tp.__module__ in ("builtins", "collections", module_name):
         return True
+    if tp is _LRU_WRAPPER:  # a module's own cached function keeps its results
+        return getattr(value, "__module__", None) == module_name
     k = kinds()
     if issubclass(tp, k.tensor) or k.is_node(value):
         return True
@@ -462,6 +561,8 @@ def walk(
             if issubclass(tp, k.tensor):
                 if not k.is_parameter(obj):
                     yield Hit(obj, link, root)
+                for name, hooks in k.tensor_hooks(obj):
+                    stack.append((_HookDict(hooks), Link(link, f".{name}", READONLY, None, None)))
                 continue
             if k.is_node(obj):
                 yield Hit(obj, link, root)
@@ -527,6 +628,10 @@ def release(link: Link, value: Any) -> None:
         container.__defaults__ = tuple(defaults)
     elif kind == CLASSATTR:
         setattr(container, key, value)
+    elif kind == LRU:
+        container.cache_clear()
+    elif kind == FRAME:
+        _set_frame_local(container, key, value)
     elif kind == PARTIAL_ARG:
         args = list(container.args)
         args[key] = value
@@ -541,3 +646,21 @@ def release(link: Link, value: Any) -> None:
         release(link.parent, rebuilt)
     else:
         raise ReleaseFailed(f"cannot replace a reference held as {kind}")
+
+
+def _set_frame_local(frame: types.FrameType, name: str, value: Any) -> None:
+    """Rebind a local (or closed-over cell) of a suspended frame.
+
+    Python 3.13's ``f_locals`` writes through (PEP 667); before it, the
+    snapshot dict is written back with ``PyFrame_LocalsToFast``, which also
+    sets cells. Only trial objects are ever released, never the user's.
+    """
+    import sys
+
+    if sys.version_info >= (3, 13):
+        frame.f_locals[name] = value
+        return
+    import ctypes
+
+    frame.f_locals[name] = value  # the snapshot dict, kept on the frame
+    ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))

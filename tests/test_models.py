@@ -44,6 +44,12 @@ DIFFERENT = {
     # step's graph kept alive until the cyclic GC ran, seen through probes and
     # input leaves; a garbage cycle is reachable from none of the caller's roots.
     ("full-finetune", "cycle_until_gc", "train"): ("clean", []),
+    # The hook goes on the model's first trainable parameter, which differs by model.
+    ("full-finetune", "tensor_hook", "train"): ("leak", ["module.embed.weight._backward_hooks[0].scale"]),
+    ("hf-lora", "tensor_hook", "train"): (
+        "leak",
+        ["module.base_model.model.model.layers[0].self_attn.q_proj.lora_A.default.weight._backward_hooks[0].scale"],
+    ),
 }
 
 

@@ -115,3 +115,89 @@ def test_release_replaces_in_place_and_rebuilds_tuples() -> None:
     assert holder["pair"].b.grad_fn is None and isinstance(holder["pair"], NT)
     assert holder["lst"][0].grad_fn is None
     assert holder["p"].args[0].grad_fn is None
+
+
+def _released(holder: Any) -> list[str]:
+    """Walk ``holder``, release every hit by its detached self, return the paths."""
+    hits = list(walk([Root("engine", holder, "engine")]))
+    for hit in hits:
+        release(hit.link, hit.obj.detach())
+    return [hit.path for hit in hits]
+
+
+def test_weak_key_dictionary_values_are_held_and_released() -> None:
+    import weakref
+
+    key = torch.zeros(1)
+    t = torch.ones(1, requires_grad=True) * 2
+    cache: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary({key: t})
+    values: weakref.WeakValueDictionary[Any, Any] = weakref.WeakValueDictionary({"v": t})
+    assert _released({"cache": cache, "values": values}) == ["engine.cache[<Tensor>]"]
+    assert cache[key].grad_fn is None  # values of a WeakValueDictionary are not holders
+
+
+def test_suspended_generator_locals_are_held_and_released() -> None:
+    t = torch.ones(1, requires_grad=True) * 2
+
+    def deferred(x: torch.Tensor) -> Any:
+        y = x + 0  # a local the frame keeps
+        yield y.sum().item()
+
+    started = deferred(t)
+    unstarted = deferred(t)
+    next(started)
+    finished = deferred(t)
+    list(finished)
+    holder = {"started": started, "unstarted": unstarted, "finished": finished}
+    assert _released(holder) == [
+        "engine.started.gi_frame.f_locals['x']",
+        "engine.started.gi_frame.f_locals['y']",
+        "engine.unstarted.gi_frame.f_locals['x']",
+    ]
+    assert [h.path for h in walk([Root("engine", holder, "engine")])] == [
+        "engine.started.gi_frame.f_locals['x']",
+        "engine.started.gi_frame.f_locals['y']",
+        "engine.unstarted.gi_frame.f_locals['x']",
+    ]
+    assert all(h.obj.grad_fn is None for h in walk([Root("engine", holder, "engine")]))
+
+
+def test_lru_cache_results_are_named_newest_last_and_released_by_cache_clear() -> None:
+    @functools.lru_cache(maxsize=8)
+    def bounded(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+
+    @functools.cache
+    def unbounded(x: torch.Tensor) -> torch.Tensor:
+        return x * 3
+
+    a, b = torch.ones(1, requires_grad=True), torch.zeros(1, requires_grad=True)
+    first, second = bounded(a), bounded(b)
+    third = unbounded(a)
+    holder = {"bounded": bounded, "unbounded": unbounded}
+    hits = list(walk([Root("engine", holder, "engine")]))
+    assert [(h.path, h.obj) for h in hits] == [
+        ("engine.bounded.cache[-2]", first),
+        ("engine.bounded.cache[-1]", second),
+        ("engine.unbounded.cache[-1]", third),
+    ]
+    del first, second, third
+    for hit in hits:
+        release(hit.link, None)
+    assert bounded.cache_info().currsize == 0 and unbounded.cache_info().currsize == 0
+
+
+def test_tensor_hook_closures_are_walked_on_parameters_and_tensors() -> None:
+    model = torch.nn.Linear(2, 2)
+    attached = torch.ones(1, requires_grad=True) * 2
+    handle = model.weight.register_hook(lambda g: g * attached)
+    plain = torch.ones(2, requires_grad=True)
+    plain.register_post_accumulate_grad_hook(lambda p: attached.sum())
+    paths = [hit.path for hit in walk([Root("module", model, "module"), Root("engine", [plain], "engine")])]
+    assert paths == [
+        "module.weight._backward_hooks[0].attached",
+        "engine[0]",
+        "engine[0]._post_accumulate_grad_hooks[0].attached",
+    ]
+    handle.remove()
+    assert [hit.path for hit in walk([Root("module", model, "module")])] == []
