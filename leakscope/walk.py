@@ -337,7 +337,11 @@ def _frame_children(gen: Any) -> Iterable[Child]:
     """Locals (and closed-over cells) of a suspended generator or coroutine.
 
     Read from the frame (``gi_frame.f_locals``), never by resuming it; see
-    :func:`_set_frame_local` for how one is released.
+    :func:`_set_frame_local` for how one is released. Before Python 3.13
+    reading ``f_locals`` leaves a snapshot dict on the frame; it refers only to
+    what the frame's locals refer to at that moment, and every later walk
+    refreshes it before anything is judged alive, so it cannot turn a freed
+    graph into a finding.
     """
     attr = _SUSPENDED[type(gen)]
     frame = getattr(gen, attr, None)
