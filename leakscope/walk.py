@@ -101,19 +101,22 @@ _ATOMS: tuple[type, ...] = (
     types.BuiltinFunctionType, types.GetSetDescriptorType, types.MemberDescriptorType,
     types.WrapperDescriptorType, types.MethodWrapperType, memoryview, slice,
 )
-_SKIP_MODULE_PREFIXES = (
-    "torch.", "leakscope.", "logging", "threading", "_thread", "socket", "io", "_io", "ssl",
-    "asyncio", "multiprocessing", "concurrent.", "subprocess", "re", "typing", "inspect",
+#: Top-level packages whose objects are library machinery, not engine state.
+#: Matched on the whole first component of ``__module__``: a user module
+#: ``reward_model`` or ``replay`` is not ``re``, and ``iox`` is not ``io``.
+_SKIP_PACKAGES = frozenset({
+    "torch", "leakscope", "logging", "threading", "_thread", "socket", "io", "_io", "ssl",
+    "asyncio", "multiprocessing", "concurrent", "subprocess", "re", "typing", "inspect",
     "ast", "weakref", "_weakref", "numpy", "enum", "typer", "click", "rich", "_pytest", "pytest",
     "pluggy", "builtins", "importlib", "tempfile", "contextlib",
-)
+})
 
 
 def _is_skipped_type(tp: type) -> bool:
     module = getattr(tp, "__module__", "") or ""
-    if module == "torch":
-        return True
-    return module.startswith(_SKIP_MODULE_PREFIXES) and not module.startswith("torch.nn.modules")
+    if module.startswith("torch.nn.modules"):
+        return False
+    return module.partition(".")[0] in _SKIP_PACKAGES
 
 
 def _identifier(key: object) -> bool:

@@ -201,3 +201,12 @@ def test_tensor_hook_closures_are_walked_on_parameters_and_tensors() -> None:
     ]
     handle.remove()
     assert [hit.path for hit in walk([Root("module", model, "module")])] == []
+
+
+def test_user_modules_named_like_skipped_libraries_are_walked() -> None:
+    t = torch.ones(1)
+    made = {name: type("Holder", (), {"__module__": name})() for name in ("reward_model", "replay.buffer", "iox", "re")}
+    for holder in made.values():
+        holder.kept = t  # type: ignore[attr-defined]
+    paths = _paths(made)
+    assert paths == ["output.reward_model.kept", "output['replay.buffer'].kept", "output.iox.kept"]
