@@ -120,9 +120,18 @@ def collect_evidence(
             if t.is_leaf and t.grad is not None:
                 add(t.grad, LEAF_GRAD, "probe.grad")
     _, found = graph_tensors(graph_roots, after_seq=after_seq)
+    # A learnable leaf the engine owned before the step (SAC's ``log_alpha``, a
+    # temperature) keeps its ``.grad`` by design, as a Parameter does.
+    owned_grads = {
+        id(leaf.grad)
+        for g in found if g.slot == "variable"
+        for leaf in g.tensors if is_preexisting(leaf) and leaf.grad is not None
+    }
     for g in found:
         what = "leaf" if g.slot == "variable" else f"{g.node}.{g.slot}"
         for t in g.tensors:
+            if id(t) in owned_grads:
+                continue
             add(t, g.cause, what)
     return evidence
 
