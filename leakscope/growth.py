@@ -179,7 +179,7 @@ class _Curve:
         self.nodes: list[int] = []
         self.by_batch: tuple[int, ...] = ()
         self.storage: list[int] = []
-        self.storage_paths: dict[str, int] = {}
+        self.storage_paths: list[str] = []
         self.cuda: list[int] | None = None
         #: after the last micro-batch: references (other than the caller's loss)
         #: holding any micro-batch's graph; see NOTE [Held after the last micro-batch]
@@ -196,7 +196,7 @@ class _Curve:
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             node_roots.append(loss.grad_fn)
         stored: list[tuple[str, Any]] = []
-        paths: dict[str, int] = {}
+        paths: list[str] = []
         # NOTE [Held after the last micro-batch]
         # Every walked reference to a graph node of this run is a holder: the
         # caller keeps only the latest loss (a local of the loop, never walked),
@@ -219,10 +219,9 @@ class _Curve:
             key = storage_key(obj)
             if key is not None:
                 excluded.add(key)
-            if hit.root.kind in STORAGE_ROOTS and not trial.is_preexisting(obj):
+            if hit.root.kind in STORAGE_ROOTS and not trial.is_preexisting(obj) and not _bounded(hit):
                 stored.append(("storage", obj))
-                holder = _holder_path(hit.path)
-                paths[holder] = paths.get(holder, 0) + 1
+                paths.append(hit.path)
         union: StorageMap = {}
         self.held = [_held_finding(hit, node, excluded, trial.seq_start, union) for hit, node in held]
         self.held_bytes = sum(nbytes for _, nbytes in union.values())
@@ -272,7 +271,7 @@ class _Curve:
         steps = [b - a for a, b in zip(self.storage, self.storage[1:])]
         if rate <= 0 or not self.storage_paths or not steps or min(steps) <= 0:
             return []
-        holder = max(self.storage_paths, key=lambda p: (self.storage_paths[p], p))
+        holder = _growing_container(self.storage_paths)
         return [Finding(
             path=holder,
             holder="storage growth",
@@ -288,6 +287,14 @@ class _Curve:
             bytes_by_cause={"storage-growth": int(round(rate))},
             severity="warning",
         )]
+
+
+def _bounded(hit: Any) -> bool:
+    """A tensor in a ``deque(maxlen=...)``: that container cannot grow without bound."""
+    from collections import deque
+
+    container = hit.link.container
+    return isinstance(container, deque) and container.maxlen is not None
 
 
 def _held_finding(
@@ -321,19 +328,26 @@ def _held_finding(
     )
 
 
-# A per-micro-batch entry at the end of a path: a list index (or an lru_cache
-# position), a set element, an object key (``[<Tensor>]``); and a suspended
-# generator's local, which belongs to the generator.
-_ENTRY = re.compile(r"(\[-?\d+\]|\{\}|\[<[^\]]*>\])$")
-_FRAME_LOCAL = re.compile(r"\.(?:gi|cr|ag)_frame\.f_locals\[[^\]]*\]$")
+# A per-micro-batch entry of a path: a list index (or an lru_cache position),
+# a set element, an object key (``[<Tensor>]``).
+_ENTRY = re.compile(r"\[-?\d+\]|\{\}|\[<[^\]]*>\]")
 
 
-def _holder_path(path: str) -> str:
-    """The container that grows: ``engine.history[3]`` -> ``engine.history``,
-    ``engine.pending[2].gi_frame.f_locals['x']`` -> ``engine.pending``."""
-    path = _FRAME_LOCAL.sub("", path)
-    while True:
-        trimmed = _ENTRY.sub("", path)
-        if trimmed == path:
-            return path
-        path = trimmed
+def _growing_container(paths: list[str]) -> str:
+    """The container that grows, from the paths of the graph-free tensors it holds.
+
+    The most common path shape (entries as ``[*]``) wins; when several tensors
+    share it, the container is the path up to its last entry
+    (``engine.caught[0].source``, ``engine.caught[1].source`` -> ``engine.caught``;
+    ``engine.pending[2].gi_frame.f_locals['x']`` -> ``engine.pending``); a single
+    tensor that grows in place is named by its own path.
+    """
+    by_shape: dict[str, list[str]] = {}
+    for path in paths:
+        by_shape.setdefault(_ENTRY.sub("[*]", path), []).append(path)
+    shape = max(by_shape, key=lambda k: (len(by_shape[k]), k))
+    members = sorted(by_shape[shape])
+    if len(members) == 1:
+        return members[0]
+    last = list(_ENTRY.finditer(members[0]))
+    return members[0][: last[-1].start()] if last else members[0]

@@ -43,9 +43,16 @@ def _store(path: str, root: str, alias: str) -> str:
 
 
 _ROOT_ALIASES = (("engine", "self"), ("module", "model"), ("micro_batch", "micro_batch"), ("output", "output"))
-_TENSOR_HOOK = re.compile(r"^(?P<owner>.*)\.(?:_backward_hooks|_post_accumulate_grad_hooks)\[\d+\](?P<rest>.*)$")
-_FRAME_LOCAL = re.compile(r"^(?P<owner>.*)\.(?:gi|cr|ag)_frame\.f_locals\['(?P<name>[^']+)'\]")
+_TENSOR_HOOK = re.compile(r"^(?P<owner>.*)\.(?:_backward_hooks|_post_accumulate_grad_hooks)\[\d+\](?P<rest>\.\w+)?$")
+_FRAME_LOCAL = re.compile(r"^(?P<owner>.*)\.(?P<kind>gi|cr|ag)_frame\.f_locals\['(?P<name>[^']+)'\]")
+_TRACEBACK = re.compile(r"^(?P<owner>.*?)\.__traceback__(?:\.tb_next)*\.tb_frame(?:\.f_back)*\.f_locals\['(?P<name>[^']+)'\]")
 _LRU_RESULT = re.compile(r"^(?P<owner>.*)\.cache\[-\d+\]")
+_DICT_KEY = re.compile(r"^(?P<owner>.*)\[<key \w+>\]$")
+_SUSPENDED = {
+    "gi": ("suspended generator", "yield detached values, or exhaust or close() it"),
+    "cr": ("coroutine that was never awaited", "await it, or close() it"),
+    "ag": ("suspended async generator", "yield detached values, or exhaust or aclose() it"),
+}
 
 
 def _code(path: str) -> str:
@@ -62,18 +69,31 @@ def _special_hint(path: str) -> str | None:
     """Holders whose fix is not "store a detached value": hooks, generators, caches."""
     m = _TENSOR_HOOK.match(path)
     if m:
-        captured = _leaf_name(m.group("rest")) if m.group("rest") else "value"
+        captured = m.group("rest")[1:] if m.group("rest") else "value"
         return (
-            f"a hook registered on {_code(m.group('owner'))} (register_hook) keeps {captured}, "
-            f"a tensor of this step: give the hook {captured}.detach() (or a float) instead, or "
+            f"a hook registered on {_code(m.group('owner'))} keeps {captured}, a tensor of this "
+            f"step, in its closure: give the hook {captured}.detach() (or a float) instead, or "
             "remove the hook through its handle before the step returns"
+        )
+    m = _TRACEBACK.match(path)
+    if m:
+        return (
+            f"the exception kept at {_code(m.group('owner'))} keeps the frames of its traceback "
+            f"and their locals ({m.group('name')}, a tensor of this step): keep str(e), or "
+            "e.with_traceback(None), or call traceback.clear_frames(e.__traceback__)"
         )
     m = _FRAME_LOCAL.match(path)
     if m:
+        what, fix = _SUSPENDED[m.group("kind")]
         return (
-            f"the suspended generator {_code(m.group('owner'))} keeps its local {m.group('name')} "
-            "(a tensor of this step) alive: yield detached values, or exhaust or close() it before "
-            "the step returns"
+            f"the {what} {_code(m.group('owner'))} keeps its local {m.group('name')} "
+            f"(a tensor of this step) alive: {fix} before the step returns"
+        )
+    m = _DICT_KEY.match(path)
+    if m:
+        return (
+            f"{_code(m.group('owner'))} uses a tensor of this step as a key: key it by something "
+            "without a graph (an int, a string, or t.detach())"
         )
     m = _LRU_RESULT.match(path)
     if m:

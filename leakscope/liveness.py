@@ -109,7 +109,10 @@ def collect_evidence(
             evidence.items.append(Item(weakref.ref(t), cause, what))
         except TypeError:
             return
-        if what == "leaf":
+        # This step's leaves: reached as an AccumulateGrad's variable, or a probe
+        # (a checkpoint input) that is itself a leaf requiring grad. A reference
+        # to one is a holder (``self.block_input = args[0]``).
+        if what == "leaf" or (what == "probe" and t.grad_fn is None and t.requires_grad):
             evidence.leaf_ids.add(id(t))
 
     for ref in probes:

@@ -40,7 +40,9 @@ DEFAULTS = "defaults"  # function __defaults__ tuple
 CLASSATTR = "classattr"  # setattr(cls, key, value)
 PARTIAL_ARG = "partial-arg"  # functools.partial positional argument
 LRU = "lru"  # a functools.lru_cache result: released by cache_clear()
-FRAME = "frame"  # a local of a suspended generator's frame
+FRAME = "frame"  # a local of a suspended generator's (or a traceback's) frame
+DICT_KEY = "dict-key"  # a tensor used as a dict key: re-keyed by its replacement
+EXC_ARG = "exc-arg"  # an exception's args[i]
 READONLY = "readonly"  # reachable, but cannot be replaced
 
 
@@ -174,6 +176,15 @@ class _Kinds:
                 out.append((name, hooks))
         return out
 
+    def tensor_attrs(self, t: Any) -> dict[str, Any] | None:
+        """A tensor's instance ``__dict__`` when it has public attributes
+        (``weight.kfac_a = input``, ``t.source = x``); private ones (a DTensor's
+        ``_local_tensor``, ``_spec``) are the tensor's own machinery."""
+        d = _instance_dict(t)
+        if d and any(type(key) is str and not key.startswith("_") for key in d):
+            return d
+        return None
+
     def is_node(self, obj: Any) -> bool:
         """An autograd graph node (``loss.grad_fn``, a GradientEdge's ``.node``, ...).
 
@@ -238,6 +249,10 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
         items = list(dict.items(obj))
         for key, value in items:
             yield _key_segment(key), ITEM, obj, key, value
+        for key, _ in items:
+            # A tensor (or graph node) used as a key is held by the dict too.
+            if issubclass(type(key), k.tensor) or k.is_node(key):
+                yield f"[<key {type(key).__name__}>]", DICT_KEY, obj, key, key
         seen = {id(v) for _, v in items}
         d = _instance_dict(obj)
         if d:
@@ -293,6 +308,9 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
             yield "", CELL, obj, None, obj.cell_contents
         except ValueError:  # empty cell
             pass
+        return
+    if issubclass(tp, BaseException):
+        yield from _exception_children(obj)
         return
     if issubclass(tp, weakref.WeakKeyDictionary):
         yield from _weak_key_children(obj)
@@ -358,6 +376,54 @@ def _frame_children(gen: Any) -> Iterable[Child]:
         yield f".{attr}.f_locals[{name!r}]", FRAME, frame, name, value
 
 
+def _exception_children(exc: BaseException) -> Iterable[Child]:
+    """What a stored exception keeps: its ``args``, its attributes, the locals of
+    every frame of its traceback (``self.last_error = e`` keeps the whole failed
+    step's frames), and the exceptions it chains to."""
+    for i, value in enumerate(exc.args):
+        yield f".args[{i}]", EXC_ARG, exc, i, value
+    d = _instance_dict(exc)
+    if d:
+        for key, value in list(d.items()):
+            yield _key_segment(key), ATTR, d, key, value
+    tb = exc.__traceback__
+    segment = ".__traceback__"
+    if tb is not None:
+        # The frame that caught it (and, once they return, the frames that
+        # called it: CPython links a finished frame to its caller's) ...
+        yield from _frame_locals(tb.tb_frame, segment + ".tb_frame", follow_back=True)
+    while tb is not None:
+        # ... and every frame between it and the raise.
+        if segment != ".__traceback__":
+            yield from _frame_locals(tb.tb_frame, segment + ".tb_frame", follow_back=False)
+        tb = tb.tb_next
+        segment += ".tb_next"
+    for attr in ("__cause__", "__context__"):
+        chained = getattr(exc, attr, None)
+        if chained is not None:
+            yield f".{attr}", READONLY, exc, attr, chained
+
+
+def _frame_locals(frame: Any, segment: str, *, follow_back: bool) -> Iterable[Child]:
+    """Locals of a finished frame, and with ``follow_back`` its callers' frames up to the
+    first one of a library package (leakscope's own caller frames, torch, pytest), whose
+    locals are not the engine's."""
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if module.partition(".")[0] in _SKIP_PACKAGES:
+            return
+        try:
+            local_vars = list(frame.f_locals.items())
+        except Exception:
+            local_vars = []
+        for name, value in local_vars:
+            yield f"{segment}.f_locals[{name!r}]", FRAME, frame, name, value
+        if not follow_back:
+            return
+        frame = frame.f_back
+        segment += ".f_back"
+
+
 def _lru_children(wrapper: Any) -> Iterable[Child]:
     """The results a ``functools.lru_cache`` / ``functools.cache`` wrapper keeps.
 
@@ -415,11 +481,12 @@ def _module_children(module: Any) -> Iterable[Child]:
     d = _instance_dict(module) or {}
     for key, value in list(d.items()):
         if key == "_parameters":
-            # Parameters hold no step graph themselves; their hooks' closures can.
+            # Parameters hold no step graph themselves; their hooks' closures and
+            # their public attributes (``weight.kfac_a = input``) can.
             if type(value) is dict:
                 k = kinds()
                 for name, param in list(value.items()):
-                    if param is not None and k.tensor_hooks(param):
+                    if param is not None and (k.tensor_hooks(param) or k.tensor_attrs(param) is not None):
                         yield f".{name}", READONLY, value, name, param
             continue
         if key in _MODULE_PLAIN_DICTS and type(value) is dict:
@@ -570,6 +637,12 @@ def walk(
                     yield Hit(obj, link, root)
                 for name, hooks in k.tensor_hooks(obj):
                     stack.append((_HookDict(hooks), Link(link, f".{name}", READONLY, None, None)))
+                attrs = k.tensor_attrs(obj)
+                if attrs is not None and id(attrs) not in visited:
+                    visited.add(id(attrs))
+                    for key, value in list(attrs.items()):
+                        if type(key) is str and not key.startswith("_"):
+                            stack.append((value, Link(link, _key_segment(key), ATTR, attrs, key)))
                 continue
             if k.is_node(obj):
                 yield Hit(obj, link, root)
@@ -639,6 +712,14 @@ def release(link: Link, value: Any) -> None:
         container.cache_clear()
     elif kind == FRAME:
         _set_frame_local(container, key, value)
+    elif kind == DICT_KEY:
+        entry = container.pop(key)
+        if value is not None:
+            container[value] = entry
+    elif kind == EXC_ARG:
+        args = list(container.args)
+        args[key] = value
+        container.args = tuple(args)
     elif kind == PARTIAL_ARG:
         args = list(container.args)
         args[key] = value

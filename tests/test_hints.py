@@ -13,16 +13,31 @@ def test_plain_holders_store_a_detached_value() -> None:
 
 def test_tensor_hook_closure() -> None:
     hint = hint_for("model hook", "activations", "module.blocks[0].up.weight._backward_hooks[0].scale")
-    assert hint.startswith("a hook registered on model.blocks[0].up.weight (register_hook) keeps scale")
+    assert hint.startswith("a hook registered on model.blocks[0].up.weight keeps scale")
     assert "scale.detach()" in hint and "handle" in hint
-    post = hint_for("engine attribute", "activations", "engine.w._post_accumulate_grad_hooks[1].keywords.x")
-    assert "self.w" in post and "x.detach()" in post
+    post = hint_for("engine attribute", "activations", "engine.w._post_accumulate_grad_hooks[1].scale")
+    assert "self.w" in post and "scale.detach()" in post
+    # a module hook that appends to a list gets the model-hook advice instead
+    stores = hint_for("model hook", "activations", "module.blocks[1]._backward_hooks[0].store[0]")
+    assert stores.startswith("detach inside the hook before storing")
 
 
 def test_generator_local() -> None:
     hint = hint_for("engine attribute", "activations", "engine.pending[0].gi_frame.f_locals['entropy']")
     assert hint.startswith("the suspended generator self.pending[0] keeps its local entropy")
     assert "close()" in hint
+    coroutine = hint_for("engine attribute", "activations", "engine.pending[0].cr_frame.f_locals['entropy']")
+    assert coroutine.startswith("the coroutine that was never awaited self.pending[0]") and "await it" in coroutine
+
+
+def test_exception_traceback_and_dict_key() -> None:
+    hint = hint_for(
+        "engine attribute", "activations", "engine.last_error.__traceback__.tb_next.tb_frame.f_locals['logits']"
+    )
+    assert hint.startswith("the exception kept at self.last_error keeps the frames of its traceback")
+    assert "logits" in hint and "with_traceback(None)" in hint
+    key = hint_for("engine attribute", "activations", "engine.terms[<key Tensor>]")
+    assert key.startswith("self.terms uses a tensor of this step as a key")
 
 
 def test_lru_cache_result() -> None:

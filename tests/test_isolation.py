@@ -111,6 +111,13 @@ def _answers(report: Report) -> list[tuple[str, str, str, list[tuple[str, int, b
     ]
 
 
+def _unconfirmed(paths: list[str]) -> list[str]:
+    """What a check without confirmation reports: the residual ``<unknown holder>``
+    behind named holders is measured only by releasing them (a confirmation run)."""
+    named = [p for p in paths if p != "<unknown holder>"]
+    return named if named else list(paths)
+
+
 def test_fixture_corpus_gives_identical_answers_20_times() -> None:
     """Verdicts, paths and bytes of the whole corpus (and a random-drawing engine) do not change over 20 runs.
 
@@ -128,7 +135,7 @@ def test_fixture_corpus_gives_identical_answers_20_times() -> None:
     for name, target in zip(names, targets, strict=True):
         expected = importlib.import_module(f"fixtures.{name}").EXPECTED
         got = {mode: (verdict, [p for p, _, _ in findings]) for t, mode, verdict, findings, _ in first if t == target}
-        assert got == {mode: (verdict, list(paths)) for mode, (verdict, paths) in expected.items()}
+        assert got == {mode: (verdict, _unconfirmed(paths)) for mode, (verdict, paths) in expected.items()}
     assert first_rng[0][2:4] == ("leak", [("engine.last.d", 4160, True)])
 
 

@@ -210,3 +210,45 @@ def test_user_modules_named_like_skipped_libraries_are_walked() -> None:
         holder.kept = t  # type: ignore[attr-defined]
     paths = _paths(made)
     assert paths == ["output.reward_model.kept", "output['replay.buffer'].kept", "output.iox.kept"]
+
+
+def test_tensor_dict_keys_are_held_and_rekeyed_on_release() -> None:
+    key = torch.ones(1, requires_grad=True) * 2
+    terms = {key: "l2", "plain": 1}
+    assert _released({"terms": terms}) == ["engine.terms[<key Tensor>]"]
+    (new_key,) = [k for k in terms if isinstance(k, torch.Tensor)]
+    assert new_key.grad_fn is None and terms[new_key] == "l2" and key not in terms
+
+
+def test_exception_args_and_traceback_frames_are_held_and_released() -> None:
+    def check(values: torch.Tensor) -> None:
+        raise ValueError("bad", values * 1)
+
+    def step() -> Exception:
+        kept = torch.ones(1, requires_grad=True) * 2
+        try:
+            check(kept)
+        except ValueError as exc:
+            return exc
+        raise AssertionError
+
+    error = step()
+    paths = _released({"error": error})
+    assert paths == [
+        "engine.error.args[1]",
+        "engine.error.__traceback__.tb_frame.f_locals['kept']",
+        "engine.error.__traceback__.tb_next.tb_frame.f_locals['values']",
+    ]
+    assert error.args[1].grad_fn is None
+    assert [h.obj.grad_fn for h in walk([Root("engine", {"error": error}, "engine")])] == [None, None, None]
+
+
+def test_public_tensor_attributes_are_walked_private_ones_are_not() -> None:
+    model = torch.nn.Linear(2, 2)
+    attached = torch.ones(1, requires_grad=True) * 2
+    model.weight.kfac_a = attached  # type: ignore[attr-defined]
+    model.weight._private = attached  # type: ignore[attr-defined]
+    a, b = torch.ones(1), torch.ones(1)
+    a.other, b.other = b, a  # type: ignore[attr-defined]  # a cycle through tensor attributes
+    paths = [h.path for h in walk([Root("module", model, "module"), Root("engine", [a], "engine")])]
+    assert paths == ["module.weight.kfac_a", "engine[0]", "engine[0].other", "engine[0].other.other"]
