@@ -32,7 +32,7 @@ def _reference(path: str, root: str, alias: str) -> tuple[str, bool]:
     """``engine.meter.sum`` -> (``self.meter.sum``, False); ``engine.history[0]`` -> (``self.history``, True)."""
     rest = path[len(root):] if path.startswith(root) else path
     container = _INDEX.sub("", rest)
-    return alias + container, container != rest
+    return shorten(alias + container), container != rest
 
 
 def _store(path: str, root: str, alias: str) -> str:
@@ -58,11 +58,11 @@ _SUSPENDED = {
 def _code(path: str) -> str:
     """A report path as the engine's code spells it: ``engine.x`` -> ``self.x``."""
     if path.startswith("global:"):
-        return path[len("global:"):]
+        return shorten(path[len("global:"):])
     for root, alias in _ROOT_ALIASES:
         if path == root or path.startswith((root + ".", root + "[")):
-            return alias + path[len(root):]
-    return path
+            return shorten(alias + path[len(root):])
+    return shorten(path)
 
 
 def _special_hint(path: str) -> str | None:
@@ -105,8 +105,22 @@ def _special_hint(path: str) -> str | None:
     return None
 
 
+MAX_SHOWN = 160
+
+
+def shorten(text: str, limit: int = MAX_SHOWN) -> str:
+    """``text`` with its middle elided when longer than ``limit`` (a 3000-deep path stays readable)."""
+    if len(text) <= limit:
+        return text
+    keep = (limit - 5) // 2
+    return f"{text[:keep]} ... {text[-keep:]}"
+
+
 def hint_for(holder: str, cause: str, path: str) -> str:
-    """One sentence: what to change so the caller stops holding this step's graph."""
+    """One sentence: what to change so the caller stops holding this step's graph.
+
+    Paths inside the sentence are shortened (:func:`shorten`); the finding keeps the full path.
+    """
     special = _special_hint(path)
     if special is not None:
         return special

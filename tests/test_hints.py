@@ -49,3 +49,13 @@ def test_lru_cache_result() -> None:
 def test_a_list_named_cache_is_not_an_lru_cache() -> None:
     hint = hint_for("engine attribute", "activations", "engine.cache[0]")
     assert "lru_cache" not in hint and "self.cache" in hint
+
+
+def test_very_deep_paths_are_shortened_in_hints_not_in_findings() -> None:
+    from leakscope.hints import shorten
+
+    deep = "engine.tree" + ".next" * 3000 + ".val[0]"
+    hint = hint_for("engine attribute", "activations", deep)
+    assert len(hint) < 400 and " ... " in hint and "self.tree.next" in hint and ".val" in hint
+    assert shorten("engine.x") == "engine.x"
+    assert len(shorten(deep)) <= 160 and shorten(deep).endswith(".val[0]")

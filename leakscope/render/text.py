@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from leakscope.hints import shorten
 from leakscope.results import Report, TargetResult, Verdict
 
 _STYLE = {Verdict.CLEAN: "bold green", Verdict.LEAK: "bold red", Verdict.ERROR: "bold yellow"}
@@ -77,12 +78,12 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
         for f in result.findings:
             severity = "" if f.severity == "leak" else f" ({f.severity})"
             table.add_row(
-                f.path, f.holder + severity, f.grad_fn, f.cause, human_bytes(f.retained_bytes),
+                shorten(f.path), f.holder + severity, f.grad_fn, f.cause, human_bytes(f.retained_bytes),
                 "yes" if f.confirmed else "no",
             )
         blocks.append(table)
         for f in result.findings:
-            lines = [f"  {f.path}"]
+            lines = [f"  {shorten(f.path)}"]
             if f.source:
                 lines.append(f"    created at {f.source}")
             if len(f.bytes_by_cause) > 1:
