@@ -37,7 +37,7 @@ from leakscope.protocol import EngineSpec
 from leakscope.results import Finding, Mode, Source, TargetResult, Verdict
 from leakscope.source import display_path, engine_files, user_frame_in_stack_text
 from leakscope.trial import Observation, Trial, observe, run_trial
-from leakscope.walk import Hit, ReleaseFailed, release
+from leakscope.walk import Hit, ReleaseFailed, path_shape, release
 
 UNKNOWN_HOLDER = "<unknown holder>"
 
@@ -264,9 +264,15 @@ def _holds_alone(spec: EngineSpec, mode: Mode, options: CheckOptions, finding: F
         obs = observe(trial, options)
         mine = [h for h in obs.candidates if h.path == finding.path]
         if not mine:
+            # State that outlives trials (a module-level registry) puts this
+            # run's entry at another index: the same slot, by path shape.
+            shape = path_shape(finding.path)
+            mine = [h for h in obs.candidates if path_shape(h.path) == shape]
+        if not mine:
             obs.clear()
             return False
-        others = [h for h in obs.candidates if h.path != finding.path and all(h.obj is not m.obj for m in mine)]
+        my_paths = {h.path for h in mine}
+        others = [h for h in obs.candidates if h.path not in my_paths and all(h.obj is not m.obj for m in mine)]
         released = _release_all(others)
         mine.clear()
         others.clear()
@@ -274,7 +280,7 @@ def _holds_alone(spec: EngineSpec, mode: Mode, options: CheckOptions, finding: F
         if not released:
             return False
         obs = observe(trial, options)
-        still_held = any(h.path == finding.path for h in obs.candidates)
+        still_held = any(h.path in my_paths for h in obs.candidates)
         alive = bool(obs.alive_unexplained() or obs.alive)
         obs.clear()
         if finding.cause == NODES_ONLY:

@@ -12,7 +12,6 @@ separately: it is worth a warning, not a failed gate.
 
 from __future__ import annotations
 
-import re
 from typing import Any, NamedTuple
 
 from leakscope.graph import (
@@ -35,7 +34,7 @@ from leakscope.trial import (
     next_sequence_nr,
     step_once,
 )
-from leakscope.walk import walk
+from leakscope.walk import ENTRY, path_shape, walk
 
 STORAGE_ROOTS = ("engine", "module", "global")
 
@@ -328,11 +327,6 @@ def _held_finding(
     )
 
 
-# A per-micro-batch entry of a path: a list index (or an lru_cache position),
-# a set element, an object key (``[<Tensor>]``).
-_ENTRY = re.compile(r"\[-?\d+\]|\{\}|\[<[^\]]*>\]")
-
-
 def _growing_container(paths: list[str]) -> str:
     """The container that grows, from the paths of the graph-free tensors it holds.
 
@@ -344,10 +338,10 @@ def _growing_container(paths: list[str]) -> str:
     """
     by_shape: dict[str, list[str]] = {}
     for path in paths:
-        by_shape.setdefault(_ENTRY.sub("[*]", path), []).append(path)
+        by_shape.setdefault(path_shape(path), []).append(path)
     shape = max(by_shape, key=lambda k: (len(by_shape[k]), k))
     members = sorted(by_shape[shape])
     if len(members) == 1:
         return members[0]
-    last = list(_ENTRY.finditer(members[0]))
+    last = list(ENTRY.finditer(members[0]))
     return members[0][: last[-1].start()] if last else members[0]

@@ -14,6 +14,7 @@ import dataclasses
 import traceback
 import types
 import weakref
+from collections.abc import Iterable
 from typing import Any
 
 from leakscope.errors import EngineError
@@ -54,7 +55,9 @@ class Trial:
     def root_list(self) -> list[Root]:
         out = [Root(name, self.roots[name], name, self.roots) for name in ROOT_ORDER if name in self.roots]
         seen: set[str] = set()
-        for module in self.modules:
+        # The engine's own modules first (their frames are what ``source`` prefers), then
+        # the project modules they import (a registry in a helper module).
+        for module in _with_project_imports(self.modules):
             if module.__name__ in seen:
                 continue
             seen.add(module.__name__)
@@ -199,6 +202,47 @@ def new_trial(
             trial.excluded_storages.add(key)
     trial.excluded_storages |= _param_storages(model)
     return trial
+
+
+def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.ModuleType]:
+    """The engine's modules plus the modules of the same project they import.
+
+    A registry in a helper module (``helpers.REGISTRY.append(entropy)``) holds a
+    graph as surely as a global of the engine's own module. "Same project": the
+    same top-level package (``my_pkg.engines`` imports ``my_pkg.registry``), or,
+    for top-level modules, the same directory (a single-file engine and the
+    ``helpers.py`` beside it). Library packages are never added.
+    """
+    import sys
+
+    from leakscope.walk import is_library_module
+
+    out = list(modules)
+    for module in list(out):
+        for value in list(vars(module).values()):
+            if isinstance(value, types.ModuleType):
+                imported: Any = value
+            elif isinstance(value, (types.FunctionType, type)):
+                imported = sys.modules.get(getattr(value, "__module__", "") or "")
+            else:
+                continue
+            if imported is None or imported in out or is_library_module(imported.__name__):
+                continue
+            if _same_project(module, imported):
+                out.append(imported)
+    return out
+
+
+def _same_project(a: types.ModuleType, b: types.ModuleType) -> bool:
+    import os
+
+    top_a, top_b = a.__name__.partition(".")[0], b.__name__.partition(".")[0]
+    if "." in a.__name__ or "." in b.__name__:
+        return top_a == top_b
+    file_a, file_b = getattr(a, "__file__", None), getattr(b, "__file__", None)
+    if not (isinstance(file_a, str) and isinstance(file_b, str)):
+        return False
+    return os.path.dirname(os.path.abspath(file_a)) == os.path.dirname(os.path.abspath(file_b))
 
 
 def _engine_modules(engine: Any) -> list[types.ModuleType]:

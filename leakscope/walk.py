@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import types
 import weakref
 from collections import deque
@@ -114,11 +115,26 @@ _SKIP_PACKAGES = frozenset({
 })
 
 
+# A per-entry segment of a path: a list index (or an lru_cache position), a set
+# element, an object key (``[<Tensor>]``, ``[<key Tensor>]``).
+ENTRY = re.compile(r"\[-?\d+\]|\{\}|\[<[^\]]*>\]")
+
+
+def path_shape(path: str) -> str:
+    """``engine.history[3].x`` -> ``engine.history[*].x``: the same slot of another run."""
+    return ENTRY.sub("[*]", path)
+
+
+def is_library_module(name: str) -> bool:
+    """A module of a skipped library package (by its whole top-level name)."""
+    return name.partition(".")[0] in _SKIP_PACKAGES
+
+
 def _is_skipped_type(tp: type) -> bool:
     module = getattr(tp, "__module__", "") or ""
     if module.startswith("torch.nn.modules"):
         return False
-    return module.partition(".")[0] in _SKIP_PACKAGES
+    return is_library_module(module)
 
 
 def _identifier(key: object) -> bool:
@@ -572,8 +588,8 @@ def module_globals(module: types.ModuleType) -> Iterable[Child]:
 
 def _is_state(value: Any, module_name: str) -> bool:
     tp = type(value)
-    if tp.__module__ in ("builtins", "collections", module_name):
-        return True
+    if tp.__module__ in ("builtins", "collections", "types", "functools", module_name):
+        return True  # containers, SimpleNamespace, partial, and the module's own objects
     if tp is _LRU_WRAPPER:  # a module's own cached function keeps its results
         return getattr(value, "__module__", None) == module_name
     k = kinds()
