@@ -81,7 +81,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> Growt
     try:
         loss: Any = None
         trial.seq_start = next_sequence_nr()
-        for micro_batch in batches:
+        for i, micro_batch in enumerate(batches):
             start = next_sequence_nr()
             # `loss` is rebound only after the step returns: the previous
             # micro-batch's loss is alive during this step, as in a real loop.
@@ -91,7 +91,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> Growt
             trial.seq_end = next_sequence_nr()
             ranges.append((start, trial.seq_end))
             _collect(trial, model, loss, options)
-            curve.measure(trial, loss, ranges, options)
+            curve.measure(trial, loss, ranges, options, find_held=i == len(batches) - 1)
         del loss, micro_batch
         return GrowthRun(curve.growth(), curve.held + curve.storage_findings(), curve.held_bytes)
     finally:
@@ -185,7 +185,11 @@ class _Curve:
         self.held: list[Finding] = []
         self.held_bytes = 0
 
-    def measure(self, trial: Trial, loss: Any, ranges: list[tuple[int, int]], options: CheckOptions) -> None:
+    def measure(
+        self, trial: Trial, loss: Any, ranges: list[tuple[int, int]], options: CheckOptions, *, find_held: bool = False
+    ) -> None:
+        """Settle and measure after a micro-batch; ``find_held`` (after the last one) also
+        describes every reference still holding a graph of the run."""
         import torch
 
         settle()
@@ -209,7 +213,7 @@ class _Curve:
             node = obj.grad_fn if isinstance(obj, torch.Tensor) else obj
             if node is not None and trial.in_step(node):
                 node_roots.append(node)
-                if not trial.only_extends_older_graph(node):  # NOTE [Older graphs]
+                if find_held and not trial.only_extends_older_graph(node):  # NOTE [Older graphs]
                     held.append((hit, node))
                 continue
             if not isinstance(obj, torch.Tensor):

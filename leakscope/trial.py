@@ -51,13 +51,13 @@ class Trial:
     evidence: Evidence
     preexisting: dict[int, weakref.ref[Any]]
     excluded_storages: set[tuple[str, int]]
+    #: ``modules`` plus the project modules they import, whose globals are walked too
+    walked_modules: tuple[types.ModuleType, ...]
 
     def root_list(self) -> list[Root]:
         out = [Root(name, self.roots[name], name, self.roots) for name in ROOT_ORDER if name in self.roots]
         seen: set[str] = set()
-        # The engine's own modules first (their frames are what ``source`` prefers), then
-        # the project modules they import (a registry in a helper module).
-        for module in _with_project_imports(self.modules):
+        for module in self.walked_modules:
             if module.__name__ in seen:
                 continue
             seen.add(module.__name__)
@@ -194,7 +194,9 @@ def new_trial(
     """A trial over these objects, with what they hold before any step recorded as pre-existing."""
     roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
     modules = tuple(dict.fromkeys([*spec.modules, *_engine_modules(engine)]))
-    trial = Trial(spec, mode, roots, modules, 0, 0, Evidence(), {}, set())
+    # ``modules`` are the engine's own (their frames are what ``source`` prefers); the
+    # walk also covers the project modules they import (a registry in a helper module).
+    trial = Trial(spec, mode, roots, modules, 0, 0, Evidence(), {}, set(), tuple(_with_project_imports(modules)))
     for t in _tensor_hits(trial.root_list(), trial.reserved_ids(), options.max_objects):
         trial.preexisting[id(t)] = weakref.ref(t)
         key = storage_key(t)

@@ -382,14 +382,8 @@ def _frame_children(gen: Any) -> Iterable[Child]:
     """
     attr = _SUSPENDED[type(gen)]
     frame = getattr(gen, attr, None)
-    if frame is None:  # finished: holds nothing
-        return
-    try:
-        local_vars = list(frame.f_locals.items())
-    except Exception:
-        return
-    for name, value in local_vars:
-        yield f".{attr}.f_locals[{name!r}]", FRAME, frame, name, value
+    if frame is not None:  # None: finished, holds nothing
+        yield from _frame_locals(frame, f".{attr}", follow_back=False)
 
 
 def _exception_children(exc: BaseException) -> Iterable[Child]:
