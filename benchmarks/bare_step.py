@@ -15,7 +15,7 @@ import sys
 import tensordict  # noqa: F401 - part of the baseline's cost, as in the engine's real imports
 import torch
 
-from leakscope.tinymodel import build_micro_batch, build_model, loss_function
+from leakscope.models.tiny import build_micro_batch, build_model, loss_function
 
 
 def main(plain: bool) -> None:
@@ -31,7 +31,7 @@ def main(plain: bool) -> None:
     else:
         import torch.distributed as dist
 
-        from leakscope.reference import FSDPEngine
+        from leakscope.models.engines import FSDPEngine
 
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         engine = FSDPEngine(model)

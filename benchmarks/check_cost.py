@@ -1,4 +1,4 @@
-"""One check: ``leakscope check leakscope.reference:FSDPEngine`` against running the engine bare.
+"""One check: ``leakscope check leakscope.models.engines:FSDPEngine`` against running the engine bare.
 
 Both are real processes started the same way, interleaved (bare, check,
 check, bare, ...) so machine load hits both alike; the ratio is of medians.
@@ -9,7 +9,7 @@ from __future__ import annotations
 from benchmarks._common import ROOT, Row, Run, child_env, leakscope_cmd, median, python, run_timed
 
 TARGET_RATIO = 1.3
-TARGET = "leakscope.reference:FSDPEngine"
+TARGET = "leakscope.models.engines:FSDPEngine"
 
 
 def _bare(plain: bool = False) -> Run:

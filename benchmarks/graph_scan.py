@@ -12,7 +12,7 @@ Graphs (``--n`` nodes, every non-leaf node with one saved tensor):
 
 Contenders:
 - ``bare``: a plain Python DFS over ``next_functions`` (nodes only);
-- ``leakscope``: ``leakscope.graph.graph_tensors`` (nodes, saved slots, leaves);
+- ``leakscope``: ``leakscope.probe.autograd.graph_tensors`` (nodes, saved slots, leaves);
 - ``torchviz``: ``torchviz.make_dot(y, show_saved=True)`` builds the Digraph
   source (needs the ``torchviz`` and ``graphviz`` Python packages, not the
   Graphviz binary); skipped when not installed.
@@ -59,7 +59,7 @@ def bare_dfs(root: Any) -> int:
 def _child(kind: str, n: int, contender: str) -> None:
     """Build, measure one contender, print JSON, and leave without freeing the graph.
 
-    See NOTE [Deep graphs after a Python walk] in leakscope/graph.py: after any
+    See NOTE [Deep graphs after a Python walk] in leakscope/probe/autograd.py: after any
     Python walk, freeing a deep chain overflows the C stack on torch 2.13, so
     the graph is freed in a thread with a 1 GiB stack (and timed).
     """
@@ -68,7 +68,7 @@ def _child(kind: str, n: int, contender: str) -> None:
     import threading
     import time
 
-    from leakscope.graph import graph_tensors  # imported before the clock, like torch
+    from leakscope.probe.autograd import graph_tensors  # imported before the clock, like torch
 
     gc.disable()  # as during a check (gc_paused); collections would time the heap, not the walk
     y, keep = build(kind, n)

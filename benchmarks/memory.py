@@ -20,8 +20,8 @@ import torch, tensordict
 import torch.distributed as dist
 import leakscope
 from leakscope.options import CheckOptions
-from leakscope.reference import FSDPEngine, LeakyFSDPEngine
-from leakscope.tinymodel import build_micro_batch, build_model, loss_function
+from leakscope.models.engines import FSDPEngine, LeakyFSDPEngine
+from leakscope.models.tiny import build_micro_batch, build_model, loss_function
 
 def bare():
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
@@ -40,11 +40,11 @@ def peak(fn):
     return top
 
 bare()  # warm: lazy imports and first-call costs are not memory of either side
-leakscope.check("leakscope.reference:LeakyFSDPEngine")
+leakscope.check("leakscope.models.engines:LeakyFSDPEngine")
 out = {
     "bare": peak(bare),
-    "clean": peak(lambda: leakscope.check("leakscope.reference:FSDPEngine", CheckOptions())),
-    "leaky": peak(lambda: leakscope.check("leakscope.reference:LeakyFSDPEngine", CheckOptions())),
+    "clean": peak(lambda: leakscope.check("leakscope.models.engines:FSDPEngine", CheckOptions())),
+    "leaky": peak(lambda: leakscope.check("leakscope.models.engines:LeakyFSDPEngine", CheckOptions())),
 }
 print("MEM=" + json.dumps(out))
 """

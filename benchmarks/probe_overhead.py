@@ -20,9 +20,9 @@ TARGET_RATIO = 1.10
 def run(short: bool) -> list[Row]:
     import torch
 
-    from leakscope.liveness import collect_evidence
+    from leakscope.models.tiny import build_micro_batch, build_model, loss_function
     from leakscope.options import ModelSize
-    from leakscope.tinymodel import build_micro_batch, build_model, loss_function
+    from leakscope.probe.liveness import collect_evidence
 
     size = ModelSize(vocab=1024, hidden=1024, layers=12, batch=2, seq=64 if short else 128)
     model = build_model("peft-checkpoint", size)

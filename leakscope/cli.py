@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from leakscope.options import CheckOptions
     from leakscope.results import Report
 
-DEFAULT_TARGET = "leakscope.reference:FSDPEngine"
+DEFAULT_TARGET = "leakscope.models.engines:FSDPEngine"
 #: seconds one target's isolated check may take (tiny models: a real check takes seconds)
 DEFAULT_TIMEOUT = 600.0
 
@@ -192,12 +192,12 @@ def check(
 
     Exit codes: 0 every target clean, 1 a leak, 2 usage error, 3 a target could not be checked.
     """
-    from leakscope import config as project_config
     from leakscope.errors import ConfigError
+    from leakscope.gate import config as project_config
+    from leakscope.harness.target import split_target
+    from leakscope.models.names import MODELS
     from leakscope.options import CheckOptions
     from leakscope.results import Mode
-    from leakscope.target import split_target
-    from leakscope.tinymodel_names import MODELS
 
     try:
         flags = project_config.parse(_explicit_flags(ctx), "the command line")
@@ -226,14 +226,14 @@ def check(
         if timeout is not None and not isolate:
             raise UsageError("--timeout needs a child process to kill; drop --no-isolate")
         if at is not None:
-            from leakscope.projection import parse_at
+            from leakscope.diagnose.projection import parse_at
 
             scale = parse_at(at)
     except UsageError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
     modes = (Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),)
     limit = DEFAULT_TIMEOUT if timeout is None else (timeout or None)
-    from leakscope.distributed import launcher_env
+    from leakscope.harness.distributed import launcher_env
 
     # Under torchrun the ranks must be the processes torchrun started: check in them.
     isolate = isolate and launcher_env() is None
@@ -242,7 +242,7 @@ def check(
         device=None if device is DeviceChoice.auto else device.value, at=scale,
         isolate=isolate, timeout=limit if isolate else None,
     )
-    from leakscope.distributed import barrier, is_reporting_rank, session
+    from leakscope.harness.distributed import barrier, is_reporting_rank, session
 
     with session():  # under torchrun: one process group for the check and the merged report
         try:
@@ -329,7 +329,7 @@ def explain(
 
     Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
     """
-    from leakscope.explain import explain as run_explain
+    from leakscope.diagnose.explain import explain as run_explain
     from leakscope.options import CheckOptions
     from leakscope.render.dot import render as render_dot
     from leakscope.render.tree import render as render_tree
@@ -368,8 +368,8 @@ def _explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
 
 def _run(targets: list[str], options: CheckOptions, progress: bool | None = None) -> Report:
     """Run the library check with stdout redirected: engines that print cannot corrupt the report."""
-    from leakscope import progress as display
     from leakscope.api import check as run_check
+    from leakscope.render import progress as display
 
     total = len(targets) * len(options.modes)
     with display.display(total, display.wanted(progress, len(targets))) as on_result:
@@ -385,7 +385,7 @@ def main() -> None:
         typer.echo("leakscope: interrupted", err=True)
         sys.exit(130)
     finally:
-        from leakscope.runtime import prepare_exit
+        from leakscope.harness.runtime import prepare_exit
 
         prepare_exit()  # see NOTE [Exit cost]
 

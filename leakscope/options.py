@@ -26,7 +26,7 @@ class CheckOptions:
     """How to check a target. Every field has the CLI's default."""
 
     modes: tuple[Mode, ...] = (Mode.TRAIN, Mode.FORWARD_ONLY)
-    #: which tiny model to hand the engine (see ``leakscope.tinymodel.MODELS``)
+    #: which tiny model to hand the engine (see ``leakscope.models.tiny.MODELS``)
     model: str = "peft-checkpoint"
     size: ModelSize = ModelSize()
     #: micro-batches per growth run (1 disables the growth measurement)
@@ -42,7 +42,7 @@ class CheckOptions:
     max_objects: int = 2_000_000
     #: a factory ``pkg.mod:make_engine`` that builds the engine from the model
     factory: str | None = None
-    #: project leaks to this scale (a ``leakscope.projection.Scale``), ``--at``
+    #: project leaks to this scale (a ``leakscope.diagnose.projection.Scale``), ``--at``
     at: Any = None
     #: findings a project keeps attached on purpose: reported as ``allowed``, never failing
     allowlist: tuple[AllowEntry, ...] = ()

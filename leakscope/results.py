@@ -107,7 +107,7 @@ class TargetResult:
     traceback: str | None = None
     seconds: float = 0.0
     rank: int | None = None
-    #: ``--at``: what this leak costs at the user's scale (a ``leakscope.projection.Projection``)
+    #: ``--at``: what this leak costs at the user's scale (a ``leakscope.diagnose.projection.Projection``)
     projection: Any = None
 
 
@@ -132,3 +132,40 @@ class Report:
         if any(r.verdict is Verdict.LEAK for r in self.results):
             return int(ExitCode.LEAK)
         return int(ExitCode.CLEAN)
+
+
+# The retained graph below one held reference, as `leakscope explain` describes it.
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """A tensor a node keeps: saved for backward, a ctx attribute, or a leaf and its grad."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    nbytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ViewNode:
+    """One graph node."""
+
+    id: int
+    name: str
+    slots: tuple[Slot, ...]
+    children: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphView:
+    """The retained graph below one held reference (possibly truncated to ``max_nodes``)."""
+
+    target: str
+    mode: str
+    path: str
+    root: int | None
+    nodes: tuple[ViewNode, ...]
+    total_nodes: int
+    truncated: bool
+    paths: tuple[str, ...] = ()

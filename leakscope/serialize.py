@@ -1,6 +1,6 @@
 """Results and options as plain JSON data, and back: how a check crosses a process boundary.
 
-The isolated check (``leakscope.isolation``) runs each target in a child process
+The isolated check (``leakscope.runner.isolation``) runs each target in a child process
 that sends its :class:`~leakscope.results.TargetResult` objects back as JSON.
 Unlike the JSON report (``render/json_report.py``, a documented contract that
 leaves out tracebacks and timings), this is a lossless, private encoding: every

@@ -122,7 +122,7 @@ def test_factory_overrides_an_adapter(site: dict[str, Path]) -> None:
 
 def test_builtin_adapters_load_without_importing_torch() -> None:
     code = (
-        "import sys; from leakscope.adapters import installed_adapters; "
+        "import sys; from leakscope.adapters.registry import installed_adapters; "
         "names = [a.name for a in installed_adapters()]; "
         "assert 'verl-fsdp' in names, names; "
         "assert 'torch' not in sys.modules and 'verl' not in sys.modules; print('ok')"

@@ -15,20 +15,20 @@ runner = CliRunner()
 
 
 def test_reference_engine_is_clean_and_exits_0() -> None:
-    result = runner.invoke(app, ["check", "leakscope.reference:FSDPEngine"])
+    result = runner.invoke(app, ["check", "leakscope.models.engines:FSDPEngine"])
     assert result.exit_code == 0, result.output
-    assert "leakscope.reference:FSDPEngine [train] CLEAN" in result.stdout
-    assert "leakscope.reference:FSDPEngine [forward-only] CLEAN" in result.stdout
+    assert "leakscope.models.engines:FSDPEngine [train] CLEAN" in result.stdout
+    assert "leakscope.models.engines:FSDPEngine [forward-only] CLEAN" in result.stdout
 
 
 def test_no_target_checks_the_reference_engine() -> None:
     result = runner.invoke(app, ["check", "--mode", "train"])
     assert result.exit_code == 0
-    assert "leakscope.reference:FSDPEngine [train] CLEAN" in result.stdout
+    assert "leakscope.models.engines:FSDPEngine [train] CLEAN" in result.stdout
 
 
 def test_leaky_reference_engine_json_names_both_paths() -> None:
-    result = runner.invoke(app, ["check", "leakscope.reference:LeakyFSDPEngine", "--format", "json"])
+    result = runner.invoke(app, ["check", "leakscope.models.engines:LeakyFSDPEngine", "--format", "json"])
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["schema_version"] == 1
@@ -43,7 +43,7 @@ def test_leaky_reference_engine_json_names_both_paths() -> None:
 
 
 def test_text_report_has_table_and_fix() -> None:
-    result = runner.invoke(app, ["check", "leakscope.reference:LeakyFSDPEngine", "--mode", "train"])
+    result = runner.invoke(app, ["check", "leakscope.models.engines:LeakyFSDPEngine", "--mode", "train"])
     assert result.exit_code == 1
     assert "LEAK" in result.stdout
     assert "output.model_output.entropy" in result.stdout
@@ -61,14 +61,14 @@ def test_missing_module_is_exit_3_one_line_and_valid_json() -> None:
 
 
 def test_missing_attribute_suggests_close_match() -> None:
-    result = runner.invoke(app, ["check", "leakscope.reference:FSDPEngin", "--mode", "train"])
+    result = runner.invoke(app, ["check", "leakscope.models.engines:FSDPEngin", "--mode", "train"])
     assert result.exit_code == 3
     assert "has no attribute 'FSDPEngin'; did you mean 'FSDPEngine'" in result.stdout
     assert "Traceback" not in result.output
 
 
 def test_malformed_target_is_usage_error_with_json() -> None:
-    result = runner.invoke(app, ["check", "leakscope.reference", "--format", "json"])
+    result = runner.invoke(app, ["check", "leakscope.models.engines", "--format", "json"])
     assert result.exit_code == 2
     doc = json.loads(result.stdout)
     assert doc["results"] == [] and "pkg.module:Name" in doc["error"]

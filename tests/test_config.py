@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from leakscope import config
 from leakscope.errors import ConfigError, ExitCode
+from leakscope.gate import config
 from leakscope.options import CheckOptions
 from leakscope.policy import AllowEntry, allow_report, allow_result, exit_code
 from leakscope.results import Finding, Mode, Report, TargetResult, Verdict

@@ -10,14 +10,14 @@ from typer.testing import CliRunner
 
 import leakscope
 from leakscope.cli import app
+from leakscope.diagnose.explain import build_view
+from leakscope.diagnose.projection import Scale, evaluate, parse_at, parse_bytes
 from leakscope.errors import UsageError
-from leakscope.explain import build_view
+from leakscope.harness.source import is_internal
 from leakscope.options import CheckOptions
-from leakscope.projection import Scale, evaluate, parse_at, parse_bytes
 from leakscope.render.dot import render as render_dot
 from leakscope.render.tree import render as render_tree
 from leakscope.results import Mode
-from leakscope.source import is_internal
 
 runner = CliRunner()
 TRAIN_ONLY = CheckOptions(modes=(Mode.TRAIN,), micro_batches=1)
@@ -63,7 +63,7 @@ def test_every_fixture_source_is_user_code() -> None:
 def test_projection_reproduces_verl_6698_within_10_percent() -> None:
     scale = parse_at("hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB")
     (result,) = leakscope.check(
-        "leakscope.reference:LeakyFSDPEngine", CheckOptions(modes=(Mode.TRAIN,), at=scale, confirm=False)
+        "leakscope.models.engines:LeakyFSDPEngine", CheckOptions(modes=(Mode.TRAIN,), at=scale, confirm=False)
     ).results
     measured_upstream = 0.27 * 2**30
     assert abs(result.projection.bytes_per_micro_batch - measured_upstream) / measured_upstream < 0.10
@@ -90,7 +90,7 @@ def test_bad_scale_is_a_usage_error(bad: str) -> None:
 
 def test_estimate_cli_prints_projection() -> None:
     result = runner.invoke(app, [
-        "estimate", "leakscope.reference:LeakyFSDPEngine", "--format", "json",
+        "estimate", "leakscope.models.engines:LeakyFSDPEngine", "--format", "json",
         "--at", "hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=4GiB",
     ])
     assert result.exit_code == 1
@@ -103,11 +103,11 @@ def test_estimate_cli_prints_projection() -> None:
 def test_explain_draws_the_leaky_reference_graph(tmp_path) -> None:  # type: ignore[no-untyped-def]
     dot = tmp_path / "g.dot"
     result = runner.invoke(app, [
-        "explain", "leakscope.reference:LeakyFSDPEngine", "--path", "output.model_output.entropy", "--dot", str(dot),
+        "explain", "leakscope.models.engines:LeakyFSDPEngine", "--path", "output.model_output.entropy", "--dot", str(dot),
     ])
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert out.startswith("leakscope.reference:LeakyFSDPEngine [train] output.model_output.entropy:")
+    assert out.startswith("leakscope.models.engines:LeakyFSDPEngine [train] output.model_output.entropy:")
     assert "MulBackward0 [saved other float32[2x8x64] 4.0 KiB]" in out
     assert "AccumulateGrad [leaf float32[2x8x32] 2.0 KiB] [leaf.grad float32[2x8x32] 2.0 KiB]" in out
     text = dot.read_text()
@@ -116,12 +116,12 @@ def test_explain_draws_the_leaky_reference_graph(tmp_path) -> None:  # type: ign
 
 
 def test_explain_unknown_path_and_clean_engine() -> None:
-    bad = runner.invoke(app, ["explain", "leakscope.reference:LeakyFSDPEngine", "--path", "output.nope"])
+    bad = runner.invoke(app, ["explain", "leakscope.models.engines:LeakyFSDPEngine", "--path", "output.nope"])
     assert bad.exit_code == 2
     assert "no finding at 'output.nope'" in bad.output
-    clean = runner.invoke(app, ["explain", "leakscope.reference:FSDPEngine"])
+    clean = runner.invoke(app, ["explain", "leakscope.models.engines:FSDPEngine"])
     assert clean.exit_code == 0
-    assert clean.stdout == "leakscope.reference:FSDPEngine [train]: no retained graph\n"
+    assert clean.stdout == "leakscope.models.engines:FSDPEngine [train]: no retained graph\n"
 
 
 def test_explain_handles_deep_graphs_without_recursion() -> None:
@@ -171,7 +171,7 @@ def test_device_cuda_without_gpu_is_a_usage_error() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_growth_reports_allocated_memory() -> None:
     (result,) = leakscope.check(
-        "leakscope.reference:LeakyFSDPEngine", CheckOptions(modes=(Mode.TRAIN,), device="cuda", confirm=False)
+        "leakscope.models.engines:LeakyFSDPEngine", CheckOptions(modes=(Mode.TRAIN,), device="cuda", confirm=False)
     ).results
     assert result.verdict.value == "leak"
     alloc = result.growth.cuda_allocated

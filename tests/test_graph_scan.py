@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from leakscope.graph import ACTIVATIONS, CTX, LEAF_GRAD, graph_tensors
+from leakscope.probe.autograd import ACTIVATIONS, CTX, LEAF_GRAD, graph_tensors
 
 
 def _groups(roots: list[Any], **kwargs: Any) -> tuple[int, dict[tuple[str, str, str], list[Any]]]:

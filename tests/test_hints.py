@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from leakscope.hints import hint_for
+from leakscope.diagnose.fixes import hint_for
 
 
 def test_plain_holders_store_a_detached_value() -> None:
@@ -52,7 +52,7 @@ def test_a_list_named_cache_is_not_an_lru_cache() -> None:
 
 
 def test_very_deep_paths_are_shortened_in_hints_not_in_findings() -> None:
-    from leakscope.hints import shorten
+    from leakscope.paths import shorten
 
     deep = "engine.tree" + ".next" * 3000 + ".val[0]"
     hint = hint_for("engine attribute", "activations", deep)

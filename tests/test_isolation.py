@@ -140,7 +140,7 @@ def test_fixture_corpus_gives_identical_answers_20_times() -> None:
 
 
 def test_results_and_options_cross_processes_losslessly() -> None:
-    from leakscope.projection import parse_at
+    from leakscope.diagnose.projection import parse_at
 
     at = parse_at("hidden=4096,tokens=17700")
     report = leakscope.check(["fixtures.verl_bug:Engine", "fixtures.bad.step_raises:Engine"], CheckOptions(at=at))

@@ -31,7 +31,7 @@ FAST = 'mode="train", confirm=False, micro_batches=1'
 
 TESTS = f"""
 import pytest
-from leakscope.pytest_plugin import assert_no_graph_retention
+from leakscope.gate.pytest_plugin import assert_no_graph_retention
 
 def test_fixture_leaky(leakscope):
     leakscope.check("fixtures.verl_bug:Engine", {FAST})
@@ -57,7 +57,7 @@ def test_plugin_import_loads_no_torch() -> None:
     code = (
         "import importlib.metadata as md, sys\n"
         "[ep] = [e for e in md.entry_points(group='pytest11') if e.name == 'leakscope']\n"
-        "assert ep.value == 'leakscope.pytest_plugin', ep.value\n"
+        "assert ep.value == 'leakscope.gate.pytest_plugin', ep.value\n"
         "ep.load()\n"
         "loaded = sorted(m for m in ('torch', 'tensordict') if m in sys.modules)\n"
         "print('loaded:', loaded)\n"

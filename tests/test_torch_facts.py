@@ -11,7 +11,13 @@ import weakref
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from leakscope.graph import UINT64_MAX, graph_tensors, saved_values, sequence_nr, storage_nbytes
+from leakscope.probe.autograd import (
+    UINT64_MAX,
+    graph_tensors,
+    saved_values,
+    sequence_nr,
+    storage_nbytes,
+)
 
 
 def test_raw_saved_data_is_the_tensor_then_none_after_backward() -> None:

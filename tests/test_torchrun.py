@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fixtures.rank_leak import EXPECTED_BY_RANK
-from leakscope.distributed import launcher_env, merge_reports
+from leakscope.harness.distributed import launcher_env, merge_reports
 from leakscope.results import Finding, Mode, Report, TargetResult, Verdict
 from tests.conftest import ROOT
 
@@ -44,7 +44,7 @@ def _by_rank(doc: dict[str, Any], target: str) -> dict[int, dict[str, tuple[str,
 
 
 def test_two_ranks_merged_report_per_rank_where_they_differ() -> None:
-    done = _torchrun("leakscope.reference:LeakyFSDPEngine", "fixtures.rank_leak:Engine", "--format", "json")
+    done = _torchrun("leakscope.models.engines:LeakyFSDPEngine", "fixtures.rank_leak:Engine", "--format", "json")
     doc = json.loads(done.stdout)  # one document: only rank 0 wrote stdout
     # Both ranks leak the same way: one result per mode, no rank.
     leaky = [r for r in doc["results"] if r["target"].endswith("LeakyFSDPEngine")]
@@ -60,9 +60,9 @@ def test_two_ranks_merged_report_per_rank_where_they_differ() -> None:
 
 
 def test_two_ranks_clean_engine_exits_zero() -> None:
-    done = _torchrun("leakscope.reference:FSDPEngine", "--mode", "train", "--micro-batches", "1")
+    done = _torchrun("leakscope.models.engines:FSDPEngine", "--mode", "train", "--micro-batches", "1")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("leakscope.reference:FSDPEngine [train] CLEAN") == 1
+    assert done.stdout.count("leakscope.models.engines:FSDPEngine [train] CLEAN") == 1
     assert "[rank" not in done.stdout
     assert done.stdout.rstrip().endswith("0 leak, 1 clean, 0 error (exit 0)")
 
@@ -73,11 +73,11 @@ import torch.distributed as dist
 import leakscope
 from leakscope.options import CheckOptions
 opts = CheckOptions(micro_batches=1, confirm=False)
-leakscope.check("leakscope.reference:FSDPEngine", opts)
+leakscope.check("leakscope.models.engines:FSDPEngine", opts)
 print("left initialized:", dist.is_initialized())
 dist.init_process_group("gloo", init_method="env://")
 group = dist.group.WORLD
-leakscope.check("leakscope.reference:FSDPEngine", opts)
+leakscope.check("leakscope.models.engines:FSDPEngine", opts)
 print("caller's group kept:", dist.is_initialized() and dist.group.WORLD is group)
 dist.destroy_process_group()
 """

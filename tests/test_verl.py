@@ -143,8 +143,8 @@ def test_adapter_recognises_verl_names_without_importing_verl() -> None:
     """Recognition looks at names only; the main test venv does not have verl."""
     import types
 
-    from leakscope.adapters import find_adapter
-    from leakscope.target import ResolvedTarget
+    from leakscope.adapters.registry import find_adapter
+    from leakscope.harness.target import ResolvedTarget
 
     module = types.ModuleType(IMPL)
     base = type("FSDPEngineWithLMHead", (), {"__module__": IMPL})

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import torch
 from tensordict import TensorDict
 
-from leakscope.walk import Root, release, walk
+from leakscope.probe.references import Root, release, walk
 
 
 def _paths(obj: Any, name: str = "output") -> list[str]:

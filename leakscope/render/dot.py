@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakscope.explain import GraphView
 from leakscope.render.text import human_bytes
+from leakscope.results import GraphView
 
 
 def _quote(text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from leakscope.hints import shorten
+from leakscope.paths import shorten
 from leakscope.results import Report, TargetResult, Verdict
 
 _STYLE = {Verdict.CLEAN: "bold green", Verdict.LEAK: "bold red", Verdict.ERROR: "bold yellow"}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakscope.explain import GraphView, ViewNode
 from leakscope.render.text import human_bytes
+from leakscope.results import GraphView, ViewNode
 
 
 def _label(node: ViewNode) -> str:

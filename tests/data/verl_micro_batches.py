@@ -16,11 +16,11 @@ import sys
 import torch
 import verl
 
-from leakscope.adapters_verl import ADAPTER
-from leakscope.distributed import process_group
+from leakscope.adapters.verl import ADAPTER
+from leakscope.harness.distributed import process_group
+from leakscope.harness.target import resolve
+from leakscope.models.tiny import build_model
 from leakscope.options import ModelSize
-from leakscope.target import resolve
-from leakscope.tinymodel import build_model
 
 
 def main() -> None:

@@ -22,7 +22,7 @@ class ConfiguredEngineAdapter:
         return engine
 
     def micro_batch(self, size: Any, index: int) -> Any:
-        from leakscope.tinymodel import build_micro_batch
+        from leakscope.models.tiny import build_micro_batch
 
         padded = build_micro_batch(size, index)
         return {"tokens": padded["input_ids"], "mask": padded["attention_mask"]}

@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from leakscope.target import ResolvedTarget
+from leakscope.harness.target import ResolvedTarget
 
 VERL_MODULE = "verl.workers.engine.fsdp.transformer_impl"
 ACTOR = "FSDPEngineWithLMHead"
@@ -102,7 +102,7 @@ def _value_head_model(model: Any) -> Any:
     import torch
     from torch import nn
 
-    from leakscope.tinymodel import TinyOutput
+    from leakscope.models.tiny import TinyOutput
 
     class ValueHeadModel(nn.Module):
         """The tiny LM with a one-label score layer: ``output.logits`` is ``[B, S, 1]``.
@@ -175,7 +175,7 @@ class VerlFSDPAdapter:
 
     def micro_batch(self, size: Any, index: int) -> Any:
         """leakscope's micro-batch in verl's format: jagged nested tensors plus verl's metadata."""
-        from leakscope.tinymodel import build_micro_batch
+        from leakscope.models.tiny import build_micro_batch
 
         padded = build_micro_batch(size, index)
         lengths = padded["attention_mask"].sum(-1).tolist()

@@ -18,13 +18,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from leakscope.errors import EngineError
-from leakscope.graph import UINT64_MAX, accumulated_leaf, sequence_nr, storage_key
-from leakscope.liveness import Evidence, Item, collect_evidence, settle
+from leakscope.harness.protocol import EngineSpec, build_engine, describe_exception
+from leakscope.harness.rng import seeded
 from leakscope.options import CheckOptions
-from leakscope.protocol import EngineSpec, build_engine, describe_exception
+from leakscope.probe.autograd import UINT64_MAX, accumulated_leaf, sequence_nr, storage_key
+from leakscope.probe.liveness import Evidence, Item, collect_evidence, settle
+from leakscope.probe.references import Hit, Root, walk
 from leakscope.results import Mode
-from leakscope.rng import seeded
-from leakscope.walk import Hit, Root, walk
 
 ROOT_ORDER = ("output", "engine", "micro_batch", "module")
 
@@ -82,7 +82,7 @@ class Trial:
         counting it here would make a forward-only verdict depend on what ran
         before it in the same process.
         """
-        from leakscope.graph import ctx_values, iter_nodes, saved_values
+        from leakscope.probe.autograd import ctx_values, iter_nodes, saved_values
 
         older = False
         for current in _bounded(iter_nodes([node]), 10_000):
@@ -173,7 +173,7 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
 
 def make_micro_batch(spec: EngineSpec, options: CheckOptions, index: int) -> Any:
     """The ``index``-th micro-batch: the adapter's format when it has one, else leakscope's."""
-    from leakscope.tinymodel import build_micro_batch
+    from leakscope.models.tiny import build_micro_batch
 
     if spec.make_micro_batch is not None:
         return spec.make_micro_batch(options.size, index)
@@ -182,7 +182,7 @@ def make_micro_batch(spec: EngineSpec, options: CheckOptions, index: int) -> Any
 
 def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
     """A fresh tiny model and the engine built around it."""
-    from leakscope.tinymodel import build_model
+    from leakscope.models.tiny import build_model
 
     model = build_model(options.model, options.size, options.device or "cpu")
     return model, build_engine(spec, model)
@@ -217,7 +217,7 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
     """
     import sys
 
-    from leakscope.walk import is_library_module
+    from leakscope.probe.references import is_library_module
 
     out = list(modules)
     for module in list(out):
@@ -253,7 +253,7 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
     out = []
     for klass in type(engine).__mro__:
         module = sys.modules.get(klass.__module__)
-        if module is not None and module.__name__ not in ("builtins",) and not module.__name__.startswith(("torch", "leakscope.tinymodel")):
+        if module is not None and module.__name__ not in ("builtins",) and not module.__name__.startswith(("torch", "leakscope.models.tiny")):
             out.append(module)
     return out
 
@@ -264,7 +264,7 @@ def step_once(
     """Call the step as its real caller does (and backward in train mode); validate what it returns."""
     import torch
 
-    from leakscope.tinymodel import loss_function
+    from leakscope.models.tiny import loss_function
 
     forward_only = mode is Mode.FORWARD_ONLY
     grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
@@ -363,7 +363,7 @@ def observe(trial: Trial, options: CheckOptions) -> Observation:
     """Settle, then walk the caller's roots for references into this step's graph."""
     import torch
 
-    from leakscope.walk import WalkStats
+    from leakscope.probe.references import WalkStats
 
     settle()
     stats = WalkStats()

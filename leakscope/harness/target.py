@@ -48,7 +48,7 @@ def _looks_like_path(module_part: str) -> bool:
 
 
 def _syntax_error_line(exc: SyntaxError) -> str:
-    from leakscope.source import display_path
+    from leakscope.harness.source import display_path
 
     where = f"{display_path(exc.filename)}:{exc.lineno}" if exc.filename else f"line {exc.lineno}"
     return f"syntax error in {where}: {exc.msg}"

@@ -7,7 +7,7 @@ state (a pack hook that returns its tensor keeps every later graph alive, so a
 clean engine would be reported leaking). :func:`torch_state` puts the state
 back after each mode and says what the engine had changed, so the in-process
 library stays honest too; the isolated CLI additionally runs each target in its
-own process (see ``leakscope.isolation``).
+own process (see ``leakscope.runner.isolation``).
 """
 
 from __future__ import annotations

@@ -158,8 +158,8 @@ class Lockstep:
         return bool(flag.item())
 
     def _spare_step(self, mode: Any, options: Any) -> None:
-        from leakscope.tinymodel import build_micro_batch
-        from leakscope.trial import build_subject, step_once
+        from leakscope.harness.trial import build_subject, step_once
+        from leakscope.models.tiny import build_micro_batch
 
         model, engine = build_subject(self.spec, options)
         micro_batch = build_micro_batch(options.size, 0, options.device or "cpu")

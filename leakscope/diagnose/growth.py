@@ -14,19 +14,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from leakscope.graph import (
-    UINT64_MAX,
-    StorageMap,
-    iter_nodes,
-    sequence_nr,
-    storage_key,
-    storage_map,
-)
-from leakscope.liveness import alive_bytes, collect_evidence, settle
-from leakscope.options import CheckOptions
-from leakscope.protocol import EngineSpec
-from leakscope.results import Finding, Growth, Mode
-from leakscope.trial import (
+from leakscope.harness.protocol import EngineSpec
+from leakscope.harness.trial import (
     Trial,
     build_subject,
     make_micro_batch,
@@ -34,7 +23,18 @@ from leakscope.trial import (
     next_sequence_nr,
     step_once,
 )
-from leakscope.walk import ENTRY, path_shape, walk
+from leakscope.options import CheckOptions
+from leakscope.probe.autograd import (
+    UINT64_MAX,
+    StorageMap,
+    iter_nodes,
+    sequence_nr,
+    storage_key,
+    storage_map,
+)
+from leakscope.probe.liveness import alive_bytes, collect_evidence, settle
+from leakscope.probe.references import ENTRY, path_shape, walk
+from leakscope.results import Finding, Growth, Mode
 
 STORAGE_ROOTS = ("engine", "module", "global")
 
@@ -111,9 +111,9 @@ def _growth_through_loop(spec: EngineSpec, mode: Mode, options: CheckOptions) ->
     import torch
 
     from leakscope.errors import EngineError
-    from leakscope.protocol import describe_exception
-    from leakscope.rng import seeded
-    from leakscope.tinymodel import loss_function as default_loss
+    from leakscope.harness.protocol import describe_exception
+    from leakscope.harness.rng import seeded
+    from leakscope.models.tiny import loss_function as default_loss
 
     assert spec.run_micro_batches is not None
     curve = _Curve()
@@ -308,8 +308,8 @@ def _held_finding(
     Holding a tensor (or node) holds its graph, so the reference retains it on
     its own: the finding is confirmed by construction.
     """
-    from leakscope.graph import bytes_by_cause, graph_tensors, node_name
-    from leakscope.hints import hint_for, holder_kind
+    from leakscope.diagnose.fixes import hint_for, holder_kind
+    from leakscope.probe.autograd import bytes_by_cause, graph_tensors, node_name
 
     count, found = graph_tensors([node], after_seq=after_seq)
     storages = storage_map(((g.cause, t) for g in found for t in g.tensors), excluded)

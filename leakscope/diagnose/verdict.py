@@ -17,7 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakscope.graph import (
+from leakscope.diagnose.fixes import hint_for, holder_kind
+from leakscope.harness.protocol import EngineSpec
+from leakscope.harness.source import display_path, engine_files, user_frame_in_stack_text
+from leakscope.harness.trial import Observation, Trial, observe, run_trial
+from leakscope.options import CheckOptions
+from leakscope.probe.autograd import (
     CAUSE_ORDER,
     LEAF_GRAD,
     NODES_ONLY,
@@ -30,14 +35,9 @@ from leakscope.graph import (
     storage_map,
     storage_nbytes,
 )
-from leakscope.hints import hint_for, holder_kind
-from leakscope.liveness import alive_bytes, settle
-from leakscope.options import CheckOptions
-from leakscope.protocol import EngineSpec
+from leakscope.probe.liveness import alive_bytes, settle
+from leakscope.probe.references import Hit, ReleaseFailed, path_shape, release
 from leakscope.results import Finding, Mode, Source, TargetResult, Verdict
-from leakscope.source import display_path, engine_files, user_frame_in_stack_text
-from leakscope.trial import Observation, Trial, observe, run_trial
-from leakscope.walk import Hit, ReleaseFailed, path_shape, release
 
 UNKNOWN_HOLDER = "<unknown holder>"
 
@@ -65,7 +65,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     growth = None
     held_bytes = 0  # retained after the last micro-batch, when only the growth run saw a leak
     if options.micro_batches > 1:
-        from leakscope.growth import measure_growth
+        from leakscope.diagnose.growth import measure_growth
 
         run = measure_growth(spec, mode, options)
         growth = run.growth
@@ -80,7 +80,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
     projection = None
     if options.at is not None and verdict is Verdict.LEAK:
-        from leakscope.projection import project
+        from leakscope.diagnose.projection import project
 
         projection = project(spec, mode, options, options.at)
     total = sum(bytes_by_cause(union).values()) + sum(residual.values()) + held_bytes if verdict is Verdict.LEAK else 0
@@ -158,7 +158,7 @@ def _source_of(obj: Any, spec: EngineSpec, modules: Any = ()) -> Source | None:
 
 
 def _is_node(obj: Any) -> bool:
-    from leakscope.walk import kinds
+    from leakscope.probe.references import kinds
 
     return kinds().is_node(obj)
 

@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from leakscope.graph import LEAF_GRAD, graph_tensors
+from leakscope.probe.autograd import LEAF_GRAD, graph_tensors
 
 
 def settle() -> None:
@@ -141,7 +141,7 @@ def collect_evidence(
 
 def alive_bytes(alive: Iterable[tuple[Item, Any]], exclude: set[tuple[str, int]]) -> dict[str, int]:
     """Bytes per cause of the alive evidence, storage-deduplicated."""
-    from leakscope.graph import account
+    from leakscope.probe.autograd import account
 
     return account(((item.cause, obj) for item, obj in alive), exclude)
 

@@ -7,9 +7,16 @@ process, not by leakscope's own work (see docs/performance.md).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 import sys
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from leakscope.errors import UsageError
+
+if TYPE_CHECKING:
+    from leakscope.options import CheckOptions
 
 
 @contextlib.contextmanager
@@ -50,5 +57,15 @@ def prepare_exit() -> None:
     if "torch" in sys.modules:
         gc.freeze()
 
+def resolve_device(options: CheckOptions) -> CheckOptions:
+    """``device=None`` means CUDA when available, else CPU."""
+    import torch
 
-__all__ = ["prepare_exit", "single_threaded"]
+    if options.device is None:
+        return dataclasses.replace(options, device="cuda" if torch.cuda.is_available() else "cpu")
+    if options.device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device is available here; use --device cpu")
+    return options
+
+
+__all__ = ["prepare_exit", "resolve_device", "single_threaded"]

@@ -120,7 +120,7 @@ def evaluate(coefficients: tuple[float, float, float, float], scale: Scale, voca
 
 def project(spec: Any, mode: Any, options: CheckOptions, scale: Scale) -> Projection:
     """Fit the tiny engine's retention over sizes and evaluate it at ``scale``."""
-    from leakscope.growth import measure_growth
+    from leakscope.diagnose.growth import measure_growth
 
     base = options.size
     samples = []

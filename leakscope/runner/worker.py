@@ -1,7 +1,7 @@
-"""The child side of an isolated check: ``python -m leakscope._worker REQUEST.json``.
+"""The child side of an isolated check: ``python -m leakscope.runner.worker REQUEST.json``.
 
-Started by :mod:`leakscope.isolation`, one process per target. It checks the
-target mode by mode with :func:`leakscope.api.check_target` and appends one
+Started by :mod:`leakscope.runner.isolation`, one process per target. It checks the
+target mode by mode with :func:`leakscope.runner.inprocess.check_target` and appends one
 JSON line per finished result to the results file the request names, so the
 parent keeps every mode that finished even if a later one crashes or hangs.
 
@@ -28,9 +28,10 @@ def _write(out: IO[str], record: dict[str, Any]) -> None:
 
 
 def _run(request: dict[str, Any], out: IO[str]) -> None:
-    from leakscope.api import check_target, resolve_device
     from leakscope.errors import UsageError
+    from leakscope.harness.runtime import resolve_device
     from leakscope.policy import allow_result
+    from leakscope.runner.inprocess import check_target
     from leakscope.serialize import options_from_data, to_data
 
     options = dataclasses.replace(options_from_data(request["options"]), isolate=False)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from leakscope.paths import shorten
+
 HOLDERS = {
     "output": "returned",
     "engine": "engine attribute",
@@ -103,17 +105,6 @@ def _special_hint(path: str) -> str | None:
             "tensors that require grad); cache_clear() frees them"
         )
     return None
-
-
-MAX_SHOWN = 160
-
-
-def shorten(text: str, limit: int = MAX_SHOWN) -> str:
-    """``text`` with its middle elided when longer than ``limit`` (a 3000-deep path stays readable)."""
-    if len(text) <= limit:
-        return text
-    keep = (limit - 5) // 2
-    return f"{text[:keep]} ... {text[-keep:]}"
 
 
 def hint_for(holder: str, cause: str, path: str) -> str:

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from leakscope.errors import EngineError, TargetError
-from leakscope.source import user_frame
-from leakscope.target import ResolvedTarget
+from leakscope.harness.source import user_frame
+from leakscope.harness.target import ResolvedTarget
 
 STEP_PARAMS = ("micro_batch", "loss_function", "forward_only")
 

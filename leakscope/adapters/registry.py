@@ -1,7 +1,7 @@
 """Adapters: how targets that cannot be built as ``Engine(model)`` are driven.
 
 An adapter recognises a family of engines (verl's FSDP engines are the first
-user, see :mod:`leakscope.adapters_verl`), builds one around leakscope's tiny
+user, see :mod:`leakscope.adapters.verl`), builds one around leakscope's tiny
 model the way that framework's own CPU tests do, and says how the framework's
 caller runs forward-only steps. It may also supply the micro-batch and loss
 function the framework expects, and drive several micro-batches through the
@@ -21,12 +21,12 @@ from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
 
 from leakscope.errors import TargetError
-from leakscope.target import ResolvedTarget
+from leakscope.harness.target import ResolvedTarget
 
 ENTRY_POINT_GROUP = "leakscope.adapters"
 
 #: adapters shipped with leakscope, as ``module:attribute`` (imported lazily)
-BUILTIN = ("leakscope.adapters_verl:ADAPTER",)
+BUILTIN = ("leakscope.adapters.verl:ADAPTER",)
 
 
 @runtime_checkable
@@ -71,8 +71,8 @@ class AdapterHooks(Protocol):
 
 
 def spec_for(adapter: Any, resolved: ResolvedTarget) -> Any:
-    """The :class:`~leakscope.protocol.EngineSpec` that drives ``resolved`` through ``adapter``."""
-    from leakscope.protocol import EngineSpec, _call_forward_step
+    """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``."""
+    from leakscope.harness.protocol import EngineSpec, _call_forward_step
 
     def make_engine(model: Any) -> Any:
         return adapter.build_engine(resolved, model)
@@ -159,4 +159,44 @@ class _Match:
         return spec_for(self.adapter, resolved)
 
 
-__all__ = ["Adapter", "AdapterHooks", "ENTRY_POINT_GROUP", "find_adapter", "installed_adapters", "spec_for"]
+
+def target_name(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    module = getattr(target, "__module__", "?")
+    return f"{module}:{getattr(target, '__qualname__', type(target).__name__)}"
+
+
+def resolve_spec(target: Any, factory: str | None = None) -> Any:
+    """Resolve a target (string or object) to the EngineSpec that drives it.
+
+    ``factory`` (``--factory pkg.mod:make_engine``) overrides every adapter.
+    """
+    import sys
+
+    from leakscope.harness.protocol import from_target
+    from leakscope.harness.target import ResolvedTarget, resolve
+
+    if isinstance(target, str):
+        resolved = resolve(target)
+    else:
+        module = sys.modules.get(getattr(target, "__module__", "") or "")
+        if module is None:
+            raise TargetError(f"{target!r} has no importable module; pass 'pkg.mod:Name' instead")
+        resolved = ResolvedTarget(target_name(target), target, module, getattr(target, "__qualname__", ""))
+    adapter = find_adapter(resolved)
+    if adapter is not None and factory is None:
+        return adapter.spec(resolved)
+    return from_target(resolved, resolve(factory).obj if factory else None)
+
+
+__all__ = [
+    "Adapter",
+    "AdapterHooks",
+    "ENTRY_POINT_GROUP",
+    "find_adapter",
+    "installed_adapters",
+    "resolve_spec",
+    "spec_for",
+    "target_name",
+]

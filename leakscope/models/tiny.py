@@ -19,8 +19,8 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from leakscope.models.names import MODELS  # noqa: E402
 from leakscope.options import ModelSize
-from leakscope.tinymodel_names import MODELS  # noqa: E402
 
 
 class TinyOutput(dict):  # type: ignore[type-arg]
@@ -53,7 +53,7 @@ class TinyLM(nn.Module):
 
     def __init__(self, size: ModelSize = ModelSize(), kind: str = "peft-checkpoint") -> None:
         super().__init__()
-        if kind not in MODELS or kind == "hf-lora":  # hf-lora: leakscope.hfmodel
+        if kind not in MODELS or kind == "hf-lora":  # hf-lora: leakscope.models.hf
             raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODELS)}")
         self.kind = kind
         self.size = size
@@ -100,7 +100,7 @@ class TinyLM(nn.Module):
 def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), device: str = "cpu") -> Any:
     """A fresh, deterministically initialised tiny model in train mode."""
     if kind == "hf-lora":
-        from leakscope.hfmodel import build_hf_lora
+        from leakscope.models.hf import build_hf_lora
 
         hf = build_hf_lora(size)
         return hf.to(device) if device != "cpu" else hf

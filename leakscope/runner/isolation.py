@@ -93,7 +93,7 @@ def run_child(target: str, options: CheckOptions) -> tuple[list[TargetResult], s
         results_path = Path(tmp, "results.jsonl")
         request = {"target": target, "options": to_data(options), "results": str(results_path)}
         request_path.write_text(json.dumps(request), encoding="utf-8")
-        returncode, timed_out = _run([sys.executable, "-m", "leakscope._worker", str(request_path)], options.timeout)
+        returncode, timed_out = _run([sys.executable, "-m", "leakscope.runner.worker", str(request_path)], options.timeout)
         records = _read_records(results_path)
     seconds = time.perf_counter() - started
     version = next((r["torch_version"] for r in records if "torch_version" in r), None)

@@ -105,7 +105,7 @@ def _string(where: str, key: str, value: Any, choices: Sequence[str] | None = No
 
 def _target(where: str, key: str, value: Any) -> str:
     from leakscope.errors import UsageError
-    from leakscope.target import split_target
+    from leakscope.harness.target import split_target
 
     text = _string(where, key, value)
     try:
@@ -136,7 +136,7 @@ def _allow_entry(where: str, index: int, value: Any) -> AllowEntry:
 
 def parse(table: Mapping[str, Any], where: str) -> Settings:
     """Validate one settings table (dashed or underscored keys) read from ``where``."""
-    from leakscope.tinymodel_names import MODELS
+    from leakscope.models.names import MODELS
 
     values: dict[str, Any] = {}
     for raw_key, value in table.items():

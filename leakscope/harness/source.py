@@ -1,7 +1,7 @@
 """Locate the user's line: in tracebacks of engine errors and in graph-node stack traces.
 
 A frame is "internal" when it belongs to Python's standard library, torch,
-tensordict or leakscope's own machinery. ``leakscope/reference.py`` and the
+tensordict or leakscope's own machinery. ``leakscope/models/engines.py`` and the
 fixtures count as user code: they are engines like any other.
 """
 

@@ -13,7 +13,8 @@ import dataclasses
 from typing import Any
 
 from leakscope.errors import LeakscopeError, UsageError
-from leakscope.graph import (
+from leakscope.options import CheckOptions
+from leakscope.probe.autograd import (
     accumulated_leaf,
     ctx_values,
     next_nodes,
@@ -21,42 +22,7 @@ from leakscope.graph import (
     saved_values,
     storage_nbytes,
 )
-from leakscope.options import CheckOptions
-from leakscope.results import Mode
-
-
-@dataclasses.dataclass(frozen=True)
-class Slot:
-    """A tensor a node keeps: saved for backward, a ctx attribute, or a leaf and its grad."""
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
-
-
-@dataclasses.dataclass(frozen=True)
-class ViewNode:
-    """One graph node."""
-
-    id: int
-    name: str
-    slots: tuple[Slot, ...]
-    children: tuple[int, ...]
-
-
-@dataclasses.dataclass(frozen=True)
-class GraphView:
-    """The retained graph below one held reference (possibly truncated to ``max_nodes``)."""
-
-    target: str
-    mode: str
-    path: str
-    root: int | None
-    nodes: tuple[ViewNode, ...]
-    total_nodes: int
-    truncated: bool
-    paths: tuple[str, ...] = ()
+from leakscope.results import GraphView, Mode, Slot, ViewNode
 
 
 def _slot(name: str, t: Any) -> Slot:
@@ -123,13 +89,14 @@ def build_view(root: Any, *, target: str, mode: str, path: str, max_nodes: int =
 def explain(target: Any, path: str | None = None, options: CheckOptions | None = None,
             mode: Mode = Mode.TRAIN, max_nodes: int = 10_000) -> GraphView:
     """Run the step once and describe what the reference at ``path`` (default: the first finding) retains."""
-    from leakscope.api import resolve_device, resolve_spec
-    from leakscope.distributed import process_group
-    from leakscope.liveness import gc_paused
-    from leakscope.trial import observe, run_trial
+    from leakscope.adapters.registry import resolve_spec
+    from leakscope.harness.distributed import process_group
+    from leakscope.harness.runtime import resolve_device
+    from leakscope.harness.trial import observe, run_trial
+    from leakscope.probe.liveness import gc_paused
 
     options = resolve_device(options or CheckOptions())
-    spec = resolve_spec(target, options)
+    spec = resolve_spec(target, options.factory)
     with process_group(options.device), gc_paused():
         trial = run_trial(spec, mode, options)
         try:

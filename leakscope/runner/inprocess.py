@@ -1,0 +1,91 @@
+"""Check targets in this process: each mode of each target, judged and guarded.
+
+:func:`leakscope.api.check` calls this directly with ``isolate=False``; the
+isolated check's child process (:mod:`leakscope.runner.worker`) calls it for
+its one target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from leakscope.adapters.registry import resolve_spec, target_name
+from leakscope.errors import LeakscopeError
+from leakscope.options import CheckOptions
+from leakscope.results import Mode, TargetResult, Verdict
+
+
+def check_target(
+    target: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None = None
+) -> list[TargetResult]:
+    """All modes of one target; a target that cannot be resolved errors in every mode.
+
+    ``on_result`` is called with each result as soon as it is known (the
+    isolated check streams them to its parent, so a later crash loses nothing).
+    """
+    from leakscope.harness.distributed import Lockstep, multi_rank, process_group
+    from leakscope.harness.guard import torch_state, warning_for
+    from leakscope.harness.runtime import single_threaded
+    from leakscope.probe.liveness import gc_paused
+
+    name = target_name(target)
+    try:
+        spec = resolve_spec(target, options.factory)
+    except LeakscopeError as exc:
+        errors = [_error(name, mode, exc.message, exc.detail) for mode in options.modes]
+        for error in errors:
+            if on_result is not None:
+                on_result(error)
+        return errors
+    lockstep = Lockstep(spec) if multi_rank() else None
+    results = []
+    # NOTE [Forward-only first]: state an engine keeps in module globals or
+    # class attributes outlives a mode. A correct forward-only step builds no
+    # graph, so running it first leaves nothing for the train mode to build on;
+    # the other order would let a train-mode graph be extended by the
+    # forward-only step and reported there. Results keep the requested order.
+    for mode in sorted(options.modes, key=lambda m: m is not Mode.FORWARD_ONLY):
+        started = time.perf_counter()
+        changed: list[str] = []
+        try:
+            with torch_state(changed), process_group(options.device), gc_paused(), single_threaded():
+                if lockstep is None:
+                    result = _check_mode(spec, mode, options)
+                else:  # NOTE [Ranks in lockstep]
+                    try:
+                        result = _check_mode(lockstep.wrapped(), mode, options)
+                    finally:
+                        lockstep.drain(mode, options)
+        except LeakscopeError as exc:
+            result = _error(name, mode, exc.message, exc.detail)
+        except Exception as exc:  # a bug in leakscope or a torch surprise: still one line
+            result = _error(
+                name, mode,
+                f"leakscope failed while checking: {type(exc).__name__}: {exc}; please report it with --debug output",
+                traceback.format_exc(),
+            )
+        if changed:  # the engine left torch state changed: restored, but say so
+            result = dataclasses.replace(result, warnings=(*result.warnings, warning_for(changed)))
+        results.append(_with_seconds(result, time.perf_counter() - started))
+        if on_result is not None:
+            on_result(results[-1])
+    results.sort(key=lambda r: options.modes.index(r.mode))
+    return results
+
+def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:
+    return dataclasses.replace(result, seconds=round(seconds, 3))
+
+def _error(name: str, mode: Mode, message: str, detail: str | None) -> TargetResult:
+    return TargetResult(target=name, mode=mode, verdict=Verdict.ERROR, error=message, traceback=detail)
+
+def _check_mode(spec: Any, mode: Mode, options: CheckOptions) -> TargetResult:
+    from leakscope.diagnose.verdict import judge
+
+    return judge(spec, mode, options)
+
+
+__all__ = ["check_target"]
