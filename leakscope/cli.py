@@ -261,7 +261,7 @@ def check(
 
         if fmt is FormatChoice.text:
             color = output is None and sys.stdout.isatty()
-            text = render(report, "text", color=color, debug=debug)
+            text = render(report, "text", color=color, debug=debug, fail_on=gate)
         else:
             text = render(report, fmt.value, debug=debug, fail_on=gate)
         # under torchrun rank 0 prints the merged report

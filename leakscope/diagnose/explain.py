@@ -101,8 +101,8 @@ def explain(target: Any, path: str | None = None, options: CheckOptions | None =
         trial = run_trial(spec, mode, options)
         try:
             obs = observe(trial, options)
-            paths = tuple(h.path for h in obs.candidates)
-            chosen = [h for h in obs.candidates if path is None or h.path == path][:1]
+            paths = tuple(str(h.path) for h in obs.candidates)
+            chosen = [h for h in obs.candidates if path is None or str(h.path) == path][:1]
             if not chosen:
                 obs.clear()
                 if path is not None:
@@ -114,7 +114,7 @@ def explain(target: Any, path: str | None = None, options: CheckOptions | None =
             hit = chosen[0]
             obj = hit.obj
             node = getattr(obj, "grad_fn", obj) if not _is_leaf(obj) else None
-            view_path = hit.path
+            view_path = str(hit.path)
             chosen.clear()
             obs.clear()
             if node is None:

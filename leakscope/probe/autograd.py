@@ -89,11 +89,51 @@ def _node_type(node: Any) -> _NodeType:
     return info
 
 
+class Inspection:
+    """Objects the probes could not read, counted (never silently skipped) and reported as one
+    warning line on the result: "3 objects could not be inspected; first: TypeError ... at engine.x"."""
+
+    def __init__(self) -> None:
+        self.errors = 0
+        self.first: str | None = None
+
+    def reset(self) -> None:
+        self.errors = 0
+        self.first = None
+
+    def note(self, exc: BaseException, where: str) -> None:
+        self.errors += 1
+        if self.first is None:
+            text = str(exc).strip().splitlines()
+            self.first = f"{type(exc).__name__}: {text[0] if text else '(no message)'} at {where}"
+
+    def add(self, stats: Any) -> None:
+        """Fold in a walk's counts (:class:`leakscope.probe.references.WalkStats`)."""
+        if stats.errors:
+            self.errors += stats.errors
+            self.first = self.first or stats.first_error
+
+    def warning(self) -> str | None:
+        if not self.errors:
+            return None
+        noun = "object" if self.errors == 1 else "objects"
+        return f"{self.errors} {noun} could not be inspected; first: {self.first}"
+
+
+#: the running check's tally (a check judges one target and mode at a time per process)
+INSPECTION = Inspection()
+
+
 def sequence_nr(node: Any) -> int:
-    """The node's creation number (per thread); ``UINT64_MAX`` for AccumulateGrad."""
+    """The node's creation number (per thread); ``UINT64_MAX`` for AccumulateGrad.
+
+    A node whose number cannot be read is counted in :data:`INSPECTION` and
+    treated as not this step's.
+    """
     try:
         return int(node._sequence_nr())
-    except Exception:
+    except Exception as exc:
+        INSPECTION.note(exc, f"{node_name(node)}._sequence_nr()")
         return UINT64_MAX
 
 

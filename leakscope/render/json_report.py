@@ -13,14 +13,14 @@ SCHEMA_VERSION = 1
 def finding_dict(finding: Finding) -> dict[str, Any]:
     """One finding as plain JSON data."""
     return {
-        "path": finding.path,
-        "holder": finding.holder,
+        "path": str(finding.path),
+        "holder": finding.holder.value,
         "grad_fn": finding.grad_fn,
         "graph_nodes": finding.graph_nodes,
         "retained_bytes": finding.retained_bytes,
         "confirmed": finding.confirmed,
         "hint": finding.hint,
-        "cause": finding.cause,
+        "cause": finding.cause.value,
         "bytes_by_cause": dict(finding.bytes_by_cause),
         "source": (
             {"file": finding.source.file, "line": finding.source.line, "function": finding.source.function}
@@ -91,7 +91,6 @@ def report_dict(report: Report, *, debug: bool = False) -> dict[str, Any]:
         "python_version": report.python_version,
         "results": [result_dict(r, debug=debug) for r in report.results],
     }
-    doc.update(report.extra)
     return doc
 
 
