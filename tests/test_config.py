@@ -10,8 +10,8 @@ import pytest
 from leakscope.errors import ConfigError, ExitCode
 from leakscope.gate import config
 from leakscope.options import CheckOptions
-from leakscope.policy import AllowEntry, allow_result, exit_code
 from leakscope.paths import CYCLE, HolderPath
+from leakscope.policy import AllowEntry, allow_result, exit_code
 from leakscope.results import Finding, Holder, Mode, Report, TargetResult, Verdict
 from tests.conftest import holder_path
 

@@ -16,9 +16,9 @@ import pytest
 
 import leakscope
 from leakscope.options import CheckOptions
+from leakscope.paths import CYCLE as CYCLE_PATH
 from leakscope.policy import AllowEntry
 from leakscope.render import FORMATS, render
-from leakscope.paths import CYCLE as CYCLE_PATH
 from leakscope.results import Cause, Finding, Holder, Mode, Report, Source, TargetResult, Verdict
 from tests.conftest import holder_path
 

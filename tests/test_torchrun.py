@@ -18,8 +18,7 @@ import pytest
 from fixtures.rank_leak import EXPECTED_BY_RANK
 from leakscope.harness.distributed import launcher_env, merge_reports
 from leakscope.results import Finding, Holder, Mode, Report, TargetResult, Verdict
-from tests.conftest import holder_path
-from tests.conftest import ROOT
+from tests.conftest import ROOT, holder_path
 
 
 def _torchrun(*args: str) -> subprocess.CompletedProcess[str]:
