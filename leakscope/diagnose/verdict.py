@@ -61,7 +61,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         trial.close()
     if findings and options.confirm:
         findings = _confirm(spec, mode, options, findings)
-        more, residual = _residual_after_release(spec, mode, options, union, warnings)
+        more, residual = _residual_after_release(spec, mode, options, {f.path for f in findings}, union, warnings)
         findings.extend(more)
     if sum(residual.values()) > 0:
         findings.append(unknown_finding(residual))
@@ -259,10 +259,11 @@ def _holds_alone(spec: EngineSpec, mode: Mode, options: CheckOptions, finding: F
 
 
 def _residual_after_release(
-    spec: EngineSpec, mode: Mode, options: CheckOptions, union: StorageMap, warnings: list[str]
+    spec: EngineSpec, mode: Mode, options: CheckOptions, known: set[HolderPath], union: StorageMap,
+    warnings: list[str],
 ) -> tuple[list[Finding], dict[str, int]]:
-    """Holders only the generic walk names, and the bytes still alive once every named holder is
-    released (held by something unnamed)."""
+    """Holders only the generic walk names (other than the ``known`` ones), and the bytes still
+    alive once every named holder is released (held by something unnamed)."""
     trial = run_trial(spec, mode, options)
     more: list[Finding] = []
     try:
@@ -281,7 +282,7 @@ def _residual_after_release(
             obs = observe(trial, options, generic=True)
             _note_walk(obs, warnings)
             if obs.candidates:
-                more = [_describe(hit, trial, obs, union) for hit in obs.candidates]
+                more = [_describe(hit, trial, obs, union) for hit in obs.candidates if hit.path not in known]
                 released = _release_all(obs.candidates)
                 obs.clear()
                 obs = observe(trial, options, generic=True)

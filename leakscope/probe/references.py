@@ -318,8 +318,9 @@ def _children(obj: Any, k: _Kinds, generic: bool = False) -> Iterable[Child]:
             yield from _children(mappings[0], k, generic)
         return
     if tp is _THREAD_LOCAL:
-        # This thread's attributes of a ``threading.local()`` (the thread that ran the step).
-        d = _instance_dict(obj)
+        # This thread's attributes of a ``threading.local()`` (the thread that ran the step):
+        # the C type's own getter picks the thread's dict; the generic one sees none.
+        d = _THREAD_LOCAL.__getattribute__(obj, "__dict__")
         for key, value in list((d or {}).items()):
             yield _key(key), ATTR, d, key, value
         return
