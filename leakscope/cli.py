@@ -130,7 +130,7 @@ def check(
     targets: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[TARGET]...",
+            metavar="TARGET",
             help="Engines to check: 'pkg.module:Name' or 'path/to/file.py:Name' "
             f"(a class built as Name(model), a factory, or a step function). Default: {DEFAULT_TARGET}.",
             show_default=False,
@@ -252,7 +252,8 @@ def check(
             if debug and exc.detail:
                 typer.echo(exc.detail, err=True)
             _fail(exc.message, int(exc.exit_code), fmt, output)
-        if debug:
+        if debug and fmt not in (FormatChoice.text, FormatChoice.json):
+            # text and JSON reports carry the tracebacks themselves under --debug: print each once.
             for result in report.results:
                 if result.traceback:
                     typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
@@ -330,6 +331,8 @@ def explain(
     Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
     """
     from leakscope.diagnose.explain import explain as run_explain
+    from leakscope.errors import ConfigError
+    from leakscope.gate import config as project_config
     from leakscope.options import CheckOptions
     from leakscope.render.dot import render as render_dot
     from leakscope.render.tree import render as render_tree
@@ -337,11 +340,15 @@ def explain(
 
     if mode is ModeChoice.both:
         _fail("explain takes one mode: --mode train or --mode forward-only", 2, FormatChoice.text, None)
+    if target is None:  # as check does: the project's first target, else the built-in engine
+        try:
+            targets = project_config.discover(None).targets
+        except ConfigError as exc:
+            _fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
+        target = targets[0] if targets else DEFAULT_TARGET
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            view = run_explain(
-                target or DEFAULT_TARGET, path, CheckOptions(model=model), Mode(mode.value), max_nodes=max_nodes
-            )
+            view = run_explain(target, path, CheckOptions(model=model), Mode(mode.value), max_nodes=max_nodes)
     except LeakscopeError as exc:
         if debug and exc.detail:
             typer.echo(exc.detail, err=True)
@@ -378,16 +385,30 @@ def _run(targets: list[str], options: CheckOptions, progress: bool | None = None
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: the command's exit code; usage errors in one line."""
+    # click's UsageError, wherever this typer release keeps click (it vendors it in some).
+    usage_error: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    code: object = 0
     try:
-        app()
-    except KeyboardInterrupt:
+        code = app(standalone_mode=False)
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except usage_error as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `leakscope`: the help
+            exc.show()  # type: ignore[attr-defined]
+        else:
+            # One line, like every other usage error: what was wrong and the valid choices.
+            message = exc.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
+            typer.echo(f"leakscope: error: {message}", err=True)
+        code = int(ExitCode.USAGE)
+    except (KeyboardInterrupt, typer.Abort):
         typer.echo("leakscope: interrupted", err=True)
-        sys.exit(130)
+        code = 130
     finally:
         from leakscope.harness.runtime import prepare_exit
 
         prepare_exit()  # see NOTE [Exit cost]
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main", "ExitCode"]
