@@ -223,7 +223,7 @@ def _slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
                 continue
             try:
                 value = descr.__get__(obj, klass)
-            except Exception:
+            except AttributeError:  # an unset slot holds nothing
                 continue
             yield name, value, descr
 
@@ -448,11 +448,7 @@ def _frame_locals(frame: Any, segment: tuple[Segment, ...], *, follow_back: bool
     while frame is not None:
         if is_library_module(str(frame.f_globals.get("__name__", ""))):
             return
-        try:
-            local_vars = list(frame.f_locals.items())
-        except Exception:
-            local_vars = []
-        for name, value in local_vars:
+        for name, value in list(frame.f_locals.items()):
             yield (*segment, Segment(SegmentKind.LOCAL, name)), FRAME, frame, name, value
         if not follow_back:
             return
@@ -502,11 +498,7 @@ def _tensordict_children(td: Any) -> Iterable[Child]:
         for i, value in enumerate(stacked):
             yield _index(i), READONLY, stacked, i, value
         return
-    try:
-        items = list(td.items())
-    except Exception:
-        return
-    for key, value in items:
+    for key, value in list(td.items()):
         yield _key(key), TD, td, key, value
 
 
