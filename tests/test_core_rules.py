@@ -121,3 +121,13 @@ def test_spare_lockstep_steps_build_micro_batches_through_the_adapter() -> None:
     spec = dataclasses.replace(resolve_spec(fixture_target("verl_fix")), make_micro_batch=micro_batch)
     Lockstep(spec)._spare_step(Mode.TRAIN, CheckOptions(device="cpu"))
     assert made == [0]
+
+
+def test_an_unknown_holders_bytes_include_the_graph_branch_only_it_keeps() -> None:
+    """fixtures/unknown_holder keeps the entropy (a branch off the logits the loss never uses)
+    from a C++ hook: its saved activations count, not only the shared leaf and its gradient."""
+    report = leakscope.check(fixture_target("unknown_holder"), CheckOptions(modes=(leakscope.Mode.TRAIN,)))
+    (finding,) = report.results[0].findings
+    assert str(finding.path) == "<unknown holder>" and "C++" in finding.hint
+    assert finding.bytes_by_cause.get("activations", 0) > 0, finding.bytes_by_cause
+    assert finding.bytes_by_cause.get("leaf+grad", 0) > 0, finding.bytes_by_cause

@@ -28,6 +28,8 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+from leakscope.paths import shorten
+
 UINT64_MAX = 2**64 - 1
 
 # Cause classes, in the order a shared storage is attributed.
@@ -105,7 +107,7 @@ class Inspection:
         self.errors += 1
         if self.first is None:
             text = str(exc).strip().splitlines()
-            self.first = f"{type(exc).__name__}: {text[0] if text else '(no message)'} at {where}"
+            self.first = f"{type(exc).__name__}: {shorten(text[0]) if text else '(no message)'} at {where}"
 
     def add(self, stats: Any) -> None:
         """Fold in a walk's counts (:class:`leakscope.probe.references.WalkStats`)."""
@@ -279,7 +281,11 @@ def graph_tensors(
         for attr, slot, put in slots:
             try:
                 raw = getattr(node, attr)
-            except Exception:
+            except Exception as exc:
+                # A custom Function's saved tensors raise once backward freed them: nothing held.
+                # Anything else is counted: a slot we cannot read may hide retained bytes.
+                if not (isinstance(exc, RuntimeError) and "already been freed" in str(exc)):
+                    INSPECTION.note(exc, f"{info.name}.{attr}")
                 continue
             try:
                 data = raw.data  # a tuple of handles has no .data
@@ -290,7 +296,8 @@ def graph_tensors(
                         if data is not None and is_plain(data):
                             group(ACTIVATIONS, info.name, slot if len(raw) == 1 else f"{slot}[{i}]")(data)
                 continue
-            except Exception:
+            except Exception as exc:
+                INSPECTION.note(exc, f"{info.name}.{attr}.data")
                 continue
             if data is not None and is_plain(data):
                 put(data)
