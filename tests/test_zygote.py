@@ -158,7 +158,6 @@ def test_no_process_outlives_an_interrupted_check(tmp_path: Path) -> None:
     finally:
         proc.kill()
     assert proc.returncode == 130, err[-3000:]
-    assert "leakscope: interrupted" in err
     assert _none_left(token) == []
 
 
