@@ -99,14 +99,6 @@ def target_string(target: Any) -> str | None:
     return f"{module}:{qualname}"
 
 
-def run_child(target: str, options: CheckOptions) -> tuple[list[TargetResult], str | None]:
-    """Check ``target`` in a child process; every way it can fail becomes an error result."""
-    with _Pool(dataclasses.replace(options, jobs=1)) as pool:
-        for _, name, job in pool.run([(0, target)]):
-            return _collect(name, options, job)
-    raise AssertionError("the pool ran no child")  # pragma: no cover
-
-
 def can_fork(options: CheckOptions) -> bool:
     """Whether children may be forked from a zygote here (NOTE [Zygote]); else they are spawned."""
     if os.environ.get(START_METHOD_ENV, "fork") == "spawn":
@@ -115,8 +107,9 @@ def can_fork(options: CheckOptions) -> bool:
         return False
     if options.device == "cuda":
         return False
-    # A launcher's ranks (torchrun) talk to each other: never fork under one.
-    return not ({"RANK", "WORLD_SIZE"} <= set(os.environ))
+    from leakscope.harness.distributed import launcher_env
+
+    return launcher_env() is None  # a launcher's ranks (torchrun) talk to each other: never fork under one
 
 
 @dataclasses.dataclass

@@ -158,6 +158,9 @@ def _load() -> _Fresh:
 
     for name in PRELOAD:
         importlib.import_module(name)
+    from leakscope.adapters.registry import _entry_points
+
+    _entry_points()  # every check lists the adapter entry points (metadata only: nothing is imported)
     return _Fresh(signals=fresh_signals, environ=environ, torch_threads=threads)
 
 
