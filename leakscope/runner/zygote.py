@@ -35,11 +35,12 @@ a signal). End of its stdin: kill every child's group, reap them, exit.
 #   child, so a module-level side effect of one target cannot reach the next.
 # - A child starts as a fresh interpreter would: its own session (``setsid``,
 #   so the parent can kill its whole process group, helpers included), stdin
-#   /dev/null, stdout pointed at stderr, the signal handlers and signal mask
-#   this process started with, the zygote's descriptors closed, the GC
-#   unfrozen, ``random``, numpy and torch's default generator reseeded from
-#   the OS (as each seeds itself at import), torch's thread count and the
-#   environment as they were before we changed them. It dies with the zygote
+#   /dev/null, stdout pointed at stderr, the signal handlers and the signal
+#   mask this process started with (the mask is the parent's, as a spawned
+#   child's is), the zygote's descriptors closed, the GC unfrozen, ``random``,
+#   numpy and torch's default generator reseeded from the OS (as each seeds
+#   itself at import), torch's thread count and the environment as they were
+#   before we changed them. It dies with the zygote
 #   (``PR_SET_PDEATHSIG``), so a killed zygote leaves no orphan checking on.
 # The parent still enforces ``--timeout`` (it asks us to kill), and still reads
 # each child's results from the file the child streams them to, so every
@@ -101,6 +102,8 @@ class _Fresh:
     """What a fresh interpreter had, for a child to go back to."""
 
     signals: dict[int, Any]
+    #: the blocked signals this process started with (inherited from the parent, as a spawned child's are)
+    mask: set[int | signal.Signals]
     environ: dict[str, str | None]
     torch_threads: int
 
@@ -148,6 +151,7 @@ def _fresh_signals() -> dict[int, Any]:
 def _load() -> _Fresh:
     """Import the check's modules without starting a thread or running an op."""
     fresh_signals = _fresh_signals()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     environ = {name: os.environ.get(name) for name in _QUIET_THREADS}
     os.environ.update(_QUIET_THREADS)
     import torch
@@ -161,7 +165,7 @@ def _load() -> _Fresh:
     from leakscope.adapters.registry import _entry_points
 
     _entry_points()  # every check lists the adapter entry points (metadata only: nothing is imported)
-    return _Fresh(signals=fresh_signals, environ=environ, torch_threads=threads)
+    return _Fresh(signals=fresh_signals, mask=mask, environ=environ, torch_threads=threads)
 
 
 def _send(control: IO[str], message: dict[str, Any]) -> None:
@@ -280,7 +284,7 @@ def _reset_process(fresh: _Fresh) -> None:
     for sig, handler in fresh.signals.items():
         if signal.getsignal(sig) is not handler:
             signal.signal(sig, handler)
-    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    signal.pthread_sigmask(signal.SIG_SETMASK, fresh.mask)
     gc.unfreeze()
     for name, value in fresh.environ.items():
         if value is None:
