@@ -39,6 +39,8 @@ class Run:
     returncode: int
     stdout: str
     stderr: str
+    #: user + system CPU of the process and the children it waited for
+    cpu_seconds: float = 0.0
 
 
 def run_timed(cmd: Sequence[str], env: dict[str, str] | None = None, timeout: float = 600) -> Run:
@@ -62,7 +64,8 @@ def run_timed(cmd: Sequence[str], env: dict[str, str] | None = None, timeout: fl
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Run(seconds, int(usage.ru_maxrss), proc.returncode, out.read(), err.read())
+        return Run(seconds, int(usage.ru_maxrss), proc.returncode, out.read(), err.read(),
+                   usage.ru_utime + usage.ru_stime)
 
 
 def child_env(**extra: str) -> dict[str, str]:

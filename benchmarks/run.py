@@ -1,7 +1,7 @@
 """Run leakscope's benchmarks and print each number with its target: ``python benchmarks/run.py [--short]``.
 
 Sections (``--only`` picks some): ``cli-start``, ``check``, ``graph``,
-``probes``, ``memory``. ``--short`` (CI, about two minutes) uses fewer
+``probes``, ``memory``, ``isolation``. ``--short`` (CI, about two minutes) uses fewer
 repetitions and graphs up to 100k nodes; the full run adds 1M-node graphs and
 the stricter no-FSDP baseline. Exit status: 0 when every target is met, 1
 otherwise (0 with ``--no-fail``). Results and method: docs/performance.md.
@@ -19,10 +19,10 @@ if __package__ in (None, ""):
     # `python benchmarks/run.py`: make `benchmarks` and `leakscope` importable.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import check_cost, graph_scan, memory, probe_overhead, startup  # noqa: E402
+from benchmarks import check_cost, graph_scan, isolation_cost, memory, probe_overhead, startup  # noqa: E402
 from benchmarks._common import Row, machine  # noqa: E402
 
-SECTIONS = ("cli-start", "check", "graph", "probes", "memory")
+SECTIONS = ("cli-start", "check", "graph", "probes", "memory", "isolation")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
             new, rss = check_cost.run(args.short)
         elif section == "graph":
             new = graph_scan.run(args.short)
+        elif section == "isolation":
+            new = isolation_cost.run(args.short)
         elif section == "probes":
             new = probe_overhead.run(args.short)
         else:

@@ -187,6 +187,11 @@ def check(
             show_default=False,
         ),
     ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option("--jobs", "-j", min=1, metavar="N",
+                     help="Check N targets at once, each in its own process; the report keeps their order."),
+    ] = 1,
 ) -> None:
     """Check engines for autograd graphs their forward_step leaves reachable.
 
@@ -225,6 +230,8 @@ def check(
             raise UsageError(f"--timeout {timeout:g} is negative; give seconds > 0, or 0 for no limit")
         if timeout is not None and not isolate:
             raise UsageError("--timeout needs a child process to kill; drop --no-isolate")
+        if jobs > 1 and not isolate:
+            raise UsageError(f"--jobs {jobs} needs a process per target; drop --no-isolate")
         if at is not None:
             from leakscope.diagnose.projection import parse_at
 
@@ -240,7 +247,7 @@ def check(
     options = CheckOptions(
         modes=modes, model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
         device=None if device is DeviceChoice.auto else device.value, at=scale,
-        isolate=isolate, timeout=limit if isolate else None,
+        isolate=isolate, timeout=limit if isolate else None, jobs=jobs,
     )
     from leakscope.harness.distributed import barrier, is_reporting_rank, session
 

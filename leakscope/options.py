@@ -50,3 +50,5 @@ class CheckOptions:
     isolate: bool = False
     #: seconds one isolated target may take before its process is killed (None: no limit)
     timeout: float | None = None
+    #: isolated targets checked at once, each in its own process (``-j``); results keep the targets' order
+    jobs: int = 1

@@ -8,22 +8,27 @@
 # verdict of the next target. A child process per target contains all of it:
 # the parent never imports torch, points the child's stdout at stderr, kills
 # the child's whole process group on timeout, and turns any way the child can
-# die into an ``error`` result naming the cause. The cost is one interpreter
-# start plus one ``import torch`` per target, which an in-process check pays
-# once anyway (numbers in docs/isolation.md).
+# die into an ``error`` result naming the cause. The children are forked from a
+# zygote that imported torch once (NOTE [Zygote] in ``leakscope/runner/zygote.py``),
+# or, where forking is unsafe, spawned as ``python -m leakscope.runner.worker``;
+# the parent treats both alike. ``jobs`` children run at once (``-j N``); the
+# report lists the targets in the order given (numbers in docs/isolation.md).
 """
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import json
 import os
 import platform
+import selectors
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +38,12 @@ from leakscope.options import CheckOptions
 from leakscope.results import Mode, Report, TargetResult, Verdict
 
 _FIX_EXIT = "an engine must return (loss, output) and never exit the process"
+#: ``LEAKSCOPE_START_METHOD=spawn`` starts every child as a new interpreter (no zygote)
+START_METHOD_ENV = "LEAKSCOPE_START_METHOD"
+#: seconds the zygote may take to import torch before the targets are spawned instead
+_ZYGOTE_START_S = 300.0
+#: how often children are polled where the kernel cannot tell us (no pidfd)
+_POLL_S = 0.05
 
 
 def check_isolated(
@@ -41,31 +52,36 @@ def check_isolated(
     """Like :func:`leakscope.api.check`, each target in a fresh child process.
 
     Targets must be strings, or importable objects (named by module and
-    qualified name); ``options.timeout`` bounds each target's process.
+    qualified name); ``options.timeout`` bounds each target's process and
+    ``options.jobs`` children run at once. ``on_result`` sees each target's
+    results when its process ends; the report keeps the targets' order.
     Raises :class:`~leakscope.errors.UsageError` for options the child rejects.
     """
-    results: list[TargetResult] = []
-    torch_version: str | None = None
-    for target in targets:
+    outcome: list[list[TargetResult]] = [[] for _ in targets]
+    versions: list[str | None] = [None] * len(targets)
+    work: list[tuple[int, str]] = []
+    for index, target in enumerate(targets):
         name = target_string(target)
-        if name is None:
-            label = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', type(target).__name__)}"
-            results.extend(
-                _error(label, mode, f"{label} is not importable by name, so it cannot be checked in a child "
-                       "process; define it at module level, or check it with isolate=False")
-                for mode in options.modes
-            )
+        if name is not None:
+            work.append((index, name))
             continue
-        child_results, version = run_child(name, options)
-        results.extend(child_results)
-        for result in child_results:
-            if on_result is not None:
-                on_result(result)
-        torch_version = torch_version or version
+        label = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', type(target).__name__)}"
+        outcome[index] = [
+            _error(label, mode, f"{label} is not importable by name, so it cannot be checked in a child "
+                   "process; define it at module level, or check it with isolate=False")
+            for mode in options.modes
+        ]
+    with _Pool(options) as pool:
+        for index, name, job in pool.run(work):
+            results, versions[index] = _collect(name, options, job)
+            outcome[index] = results
+            for result in results:
+                if on_result is not None:
+                    on_result(result)
     return Report(
-        results=tuple(results),
+        results=tuple(result for results in outcome for result in results),
         leakscope_version=__version__,
-        torch_version=torch_version or _installed_torch_version(),
+        torch_version=next((v for v in versions if v), None) or _installed_torch_version(),
         python_version=platform.python_version(),
     )
 
@@ -83,19 +99,277 @@ def target_string(target: Any) -> str | None:
     return f"{module}:{qualname}"
 
 
-def run_child(target: str, options: CheckOptions) -> tuple[list[TargetResult], str | None]:
-    """Check ``target`` in a child process; every way it can fail becomes an error result."""
-    from leakscope.serialize import result_from_data, to_data
+def can_fork(options: CheckOptions) -> bool:
+    """Whether children may be forked from a zygote here (NOTE [Zygote]); else they are spawned."""
+    if os.environ.get(START_METHOD_ENV, "fork") == "spawn":
+        return False
+    if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
+        return False
+    if options.device == "cuda":
+        return False
+    from leakscope.harness.distributed import launcher_env
 
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="leakscope-") as tmp:
-        request_path = Path(tmp, "request.json")
-        results_path = Path(tmp, "results.jsonl")
-        request = {"target": target, "options": to_data(options), "results": str(results_path)}
-        request_path.write_text(json.dumps(request), encoding="utf-8")
-        returncode, timed_out = _run([sys.executable, "-m", "leakscope.runner.worker", str(request_path)], options.timeout)
-        records = _read_records(results_path)
-    seconds = time.perf_counter() - started
+    return launcher_env() is None  # a launcher's ranks (torchrun) talk to each other: never fork under one
+
+
+@dataclasses.dataclass
+class _Job:
+    """One target's child process, however it was started."""
+
+    ident: int
+    tmp: tempfile.TemporaryDirectory[str]
+    request: Path
+    results: Path
+    forked: bool = False
+    #: process (and process group) id, once it runs
+    pid: int | None = None
+    proc: subprocess.Popen[bytes] | None = None
+    pidfd: int | None = None
+    started: float = 0.0
+    returncode: int | None = None
+    timed_out: bool = False
+    seconds: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.returncode is not None
+
+
+class _Zygote:
+    """The parent's handle on the fork server (``leakscope.runner.zygote``)."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leakscope.runner.zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=_stderr_fd(), start_new_session=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.out = self.proc.stdout.fileno()
+        os.set_blocking(self.out, False)
+        self.buffer = b""
+        self.alive = True
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.out, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    return False
+                messages = self.read()
+                if messages is None:
+                    return False
+                if messages:
+                    return bool(messages[0].get("ready"))
+
+    def send(self, message: dict[str, Any]) -> bool:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.alive = False
+        return self.alive
+
+    def read(self) -> list[dict[str, Any]] | None:
+        """The messages that arrived (maybe none); None once the zygote is gone."""
+        try:
+            chunk = os.read(self.out, 65536)
+        except BlockingIOError:
+            return []
+        if not chunk:
+            self.alive = False
+            return None
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def close(self) -> None:
+        """End of its stdin: it kills and reaps every child, then exits; we make sure it does."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        _kill_group(self.proc.pid)
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+class _Pool:
+    """Runs up to ``options.jobs`` children at once, forked where safe, spawned otherwise."""
+
+    def __init__(self, options: CheckOptions) -> None:
+        self.options = options
+        self.jobs = max(1, options.jobs)
+        self.fork = can_fork(options)
+        self.zygote: _Zygote | None = None
+        self.running: dict[int, _Job] = {}
+        self.selector = selectors.DefaultSelector()
+
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Normal end, a usage error, KeyboardInterrupt: nothing we started outlives the check.
+        for job in list(self.running.values()):
+            if job.proc is not None:
+                _kill_group(job.proc.pid)
+                job.proc.wait()
+            self._forget(job)
+            job.tmp.cleanup()
+        if self.zygote is not None:
+            self.zygote.close()
+        self.selector.close()
+
+    def run(self, work: Sequence[tuple[int, str]]) -> Iterator[tuple[int, str, _Job]]:
+        """Each ``(index, target, finished job)``, in the order they finish."""
+        queue = collections.deque(work)
+        names: dict[int, str] = {}
+        while queue or self.running:
+            while queue and len(self.running) < self.jobs:
+                index, name = queue.popleft()
+                names[index] = name
+                self._start(index, name)
+            self._wait()
+            for job in sorted((j for j in self.running.values() if j.done), key=lambda j: j.ident):
+                self._forget(job)
+                try:
+                    yield job.ident, names[job.ident], job
+                finally:
+                    job.tmp.cleanup()
+
+    def _start(self, index: int, target: str) -> None:
+        tmp = tempfile.TemporaryDirectory(prefix="leakscope-")
+        job = _Job(index, tmp, Path(tmp.name, "request.json"), Path(tmp.name, "results.jsonl"))
+        from leakscope.serialize import to_data
+
+        request = {"target": target, "options": to_data(self.options), "results": str(job.results)}
+        job.request.write_text(json.dumps(request), encoding="utf-8")
+        self.running[index] = job
+        zygote = self._zygote()
+        if zygote is not None and zygote.send({"id": index, "request": str(job.request)}):
+            job.forked = True  # it answers with the pid (or asks us to spawn it)
+        else:
+            self._spawn(job)
+
+    def _zygote(self) -> _Zygote | None:
+        if not self.fork:
+            return None
+        if self.zygote is None:
+            self.zygote = _Zygote()
+            if not self.zygote.wait_ready(_ZYGOTE_START_S):
+                self.fork = False  # it could not import, or may not fork: spawn every target
+                self.zygote.close()
+                self.zygote = None
+                return None
+            self.selector.register(self.zygote.out, selectors.EVENT_READ, None)
+        return self.zygote if self.zygote.alive else None
+
+    def _spawn(self, job: _Job) -> None:
+        job.forked = False
+        # stdout=2: whatever the child writes to its stdout goes to our stderr,
+        # never into the report (the child also redirects it itself).
+        job.proc = subprocess.Popen(
+            [sys.executable, "-m", "leakscope.runner.worker", str(job.request)],
+            stdin=subprocess.DEVNULL, stdout=_stderr_fd(), start_new_session=True,
+        )
+        self._running(job, job.proc.pid)
+        try:
+            job.pidfd = os.pidfd_open(job.pid)  # type: ignore[arg-type]
+        except (AttributeError, OSError):
+            return  # polled instead
+        self.selector.register(job.pidfd, selectors.EVENT_READ, job)
+
+    def _running(self, job: _Job, pid: int) -> None:
+        job.pid = pid
+        job.started = time.perf_counter()
+
+    def _wait(self) -> None:
+        """Block until a child ends, a message comes, or a deadline passes; then act on it."""
+        timeout: float | None = None
+        if any(j.proc is not None and j.pidfd is None for j in self.running.values()):
+            timeout = _POLL_S
+        limit = self.options.timeout
+        if limit:
+            for job in self.running.values():
+                if job.pid is not None and not job.timed_out:
+                    left = max(0.0, job.started + limit - time.perf_counter())
+                    timeout = left if timeout is None else min(timeout, left)
+        if not any(j.done for j in self.running.values()):
+            self.selector.select(timeout)
+        if self.zygote is not None and self.zygote.alive:
+            self._messages()
+        for job in self.running.values():
+            if job.proc is not None and not job.done:
+                self._poll_spawned(job)
+            if limit and job.pid is not None and not job.done and not job.timed_out:
+                if time.perf_counter() - job.started >= limit:
+                    job.timed_out = True
+                    if job.proc is not None:
+                        _kill_group(job.pid)  # not reaped yet: still its group
+                    elif self.zygote is not None:
+                        self.zygote.send({"kill": job.ident})
+
+    def _messages(self) -> None:
+        assert self.zygote is not None
+        messages = self.zygote.read()
+        for message in messages or []:
+            job = self.running.get(int(message.get("id", -1)))
+            if job is None:
+                continue
+            if "pid" in message:
+                self._running(job, int(message["pid"]))
+            elif "spawn" in message:
+                self._spawn(job)
+            elif "status" in message:
+                self._ended(job, int(message["status"]))
+        if messages is None:  # the zygote died (killed, out of memory): its children died with it
+            self.selector.unregister(self.zygote.out)
+            self.fork = False
+            for job in self.running.values():
+                if job.forked and not job.done:
+                    if job.pid is None:
+                        self._spawn(job)
+                    else:
+                        _kill_group(job.pid)  # helpers the engine started
+                        self._ended(job, -signal.SIGKILL)
+
+    def _poll_spawned(self, job: _Job) -> None:
+        assert job.proc is not None and job.pid is not None
+        try:
+            ended = os.waitid(os.P_PID, job.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            ended = None
+        if ended is None:
+            return
+        # Also ends anything the engine spawned (data workers, servers), before the pid can be reused.
+        _kill_group(job.pid)
+        self._ended(job, job.proc.wait())
+
+    def _ended(self, job: _Job, returncode: int) -> None:
+        job.returncode = returncode
+        job.seconds = time.perf_counter() - job.started
+
+    def _forget(self, job: _Job) -> None:
+        if job.pidfd is not None:
+            self.selector.unregister(job.pidfd)
+            os.close(job.pidfd)
+            job.pidfd = None
+        self.running.pop(job.ident, None)
+
+
+def _collect(target: str, options: CheckOptions, job: _Job) -> tuple[list[TargetResult], str | None]:
+    """The results a finished child streamed, and an error result for each mode it did not finish."""
+    from leakscope.serialize import result_from_data
+
+    records = _read_records(job.results)
     version = next((r["torch_version"] for r in records if "torch_version" in r), None)
     usage = next((r["usage_error"] for r in records if "usage_error" in r), None)
     if usage is not None:  # bad options (``--device cuda`` without a GPU): exit 2, as in process
@@ -105,7 +379,7 @@ def run_child(target: str, options: CheckOptions) -> tuple[list[TargetResult], s
     done = {r.mode for r in results}
     missing = [mode for mode in options.modes if mode not in done]
     if missing:
-        if timed_out:
+        if job.timed_out:
             message = (
                 f"timed out after {options.timeout:g} s and was killed: the engine's build or step did not "
                 "return; fix the hang (a blocking call, a wait on other ranks, an endless loop) or raise --timeout"
@@ -113,29 +387,11 @@ def run_child(target: str, options: CheckOptions) -> tuple[list[TargetResult], s
         elif fatal is not None:
             message = f"leakscope's check process failed: {fatal['fatal']}; please report it with --debug output"
         else:
-            message = _death_message(returncode)
+            message = _death_message(job.returncode or 0)
         detail = fatal.get("traceback") if fatal is not None else None
-        results.extend(_error(target, mode, message, detail, seconds) for mode in missing)
+        results.extend(_error(target, mode, message, detail, job.seconds) for mode in missing)
     results.sort(key=lambda r: options.modes.index(r.mode) if r.mode in options.modes else len(options.modes))
     return results, version
-
-
-def _run(argv: list[str], timeout: float | None) -> tuple[int, bool]:
-    """Run the child in its own process group; kill the whole group when done or late."""
-    # stdout=2: whatever the child writes to its stdout goes to our stderr,
-    # never into the report (the child also redirects it itself).
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=_stderr_fd(), start_new_session=True)
-    timed_out = False
-    try:
-        try:
-            proc.wait(timeout=timeout if timeout else None)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-    finally:
-        # Also ends anything the engine spawned (data workers, servers).
-        _kill_group(proc.pid)
-        proc.wait()
-    return proc.returncode, timed_out
 
 
 def _stderr_fd() -> int:

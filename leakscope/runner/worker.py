@@ -1,6 +1,8 @@
 """The child side of an isolated check: ``python -m leakscope.runner.worker REQUEST.json``.
 
-Started by :mod:`leakscope.runner.isolation`, one process per target. It checks the
+Started by :mod:`leakscope.runner.isolation`, one process per target: forked by
+the zygote (:mod:`leakscope.runner.zygote`), which then calls
+:func:`run_request`, or spawned as this module's ``main``. It checks the
 target mode by mode with :func:`leakscope.runner.inprocess.check_target` and appends one
 JSON line per finished result to the results file the request names, so the
 parent keeps every mode that finished even if a later one crashes or hangs.
@@ -19,7 +21,7 @@ import json
 import os
 import sys
 import traceback
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 
 def _write(out: IO[str], record: dict[str, Any]) -> None:
@@ -52,11 +54,16 @@ def _run(request: dict[str, Any], out: IO[str]) -> None:
 
 def main(argv: list[str]) -> None:
     """Run one request and exit without running anything the engine registered."""
+    run_request(argv[0])
+
+
+def run_request(request_path: str) -> NoReturn:
+    """Check the request in ``request_path``, stream the results, ``os._exit``."""
     os.dup2(2, 1)  # engine prints, even from C, land on stderr
     sys.stdout = sys.stderr
     # A segfault in native code prints the Python stack it happened in.
     faulthandler.enable(file=sys.__stderr__ or sys.stderr)
-    with open(argv[0], encoding="utf-8") as f:
+    with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
     status = 0
     with open(request["results"], "a", encoding="utf-8") as out:
