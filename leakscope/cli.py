@@ -146,7 +146,7 @@ def check(
         typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
     ] = None,
     model: Annotated[
-        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune, hf-lora (needs leakscope[hf]).")
+        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune, hf-lora (needs transformers and peft).")
     ] = "peft-checkpoint",
     confirm: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
@@ -279,7 +279,7 @@ def _require_hf() -> None:
     if missing:
         raise UsageError(
             f"--model hf-lora needs {' and '.join(missing)}, which is not installed; "
-            "install the extra: pip install 'leakscope[hf]'"
+            "install them: pip install 'transformers>=5' 'peft>=0.17' (the hf extra)"
         )
 
 
