@@ -247,7 +247,9 @@ def check(
     with session():  # under torchrun: one process group for the check and the merged report
         try:
             options = settings.check_options(options)
-            report = _run(targets, options, progress=progress if not quiet else False)
+            # the live status line: on a terminal, unless JSON or --quiet was asked for
+            shown = False if quiet else (False if progress is None and fmt is FormatChoice.json else progress)
+            report = _run(targets, options, progress=shown)
         except LeakscopeError as exc:
             if debug and exc.detail:
                 typer.echo(exc.detail, err=True)
@@ -372,7 +374,8 @@ def _run(targets: list[str], options: CheckOptions, progress: bool | None = None
     from leakscope.render import progress as display
 
     total = len(targets) * len(options.modes)
-    with display.display(total, display.wanted(progress, len(targets))) as on_result:
+    enabled = display.wanted(progress)
+    with display.display(total, enabled, modes=len(options.modes), timeout=options.timeout) as on_result:
         with contextlib.redirect_stdout(sys.stderr):
             return run_check(targets, options, on_result=on_result)
 

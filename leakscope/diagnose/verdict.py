@@ -22,6 +22,7 @@ from leakscope.harness.protocol import EngineSpec
 from leakscope.harness.source import display_path, engine_files, user_frame_in_stack_text
 from leakscope.harness.trial import Observation, Trial, observe, run_trial
 from leakscope.options import CheckOptions
+from leakscope.phase import report
 from leakscope.probe.autograd import (
     CAUSE_ORDER,
     LEAF_GRAD,
@@ -44,9 +45,11 @@ UNKNOWN_HOLDER = "<unknown holder>"
 
 def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     """The verdict and findings for ``spec`` in ``mode``."""
+    report("finding holders")
     trial = run_trial(spec, mode, options, anomaly=options.source)
     try:
         died_in_gc = _until_gc_bytes(trial)
+        report(step="walking")
         obs = observe(trial, options)
         union: StorageMap = {}
         findings = [_describe(hit, trial, obs, union) for hit in obs.candidates]
@@ -67,6 +70,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     if options.micro_batches > 1:
         from leakscope.diagnose.growth import measure_growth
 
+        report("growth")
         run = measure_growth(spec, mode, options)
         growth = run.growth
         # Graphs still held after the last micro-batch are a leak the single
@@ -253,6 +257,7 @@ def _confirm(spec: EngineSpec, mode: Mode, options: CheckOptions, findings: list
         if i >= options.max_confirm:
             out.append(finding)
             continue
+        report(f"confirming {i + 1} of {min(len(findings), options.max_confirm)}")
         out.append(dataclasses.replace(finding, confirmed=_holds_alone(spec, mode, options, finding)))
     return out
 
@@ -292,6 +297,7 @@ def _holds_alone(spec: EngineSpec, mode: Mode, options: CheckOptions, finding: F
 
 def _residual_after_release(spec: EngineSpec, mode: Mode, options: CheckOptions) -> dict[str, int]:
     """Bytes still alive once every named holder is released: held by something unnamed."""
+    report("releasing every holder")
     trial = run_trial(spec, mode, options)
     try:
         obs = observe(trial, options)

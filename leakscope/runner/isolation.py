@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -22,14 +23,16 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from leakscope import __version__
 from leakscope.errors import UsageError
 from leakscope.options import CheckOptions
+from leakscope.phase import listened, report
 from leakscope.results import Mode, Report, TargetResult, Verdict
 
 _FIX_EXIT = "an engine must return (loss, output) and never exit the process"
@@ -93,7 +96,9 @@ def run_child(target: str, options: CheckOptions) -> tuple[list[TargetResult], s
         results_path = Path(tmp, "results.jsonl")
         request = {"target": target, "options": to_data(options), "results": str(results_path)}
         request_path.write_text(json.dumps(request), encoding="utf-8")
-        returncode, timed_out = _run([sys.executable, "-m", "leakscope.runner.worker", str(request_path)], options.timeout)
+        report("starting a check process", target=target)
+        with _relaying_phases(results_path, target):
+            returncode, timed_out = _run([sys.executable, "-m", "leakscope.runner.worker", str(request_path)], options.timeout)
         records = _read_records(results_path)
     seconds = time.perf_counter() - started
     version = next((r["torch_version"] for r in records if "torch_version" in r), None)
@@ -136,6 +141,58 @@ def _run(argv: list[str], timeout: float | None) -> tuple[int, bool]:
         _kill_group(proc.pid)
         proc.wait()
     return proc.returncode, timed_out
+
+
+# NOTE [Phases from the child]
+# The child appends each phase it enters (leakscope.phase.report) to the
+# records file as {"phase": {...}}, next to its results. While it runs, a
+# thread here reads the new lines every 0.1 s and reports them in this process
+# under the parent's name for the target, so the CLI's status line shows the
+# phase even when the child hangs in it: the last one read is where it hangs.
+# Nothing is read when nothing listens.
+@contextlib.contextmanager
+def _relaying_phases(path: Path, target: str) -> Iterator[None]:
+    if not listened():
+        yield
+        return
+    stop = threading.Event()
+
+    def pump() -> None:
+        offset = 0
+        while True:
+            stopping = stop.wait(0.1)
+            offset = _relay(path, offset, target)
+            if stopping:
+                return
+
+    thread = threading.Thread(target=pump, name="leakscope-phases", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _relay(path: Path, offset: int, target: str) -> int:
+    """Report the phases in the complete lines after ``offset``; the offset after them."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        event = record.get("phase") if isinstance(record, dict) else None
+        if isinstance(event, dict):
+            fields = {key: str(event[key]) for key in ("mode", "phase", "step") if key in event}
+            report(fields.get("phase"), step=fields.get("step"), mode=fields.get("mode"), target=target)
+    return offset + end
 
 
 def _stderr_fd() -> int:
