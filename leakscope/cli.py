@@ -172,7 +172,7 @@ def check(
     ] = False,
     progress: Annotated[
         bool | None,
-        typer.Option("--progress/--no-progress", help="Progress on stderr. Default: only for several targets on a terminal.",
+        typer.Option("--progress/--no-progress", help="Live status line on stderr. Default: on a terminal, not with --format json.",
                      show_default=False),
     ] = None,
     isolate: Annotated[
