@@ -146,7 +146,7 @@ def check(
         typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
     ] = None,
     model: Annotated[
-        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune, hf-lora (needs leakscope[hf]).")
+        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune, hf-lora (needs transformers and peft).")
     ] = "peft-checkpoint",
     confirm: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
@@ -172,7 +172,7 @@ def check(
     ] = False,
     progress: Annotated[
         bool | None,
-        typer.Option("--progress/--no-progress", help="Progress on stderr. Default: only for several targets on a terminal.",
+        typer.Option("--progress/--no-progress", help="Live status line on stderr. Default: on a terminal, not with --format json.",
                      show_default=False),
     ] = None,
     isolate: Annotated[
@@ -254,7 +254,9 @@ def check(
     with session():  # under torchrun: one process group for the check and the merged report
         try:
             options = settings.check_options(options)
-            report = _run(targets, options, progress=progress if not quiet else False)
+            # the live status line: on a terminal, unless JSON or --quiet was asked for
+            shown = False if quiet else (False if progress is None and fmt is FormatChoice.json else progress)
+            report = _run(targets, options, progress=shown)
         except LeakscopeError as exc:
             if debug and exc.detail:
                 typer.echo(exc.detail, err=True)
@@ -287,7 +289,7 @@ def _require_hf() -> None:
     if missing:
         raise UsageError(
             f"--model hf-lora needs {' and '.join(missing)}, which is not installed; "
-            "install the extra: pip install 'leakscope[hf]'"
+            "install them: pip install 'transformers>=5' 'peft>=0.17' (the hf extra)"
         )
 
 
@@ -386,7 +388,8 @@ def _run(targets: list[str], options: CheckOptions, progress: bool | None = None
     from leakscope.render import progress as display
 
     total = len(targets) * len(options.modes)
-    with display.display(total, display.wanted(progress, len(targets))) as on_result:
+    enabled = display.wanted(progress)
+    with display.display(total, enabled, modes=len(options.modes), timeout=options.timeout) as on_result:
         with contextlib.redirect_stdout(sys.stderr):
             return run_check(targets, options, on_result=on_result)
 

@@ -28,6 +28,7 @@ from leakscope.harness.trial import (
 )
 from leakscope.options import CheckOptions
 from leakscope.paths import ENTRY_KINDS, HolderPath
+from leakscope.phase import report
 from leakscope.probe.autograd import (
     UINT64_MAX,
     StorageMap,
@@ -74,6 +75,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> Growt
     """
     if spec.run_micro_batches is not None:
         return _growth_through_loop(spec, mode, options)
+    report(step="building")
     model, engine = build_subject(spec, options)
     batches = [make_micro_batch(spec, options, i) for i in range(options.micro_batches)]
     trial = new_trial(spec, mode, options, model, engine, batches)
@@ -85,6 +87,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> Growt
         loss: Any = None
         trial.seq_start = next_sequence_nr()
         for i, micro_batch in enumerate(batches):
+            report(step=f"micro-batch {i + 1} of {len(batches)}")
             start = next_sequence_nr()
             # `loss` is rebound only after the step returns: the previous
             # micro-batch's loss is alive during this step, as in a real loop.
@@ -122,6 +125,7 @@ def _growth_through_loop(spec: EngineSpec, mode: Mode, options: CheckOptions) ->
     curve = _Curve()
     forward_only = mode is Mode.FORWARD_ONLY
     for k in range(1, options.micro_batches + 1):
+        report(step=f"{spec.adapter or 'framework'} loop over micro-batches 1-{k} of {options.micro_batches}")
         model, engine = build_subject(spec, options)
         batches = [make_micro_batch(spec, options, i) for i in range(k)]
         trial = new_trial(spec, mode, options, model, engine, batches)

@@ -26,6 +26,7 @@ from leakscope.harness.source import display_path, engine_files, user_frame_in_s
 from leakscope.harness.trial import Observation, Trial, observe, run_trial
 from leakscope.options import CheckOptions
 from leakscope.paths import HolderPath
+from leakscope.phase import report
 from leakscope.probe.autograd import (
     INSPECTION,
     NODES_ONLY,
@@ -43,10 +44,12 @@ from leakscope.results import Finding, Mode, Source, TargetResult, Verdict
 def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     """The verdict and findings for ``spec`` in ``mode``."""
     INSPECTION.reset()
+    report("finding holders")
     trial = run_trial(spec, mode, options, anomaly=options.source)
     warnings: list[str] = []
     try:
         died_in_gc = _until_gc_bytes(trial)
+        report(step="walking")
         obs = observe(trial, options)
         if not obs.candidates and obs.alive:
             # Nothing the typed walk knows holds the live graph: look through everything.
@@ -72,6 +75,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     if options.micro_batches > 1:
         from leakscope.diagnose.growth import measure_growth
 
+        report("growth")
         run = measure_growth(spec, mode, options)
         growth = run.growth
         # Graphs still held after the last micro-batch are a leak the single
@@ -220,6 +224,7 @@ def _confirm(spec: EngineSpec, mode: Mode, options: CheckOptions, findings: list
         if i >= options.max_confirm:
             out.append(finding)
             continue
+        report(f"confirming {i + 1} of {min(len(findings), options.max_confirm)}")
         out.append(dataclasses.replace(finding, confirmed=_holds_alone(spec, mode, options, finding)))
     return out
 
@@ -264,6 +269,7 @@ def _residual_after_release(
 ) -> tuple[list[Finding], dict[str, int]]:
     """Holders only the generic walk names (other than the ``known`` ones), and the bytes still
     alive once every named holder is released (held by something unnamed)."""
+    report("releasing every holder")
     trial = run_trial(spec, mode, options)
     more: list[Finding] = []
     try:

@@ -21,6 +21,7 @@ from leakscope.errors import EngineError
 from leakscope.harness.protocol import EngineSpec, build_engine, describe_exception
 from leakscope.harness.rng import seeded
 from leakscope.options import CheckOptions
+from leakscope.phase import report
 from leakscope.probe.autograd import UINT64_MAX, accumulated_leaf, sequence_nr, storage_key
 from leakscope.probe.liveness import Evidence, Item, collect_evidence, settle
 from leakscope.probe.references import Hit, Root, WalkStats, kinds, walk
@@ -165,10 +166,12 @@ def _validate(result: Any, mode: Mode) -> tuple[Any, Any]:
 
 def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: bool = False) -> Trial:
     """Build, step (and backward in train mode), and return what a caller keeps."""
+    report(step="building")
     model, engine = build_subject(spec, options)
     micro_batch = make_micro_batch(spec, options, 0)
     trial = new_trial(spec, mode, options, model, engine, micro_batch)
     del engine, micro_batch
+    report(step="step")
     _step(trial, model, options, anomaly=anomaly)
     del model
     return trial
