@@ -308,6 +308,7 @@ def _held_finding(
     Holding a tensor (or node) holds its graph, so the reference retains it on
     its own: the finding is confirmed by construction.
     """
+    from leakscope.diagnose.explain import FINDING_GRAPH_NODES, view_of
     from leakscope.diagnose.fixes import hint_for, holder_kind
     from leakscope.probe.autograd import bytes_by_cause, graph_tensors, node_name
 
@@ -328,6 +329,7 @@ def _held_finding(
         hint=hint_for(holder, cause, hit.path),
         cause=cause,
         bytes_by_cause=by_cause,
+        graph=view_of(node, path=hit.path, max_nodes=FINDING_GRAPH_NODES),
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from leakscope.diagnose.explain import FINDING_GRAPH_NODES, view_of
 from leakscope.diagnose.fixes import hint_for, holder_kind
 from leakscope.harness.protocol import EngineSpec
 from leakscope.harness.source import display_path, engine_files, user_frame_in_stack_text
@@ -210,6 +211,7 @@ def _describe(hit: Hit, trial: Trial, obs: Observation, union: StorageMap) -> Fi
         cause=cause,
         bytes_by_cause=dict(sorted(by_cause.items())),
         source=_source_of(hit.obj, trial.spec, trial.modules),
+        graph=view_of(hit.obj, path=hit.path, max_nodes=FINDING_GRAPH_NODES),
     )
 
 
