@@ -49,6 +49,7 @@ class FormatChoice(str, enum.Enum):
     junit = "junit"
     sarif = "sarif"
     github = "github"
+    html = "html"
 
 
 class FailOnChoice(str, enum.Enum):
@@ -366,6 +367,38 @@ def explain(
     if dot is not None:
         dot.write_text(render_dot(view), encoding="utf-8")
         typer.echo(f"leakscope: wrote {dot}", err=True)
+
+
+@app.command("render")
+def render_report(
+    report_file: Annotated[
+        Path, typer.Argument(metavar="REPORT", help="A JSON report written by: leakscope check --format json -o REPORT.")
+    ],
+    fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
+    ] = None,
+    fail_on: Annotated[
+        FailOnChoice, typer.Option("--fail-on", help="As check's --fail-on: what the summary counts as failing.")
+    ] = FailOnChoice.leak,
+) -> None:
+    """Render a saved JSON report in any format (html for a page to look at); torch is not needed.
+
+    Exit codes: 0 rendered, 2 the file is missing or not a leakscope JSON report of this schema version.
+    """
+    from leakscope.render import render
+    from leakscope.render.json_report import load
+
+    try:
+        try:
+            text = report_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {report_file}: {getattr(exc, 'strerror', None) or exc}") from None
+        report = load(text, str(report_file))
+    except UsageError as exc:
+        _fail(exc.message, int(exc.exit_code), fmt, output)
+    color = fmt is FormatChoice.text and output is None and sys.stdout.isatty()
+    _emit(render(report, fmt.value, color=color, fail_on=fail_on.value), output)
 
 
 def _explicit_flags(ctx: typer.Context | None) -> dict[str, object]:

@@ -169,6 +169,15 @@ UNKNOWN = HolderPath("<unknown holder>")
 CYCLE = HolderPath("<reference cycle>")
 
 
+def printed(text: str) -> HolderPath:
+    """A path read back from a saved report: its documented text, for display only.
+
+    The report carries ``str(path)``, not the segments; the text is kept whole as
+    the root, so ``str()`` gives it back unchanged (``leakscope render``).
+    """
+    return HolderPath(text)
+
+
 def shorten(text: str, limit: int = MAX_SHOWN) -> str:
     """``text`` with its middle elided when longer than ``limit`` (a 3000-deep path stays readable)."""
     if len(text) <= limit:
@@ -186,5 +195,6 @@ __all__ = [
     "Segment",
     "SegmentKind",
     "key_segment",
+    "printed",
     "shorten",
 ]

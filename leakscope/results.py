@@ -102,6 +102,8 @@ class Finding:
     #: "leak" fails the gate, "warning" does not (see ``--fail-on``)
     severity: str = "leak"
     allowed_reason: str | None = None
+    #: the graph it keeps, bounded (``explain.FINDING_GRAPH_NODES``); None for a held leaf or unknown holder
+    graph: GraphView | None = None
 
 
 @dataclasses.dataclass(frozen=True)

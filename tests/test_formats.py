@@ -54,7 +54,7 @@ REPORT = Report(
 
 
 def test_every_format_is_registered() -> None:
-    assert FORMATS == ("text", "json", "junit", "sarif", "github")
+    assert FORMATS == ("text", "json", "junit", "sarif", "github", "html")
     for fmt in FORMATS:
         assert render(REPORT, fmt).endswith("\n")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from leakscope.diagnose.explain import FINDING_GRAPH_NODES, view_of
 from leakscope.diagnose.fixes import hint_for
 from leakscope.paths import CYCLE, UNKNOWN, HolderPath
 from leakscope.probe.autograd import (
@@ -110,6 +111,7 @@ def holder_finding(
         cause=cause,
         bytes_by_cause=dict(sorted(by_cause.items())),
         source=source,
+        graph=view_of(obj, path=str(path), max_nodes=FINDING_GRAPH_NODES),
     )
 
 
