@@ -177,7 +177,7 @@ def make_micro_batch(spec: EngineSpec, options: CheckOptions, index: int) -> Any
 
     if spec.make_micro_batch is not None:
         return spec.make_micro_batch(options.size, index)
-    return build_micro_batch(options.size, index, options.device or "cpu")
+    return build_micro_batch(options.size, index, options.device or "cpu", keys=options.micro_batch_keys)
 
 
 def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
@@ -268,6 +268,7 @@ def step_once(
     """
     import torch
 
+    from leakscope.models.batch_keys import find_missing_key, recording
     from leakscope.models.tiny import loss_function
 
     forward_only = mode is Mode.FORWARD_ONLY
@@ -277,9 +278,12 @@ def step_once(
     )
     action = f"the {spec.adapter} step" if spec.runs_backward else "forward_step"
     try:
-        with grad_mode, anomaly_mode, seeded(seed):
+        with grad_mode, anomaly_mode, seeded(seed), recording():
             result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
     except Exception as exc:
+        missing = find_missing_key(exc)
+        if missing is not None:  # leakscope's micro-batch lacks a key: not the engine's fault
+            raise EngineError(missing.message, detail=traceback.format_exc()) from None
         raise EngineError(
             describe_exception(exc, action) + "; fix the engine (run with --debug for the traceback)",
             detail=traceback.format_exc(),
