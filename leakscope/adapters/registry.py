@@ -26,7 +26,7 @@ from leakscope.harness.target import ResolvedTarget
 ENTRY_POINT_GROUP = "leakscope.adapters"
 
 #: adapters shipped with leakscope, as ``module:attribute`` (imported lazily)
-BUILTIN = ("leakscope.adapters.verl:ADAPTER",)
+BUILTIN = ("leakscope.adapters.verl:ADAPTER", "leakscope.adapters.trainer:ADAPTER")
 
 
 @runtime_checkable
