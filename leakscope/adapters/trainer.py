@@ -69,7 +69,7 @@ def tokenizer() -> Any:
     vocab = {token: i for i, token in enumerate((*SPECIAL, *WORDS))}
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
     )
     fast.padding_side = "left"
@@ -185,7 +185,7 @@ class TrainerAdapter:
         datasets.disable_progress_bars()
         kind = kind_of(resolved.obj)
         assert kind is not None
-        transformers.logging.set_verbosity_error()
+        transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
         logging.getLogger("datasets").setLevel(logging.ERROR)
         with _quiet():
             trainer = _build(kind, resolved.obj, model)

@@ -121,10 +121,11 @@ def synthesise(key: MicroBatchKey, batch: Any, vocab: int) -> torch.Tensor:
         out = (torch.rand(shape, generator=gen, dtype=torch.float32) * (high - low) + low).to(dtype)
     else:
         out = torch.randint(int(low), max(int(high), int(low) + 1), shape, generator=gen, dtype=dtype)
-    return out.to(ids.device)
+    moved: torch.Tensor = out.to(ids.device)
+    return moved
 
 
-class SynthesisingBatch(TensorDict):
+class SynthesisingBatch(TensorDict):  # type: ignore[no-untyped-call]
     """leakscope's micro-batch: a ``TensorDict`` that synthesises and records the keys read.
 
     ``overrides`` and ``vocab`` are class attributes of the per-check subclass

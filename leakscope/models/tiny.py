@@ -121,10 +121,11 @@ def build_micro_batch(
     """
     from tensordict import TensorDict
 
+    cls: Any = TensorDict
     if keys is not None:
         from leakscope.models.batch_keys import batch_class
 
-        TensorDict = batch_class(keys, size.vocab)  # noqa: N806
+        cls = batch_class(keys, size.vocab)
 
     gen = torch.Generator().manual_seed(size.seed * 1000 + index + 1)
     input_ids = torch.randint(0, size.vocab, (size.batch, size.seq), generator=gen, dtype=torch.int64)
@@ -132,7 +133,7 @@ def build_micro_batch(
     if size.seq > 2:
         attention_mask[-1, -2:] = 0  # right padding on the last sample
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    td = TensorDict(
+    td = cls(
         {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
         batch_size=[size.batch],
     )
