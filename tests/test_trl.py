@@ -153,3 +153,19 @@ def test_prepare_runs_before_a_matching_target_is_imported(monkeypatch: pytest.M
     registry.prepare_for_target("trl.trainer.grpo_trainer:GRPOTrainer")
     assert os.environ["HF_HUB_OFFLINE"] == "1"
     assert "trl" not in sys.modules
+
+
+def test_missing_hf_extra_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """model_kind = "hf-lora" without peft installed: one line naming the adapter, the model and the extra."""
+    import leakscope
+    from leakscope.models import names
+    from leakscope.options import CheckOptions
+
+    monkeypatch.setattr(names, "missing_hf", lambda: ["peft"])
+    report = leakscope.check("transformers:Trainer", CheckOptions(modes=(leakscope.Mode.TRAIN,)))
+    (result,) = report.results
+    assert result.verdict.value == "error"
+    assert result.error == (
+        "transformers:Trainer is checked by the transformers-trainer adapter on the hf-lora model, which needs "
+        "peft (not installed); install the extra: pip install 'leakscope[hf]'"
+    )
