@@ -13,13 +13,14 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from leakscope.api import check
-    from leakscope.options import CheckOptions, ModelSize
+    from leakscope.options import CheckOptions, MicroBatchKey, ModelSize
     from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
 
 _LAZY = {
     "check": "leakscope.api",
     "CheckOptions": "leakscope.options",
     "ModelSize": "leakscope.options",
+    "MicroBatchKey": "leakscope.options",
     "Finding": "leakscope.results",
     "Mode": "leakscope.results",
     "Report": "leakscope.results",
@@ -31,6 +32,7 @@ _LAZY = {
 __all__ = [
     "CheckOptions",
     "Finding",
+    "MicroBatchKey",
     "Mode",
     "ModelSize",
     "Report",

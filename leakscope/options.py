@@ -21,6 +21,27 @@ class ModelSize:
     seed: int = 0
 
 
+#: ``MicroBatchKey.shape`` values: ``[B, S]`` per token, or ``[B]`` per sequence
+KEY_SHAPES = ("batch,seq", "batch")
+#: ``MicroBatchKey.dtype`` values (torch dtype names)
+KEY_DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "bool")
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroBatchKey:
+    """How to synthesise one micro-batch key an engine reads (``[tool.leakscope.micro-batch]``).
+
+    Values are uniform in ``[low, high)`` (integers: ``randint(low, high)``),
+    drawn from a generator seeded by the key name and the micro-batch's tokens.
+    """
+
+    name: str
+    shape: str = "batch,seq"
+    dtype: str = "float32"
+    low: float = 0.0
+    high: float = 1.0
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckOptions:
     """How to check a target. Every field has the CLI's default."""
@@ -52,3 +73,6 @@ class CheckOptions:
     timeout: float | None = None
     #: isolated targets checked at once, each in its own process (``-j``); results keep the targets' order
     jobs: int = 1
+    #: keys beyond input_ids/attention_mask/position_ids, overriding the naming
+    #: convention (``[tool.leakscope.micro-batch]``; docs/configuration.md)
+    micro_batch_keys: tuple[MicroBatchKey, ...] = ()

@@ -149,6 +149,8 @@ class TargetResult:
     rank: int | None = None
     #: ``--at``: what this leak costs at the user's scale (a ``leakscope.diagnose.projection.Projection``)
     projection: Any = None
+    #: the micro-batch keys the engine read (leakscope's own micro-batch format only)
+    keys_read: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

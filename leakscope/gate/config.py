@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from leakscope.errors import ConfigError
-from leakscope.options import CheckOptions
+from leakscope.options import KEY_DTYPES, KEY_SHAPES, CheckOptions, MicroBatchKey
 from leakscope.policy import FAIL_ON, AllowEntry
 from leakscope.results import Mode
 
@@ -29,8 +29,10 @@ else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
 TABLE = "[tool.leakscope]"
 MODES = ("train", "forward-only", "both")
 #: every key a settings table may hold, in documentation order
-KEYS = ("targets", "mode", "model", "factory", "micro-batches", "confirm", "fail-on", "allowlist")
+KEYS = ("targets", "mode", "model", "factory", "micro-batches", "confirm", "fail-on", "allowlist", "micro-batch")
 ALLOW_KEYS = ("path", "reason", "target", "mode")
+#: what one ``[tool.leakscope.micro-batch]`` entry may say
+MICRO_BATCH_KEYS = ("shape", "dtype", "low", "high")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +47,8 @@ class Settings:
     confirm: bool | None = None
     fail_on: str | None = None
     allowlist: tuple[AllowEntry, ...] = ()
+    #: ``[tool.leakscope.micro-batch]``: how to synthesise keys the engine reads
+    micro_batch: tuple[MicroBatchKey, ...] = ()
     #: where these settings were read (a file path, or a marker / call description)
     origin: str | None = None
 
@@ -76,6 +80,11 @@ class Settings:
             changes["confirm"] = self.confirm
         if self.allowlist:
             changes["allowlist"] = options.allowlist + self.allowlist
+        if self.micro_batch:
+            mine = {k.name for k in self.micro_batch}
+            changes["micro_batch_keys"] = (
+                *(k for k in options.micro_batch_keys if k.name not in mine), *self.micro_batch
+            )
         if self.micro_batches is not None:
             names = {f.name for f in dataclasses.fields(options)}
             if "micro_batches" not in names:
@@ -134,6 +143,39 @@ def _allow_entry(where: str, index: int, value: Any) -> AllowEntry:
     )
 
 
+def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
+    """``{advantages = {shape = "batch,seq", dtype = "float32", low = -1.0, high = 1.0}, ...}``."""
+    if not isinstance(value, Mapping):
+        raise _fail(where, "micro-batch", f'expected a table of keys like {{advantages = {{low = -1.0, high = 1.0}}}}, got {value!r}')
+    out = []
+    for name, entry in value.items():
+        key = f"micro-batch.{name}"
+        if isinstance(entry, MicroBatchKey):
+            out.append(entry)
+            continue
+        if not isinstance(entry, Mapping):
+            raise _fail(where, key, f'expected a table like {{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0}}, got {entry!r}')
+        unknown = sorted(set(entry) - set(MICRO_BATCH_KEYS))
+        if unknown:
+            raise _fail(where, f"{key}.{unknown[0]}", f"unknown key; an entry takes {', '.join(MICRO_BATCH_KEYS)}")
+        fields: dict[str, Any] = {}
+        if "shape" in entry:
+            fields["shape"] = _string(where, f"{key}.shape", entry["shape"], KEY_SHAPES)
+        if "dtype" in entry:
+            fields["dtype"] = _string(where, f"{key}.dtype", entry["dtype"], KEY_DTYPES)
+        for bound in ("low", "high"):
+            if bound in entry:
+                number = entry[bound]
+                if isinstance(number, bool) or not isinstance(number, (int, float)):
+                    raise _fail(where, f"{key}.{bound}", f"expected a number, got {number!r}")
+                fields[bound] = float(number)
+        spec = MicroBatchKey(str(name), **fields)
+        if not spec.low < spec.high:
+            raise _fail(where, key, f"low ({spec.low:g}) must be below high ({spec.high:g})")
+        out.append(spec)
+    return tuple(out)
+
+
 def parse(table: Mapping[str, Any], where: str) -> Settings:
     """Validate one settings table (dashed or underscored keys) read from ``where``."""
     from leakscope.models.names import MODELS
@@ -165,6 +207,8 @@ def parse(table: Mapping[str, Any], where: str) -> Settings:
             values["confirm"] = value
         elif key == "fail-on":
             values["fail_on"] = _string(where, key, value, FAIL_ON)
+        elif key == "micro-batch":
+            values["micro_batch"] = _micro_batch(where, value)
         else:  # allowlist
             if isinstance(value, (Mapping, AllowEntry)):
                 value = [value]

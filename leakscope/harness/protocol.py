@@ -45,6 +45,14 @@ class EngineSpec:
     run_micro_batches: Callable[[Any, Any, Any, bool], Any] | None = None
     #: name of the adapter that built this spec, if any
     adapter: str | None = None
+    #: the framework runs backward itself inside ``call_step`` (TRL's
+    #: ``training_step``, Lightning's automatic optimization): leakscope calls the
+    #: step and observes after it, without calling ``loss.backward()``; what
+    #: ``call_step`` returns is what the real caller keeps (the ``output`` root)
+    runs_backward: bool = False
+    #: the tiny model this target runs on whatever ``--model`` says (an adapter's
+    #: ``model_kind``, e.g. ``"hf-lora"`` for transformers/TRL); None: ``--model``
+    model_kind: str | None = None
 
 
 def describe_exception(exc: BaseException, action: str) -> str:

@@ -183,14 +183,14 @@ def make_micro_batch(spec: EngineSpec, options: CheckOptions, index: int) -> Any
 
     if spec.make_micro_batch is not None:
         return spec.make_micro_batch(options.size, index)
-    return build_micro_batch(options.size, index, options.device or "cpu")
+    return build_micro_batch(options.size, index, options.device or "cpu", keys=options.micro_batch_keys)
 
 
 def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
     """A fresh tiny model and the engine built around it."""
     from leakscope.models.tiny import build_model
 
-    model = build_model(options.model, options.size, options.device or "cpu")
+    model = build_model(spec.model_kind or options.model, options.size, options.device or "cpu")
     return model, build_engine(spec, model)
 
 
@@ -269,9 +269,14 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
 def step_once(
     spec: EngineSpec, engine: Any, micro_batch: Any, mode: Mode, *, anomaly: bool = False, seed: int = 0
 ) -> tuple[Any, Any]:
-    """Call the step as its real caller does (and backward in train mode); validate what it returns."""
+    """Call the step as its real caller does (and backward in train mode); validate what it returns.
+
+    With ``spec.runs_backward`` the framework runs backward inside the step: the
+    result is ``(None, what the step returned)`` and leakscope calls no backward.
+    """
     import torch
 
+    from leakscope.models.batch_keys import find_missing_key, recording
     from leakscope.models.tiny import loss_function
 
     forward_only = mode is Mode.FORWARD_ONLY
@@ -279,19 +284,28 @@ def step_once(
     anomaly_mode = (
         torch.autograd.set_detect_anomaly(True, check_nan=False) if anomaly else contextlib.nullcontext()
     )
+    action = f"the {spec.adapter} step" if spec.runs_backward else "forward_step"
     try:
-        with grad_mode, anomaly_mode, seeded(seed):
+        with grad_mode, anomaly_mode, seeded(seed), recording():
             result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
     except Exception as exc:
+        missing = find_missing_key(exc)
+        if missing is not None:  # leakscope's micro-batch lacks a key: not the engine's fault
+            raise EngineError(missing.message, detail=traceback.format_exc()) from None
         raise EngineError(
-            describe_exception(exc, "forward_step") + "; fix the engine (run with --debug for the traceback)",
+            describe_exception(exc, action) + "; fix the engine (run with --debug for the traceback)",
             detail=traceback.format_exc(),
         ) from None
     except SystemExit as exc:
         raise EngineError(
-            f"forward_step called sys.exit({exc.code!r}); an engine must return (loss, output), not exit",
+            f"{action} called sys.exit({exc.code!r}); an engine must return (loss, output), not exit",
             detail=traceback.format_exc(),
         ) from None
+    if spec.runs_backward:
+        # NOTE [Framework runs backward]: the framework's own per-micro-batch
+        # work (its backward included) ran inside the step; what it returned is
+        # what its caller keeps. No loss is held: observe exactly as after backward.
+        return None, result
     loss, output = _validate(result, mode)
     del result
     if mode is Mode.TRAIN:

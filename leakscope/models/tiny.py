@@ -20,7 +20,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from leakscope.models.names import MODELS  # noqa: E402
-from leakscope.options import ModelSize
+from leakscope.options import MicroBatchKey, ModelSize
 
 
 class TinyOutput(dict):  # type: ignore[type-arg]
@@ -111,9 +111,21 @@ def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), de
     return model.to(device) if device != "cpu" else model
 
 
-def build_micro_batch(size: ModelSize = ModelSize(), index: int = 0, device: str = "cpu") -> Any:
-    """A verl-style micro-batch: ``TensorDict`` of int64 ``[B, S]`` ids, mask and positions."""
+def build_micro_batch(
+    size: ModelSize = ModelSize(), index: int = 0, device: str = "cpu", keys: tuple[MicroBatchKey, ...] | None = None
+) -> Any:
+    """A verl-style micro-batch: ``TensorDict`` of int64 ``[B, S]`` ids, mask and positions.
+
+    With ``keys`` (leakscope's own format), a :class:`~leakscope.models.batch_keys.SynthesisingBatch`
+    that also synthesises the other keys an engine reads (``keys`` override the naming convention).
+    """
     from tensordict import TensorDict
+
+    cls: Any = TensorDict
+    if keys is not None:
+        from leakscope.models.batch_keys import batch_class
+
+        cls = batch_class(keys, size.vocab)
 
     gen = torch.Generator().manual_seed(size.seed * 1000 + index + 1)
     input_ids = torch.randint(0, size.vocab, (size.batch, size.seq), generator=gen, dtype=torch.int64)
@@ -121,7 +133,7 @@ def build_micro_batch(size: ModelSize = ModelSize(), index: int = 0, device: str
     if size.seq > 2:
         attention_mask[-1, -2:] = 0  # right padding on the last sample
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    td = TensorDict(
+    td = cls(
         {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
         batch_size=[size.batch],
     )

@@ -103,6 +103,8 @@ def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
         })
     if result.projection is not None:
         out["projection"] = projection_dict(result.projection)
+    if result.keys_read:
+        out["keys_read"] = list(result.keys_read)
     if result.rank is not None:
         out["rank"] = result.rank
     if debug and result.traceback:

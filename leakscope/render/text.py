@@ -98,9 +98,15 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
         blocks.append(Text(growth_line(result)))
     if result.projection is not None:
         blocks.append(Text(projection_line(result.projection)))
+    if set(result.keys_read) - _TOKEN_KEYS:  # synthesised keys: say what the engine was fed
+        blocks.append(Text(f"  micro-batch keys read: {', '.join(result.keys_read)}"))
     for warning in result.warnings:
         blocks.append(Text(f"  warning: {warning}", style="yellow"))
     return blocks
+
+
+#: the keys of leakscope's micro-batch that need no synthesis
+_TOKEN_KEYS = {"input_ids", "attention_mask", "position_ids"}
 
 
 def render(

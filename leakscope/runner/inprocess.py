@@ -87,8 +87,13 @@ def _error(name: str, mode: Mode, message: str, detail: str | None) -> TargetRes
 
 def _check_mode(spec: Any, mode: Mode, options: CheckOptions) -> TargetResult:
     from leakscope.diagnose.verdict import judge
+    from leakscope.models.batch_keys import keys_read, reset_reads
 
-    return judge(spec, mode, options)
+    reset_reads()
+    result = judge(spec, mode, options)
+    if spec.make_micro_batch is None:  # leakscope's own micro-batch: say which keys the engine read
+        result = dataclasses.replace(result, keys_read=keys_read())
+    return result
 
 
 __all__ = ["check_target"]
