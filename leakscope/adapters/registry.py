@@ -15,6 +15,7 @@ must not import torch.
 from __future__ import annotations
 
 import functools
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -26,7 +27,7 @@ from leakscope.harness.target import ResolvedTarget
 ENTRY_POINT_GROUP = "leakscope.adapters"
 
 #: adapters shipped with leakscope, as ``module:attribute`` (imported lazily)
-BUILTIN = ("leakscope.adapters.verl:ADAPTER",)
+BUILTIN = ("leakscope.adapters.verl:ADAPTER", "leakscope.adapters.lightning:ADAPTER")
 
 
 @runtime_checkable
@@ -69,18 +70,48 @@ class AdapterHooks(Protocol):
         """Drive the micro-batches through the framework's own loop; return what its caller keeps."""
         ...
 
+    #: optional attribute: the framework runs backward itself; leakscope then
+    #: calls :meth:`step` instead of ``forward_step`` and no ``loss.backward()``
+    runs_backward: bool
 
-def spec_for(adapter: Any, resolved: ResolvedTarget) -> Any:
-    """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``."""
+    def step(self, engine: Any, micro_batch: Any, forward_only: bool) -> Any:
+        """With ``runs_backward``: one micro-batch through the framework's own per-micro-batch
+        work (backward included in train mode); return what its caller keeps."""
+        ...
+
+    def close(self, engine: Any) -> None:
+        """End what the adapter started for ``engine`` (e.g. a paused loop); called once per engine."""
+        ...
+
+    #: optional attribute: ``--factory`` builds the engine and this adapter still drives it
+    #: (without it, ``--factory`` overrides the adapter)
+    accepts_factory: bool
+
+
+def spec_for(adapter: Any, resolved: ResolvedTarget, factory: Any = None) -> Any:
+    """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``
+    (built by ``factory`` when given: adapters that declare ``accepts_factory``)."""
     from leakscope.harness.protocol import EngineSpec, _call_forward_step
 
     def make_engine(model: Any) -> Any:
+        if factory is not None:
+            return factory(model)
         return adapter.build_engine(resolved, model)
 
+    runs_backward = bool(getattr(adapter, "runs_backward", False))
+    call_step: Callable[[Any, Any, Any, bool], Any] = _call_forward_step
+    if runs_backward:
+
+        def call_step(engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
+            return adapter.step(engine, micro_batch, forward_only)
+
+    modules: tuple[Any, ...] = (resolved.module,)
+    if factory is not None and getattr(factory, "__module__", None) in sys.modules:
+        modules = (*modules, sys.modules[factory.__module__])
     return EngineSpec(
         name=resolved.spec,
         make_engine=make_engine,
-        call_step=_call_forward_step,
+        call_step=call_step,
         caller_no_grad_forward_only=bool(adapter.caller_no_grad_forward_only),
         modules=(resolved.module,),
         anchor=resolved.obj,
@@ -88,6 +119,8 @@ def spec_for(adapter: Any, resolved: ResolvedTarget) -> Any:
         loss_function=getattr(adapter, "loss_function", None),
         run_micro_batches=getattr(adapter, "run_micro_batches", None),
         adapter=str(adapter.name),
+        runs_backward=runs_backward,
+        close_engine=getattr(adapter, "close", None),
     )
 
 
@@ -155,8 +188,8 @@ class _Match:
         self.adapter = adapter
         self.name = str(adapter.name)
 
-    def spec(self, resolved: ResolvedTarget) -> Any:
-        return spec_for(self.adapter, resolved)
+    def spec(self, resolved: ResolvedTarget, factory: Any = None) -> Any:
+        return spec_for(self.adapter, resolved, factory)
 
 
 
@@ -170,10 +203,10 @@ def target_name(target: Any) -> str:
 def resolve_spec(target: Any, factory: str | None = None) -> Any:
     """Resolve a target (string or object) to the EngineSpec that drives it.
 
-    ``factory`` (``--factory pkg.mod:make_engine``) overrides every adapter.
+    ``factory`` (``--factory pkg.mod:make_engine``) overrides every adapter,
+    except one that declares ``accepts_factory`` (Lightning): the factory then
+    builds what that adapter drives.
     """
-    import sys
-
     from leakscope.harness.protocol import from_target
     from leakscope.harness.target import ResolvedTarget, resolve
 
@@ -187,7 +220,12 @@ def resolve_spec(target: Any, factory: str | None = None) -> Any:
     adapter = find_adapter(resolved)
     if adapter is not None and factory is None:
         return adapter.spec(resolved)
-    return from_target(resolved, resolve(factory).obj if factory else None)
+    factory_obj = resolve(factory).obj if factory else None
+    if adapter is not None and getattr(adapter.adapter, "accepts_factory", False):
+        if not callable(factory_obj):
+            raise TargetError(f"--factory names a {type(factory_obj).__name__}, not a callable taking the model")
+        return adapter.spec(resolved, factory_obj)
+    return from_target(resolved, factory_obj)
 
 
 __all__ = [

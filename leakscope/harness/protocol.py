@@ -45,6 +45,13 @@ class EngineSpec:
     run_micro_batches: Callable[[Any, Any, Any, bool], Any] | None = None
     #: name of the adapter that built this spec, if any
     adapter: str | None = None
+    #: the framework runs backward itself (NOTE [Frameworks that run backward]):
+    #: ``call_step`` returns only what the real caller keeps after the
+    #: framework's own per-micro-batch work, and leakscope calls no ``backward()``
+    runs_backward: bool = False
+    #: ``(engine) -> None``: end what the adapter started for this engine (a
+    #: framework loop paused between micro-batches) once a trial is done with it
+    close_engine: Callable[[Any], None] | None = None
 
 
 def describe_exception(exc: BaseException, action: str) -> str:

@@ -110,7 +110,11 @@ class Trial:
         return {id(v) for v in self.roots.values()}
 
     def close(self) -> None:
-        """Drop every reference to the user's objects."""
+        """End what the adapter started for the engine, then drop every reference to the user's objects."""
+        engine = self.roots.get("engine")
+        if engine is not None and self.spec.close_engine is not None:
+            self.spec.close_engine(engine)
+        del engine
         self.roots.clear()
         self.evidence.items.clear()
         self.preexisting.clear()
@@ -166,7 +170,11 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
     micro_batch = make_micro_batch(spec, options, 0)
     trial = new_trial(spec, mode, options, model, engine, micro_batch)
     del engine, micro_batch
-    _step(trial, model, options, anomaly=anomaly)
+    try:
+        _step(trial, model, options, anomaly=anomaly)
+    except BaseException:
+        trial.close()  # an adapter's paused framework loop ends here too
+        raise
     del model
     return trial
 
@@ -261,12 +269,22 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
 def step_once(
     spec: EngineSpec, engine: Any, micro_batch: Any, mode: Mode, *, anomaly: bool = False, seed: int = 0
 ) -> tuple[Any, Any]:
-    """Call the step as its real caller does (and backward in train mode); validate what it returns."""
+    """Call the step as its real caller does (and backward in train mode); validate what it returns.
+
+    NOTE [Frameworks that run backward]: when ``spec.runs_backward`` (an
+    adapter whose framework owns the loop: TRL's ``training_step`` through
+    ``accelerator.backward``, Lightning's ``Trainer.fit``), ``call_step`` runs
+    the framework's own per-micro-batch work, backward and optimizer step
+    included, and returns what its caller keeps; there is no loss to validate
+    or run backward on, so the returned loss is None. What is observed after it
+    is observed exactly as after ``loss.backward()``.
+    """
     import torch
 
     from leakscope.models.tiny import loss_function
 
     forward_only = mode is Mode.FORWARD_ONLY
+    action = f"the {spec.adapter} step" if spec.runs_backward else "forward_step"
     grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
     anomaly_mode = (
         torch.autograd.set_detect_anomaly(True, check_nan=False) if anomaly else contextlib.nullcontext()
@@ -276,14 +294,16 @@ def step_once(
             result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
     except Exception as exc:
         raise EngineError(
-            describe_exception(exc, "forward_step") + "; fix the engine (run with --debug for the traceback)",
+            describe_exception(exc, action) + "; fix the engine (run with --debug for the traceback)",
             detail=traceback.format_exc(),
         ) from None
     except SystemExit as exc:
         raise EngineError(
-            f"forward_step called sys.exit({exc.code!r}); an engine must return (loss, output), not exit",
+            f"{action} called sys.exit({exc.code!r}); an engine must return (loss, output), not exit",
             detail=traceback.format_exc(),
         ) from None
+    if spec.runs_backward:
+        return None, result
     loss, output = _validate(result, mode)
     del result
     if mode is Mode.TRAIN:
