@@ -47,6 +47,7 @@ import logging
 import warnings
 from typing import Any
 
+from leakscope.errors import EngineError
 from leakscope.harness.target import ResolvedTarget
 
 #: where ``LightningModule`` lives, by package: the classic and the unified install
@@ -202,16 +203,19 @@ class _Run:
     def run_batch(self, batch: Any) -> None:
         """Run one batch through the loop; return once Lightning asks for the next one."""
         if self.ended:
-            raise RuntimeError(
-                f"Trainer.{self.stage} ended after {self.batches} batch(es) (the module stopped the epoch: "
-                "on_train_batch_start returned -1, trainer.should_stop, or max_steps); "
+            raise EngineError(
+                f"Trainer.{self.stage} ended the epoch at micro-batch #{self.batches - 1} (the module "
+                "stops it: on_train_batch_start returned -1, trainer.should_stop or max_steps); "
                 "leakscope runs one batch per micro-batch in one epoch: lower --micro-batches"
             )
         if self.batches == 0:
             first = self._switch()  # set-up, until the loop asks for the first batch
             if first is not _WANT:
                 self.ended = True
-                raise RuntimeError(f"Trainer.{self.stage} returned before asking for a batch")
+                raise EngineError(
+                    f"Trainer.{self.stage} returned before asking for a batch; "
+                    "leakscope runs one batch per micro-batch in one epoch: check the module's hooks"
+                )
         answer = self._switch(batch)
         self.batches += 1
         if answer is not _WANT:
@@ -275,12 +279,12 @@ class LightningAdapter:
         if run is None:
             package = lightning_package(type(engine))
             if package is None:
-                raise TypeError(
-                    f"the engine is a {type(engine).__name__}, not a LightningModule; "
-                    "the factory must return the LightningModule to check"
+                raise EngineError(
+                    f"the factory returned a {type(engine).__qualname__} object, not a LightningModule; "
+                    "make it return the LightningModule to check"
                 )
             if forward_only and _is_default(engine, "validation_step"):
-                raise TypeError(
+                raise EngineError(
                     f"{type(engine).__name__} defines no validation_step, so Lightning has no "
                     "forward-only loop to run; check it with --mode train"
                 )

@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from leakscope.errors import EngineError
+from leakscope.errors import EngineError, LeakscopeError
 from leakscope.harness.protocol import EngineSpec, build_engine, describe_exception
 from leakscope.harness.rng import seeded
 from leakscope.options import CheckOptions
@@ -292,6 +292,8 @@ def step_once(
     try:
         with grad_mode, anomaly_mode, seeded(seed):
             result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
+    except LeakscopeError:
+        raise  # an adapter's own one-line error (e.g. the factory built the wrong kind of object)
     except Exception as exc:
         raise EngineError(
             describe_exception(exc, action) + "; fix the engine (run with --debug for the traceback)",
