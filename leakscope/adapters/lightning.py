@@ -47,7 +47,7 @@ import logging
 import warnings
 from typing import Any
 
-from leakscope.errors import EngineError
+from leakscope.errors import EngineError, UsageError
 from leakscope.harness.target import ResolvedTarget
 
 #: where ``LightningModule`` lives, by package: the classic and the unified install
@@ -277,6 +277,7 @@ class LightningAdapter:
             self.close(engine)
             run = None
         if run is None:
+            _require_greenlet()
             package = lightning_package(type(engine))
             if package is None:
                 raise EngineError(
@@ -297,6 +298,16 @@ class LightningAdapter:
         run = self._runs.pop(id(engine), None)
         if run is not None:
             run.finish()
+
+
+def _require_greenlet() -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("greenlet") is None:
+        raise UsageError(
+            "checking a LightningModule needs greenlet, which is not installed; "
+            "install the extra: pip install 'leakscope[lightning]' (greenlet)"
+        )
 
 
 def _is_default(module: Any, hook: str) -> bool:
