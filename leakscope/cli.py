@@ -273,14 +273,11 @@ def check(
 
 def _require_hf() -> None:
     """``--model hf-lora`` without transformers/peft is a usage error (checked without importing them)."""
-    import importlib.util
+    from leakscope.models.names import HF_EXTRA_HINT, missing_hf
 
-    missing = [name for name in ("transformers", "peft") if importlib.util.find_spec(name) is None]
+    missing = missing_hf()
     if missing:
-        raise UsageError(
-            f"--model hf-lora needs {' and '.join(missing)}, which is not installed; "
-            "install the extra: pip install 'leakscope[hf]'"
-        )
+        raise UsageError(f"--model hf-lora needs {' and '.join(missing)}, which is not installed; {HF_EXTRA_HINT}")
 
 
 @app.command()

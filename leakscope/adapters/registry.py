@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
 
-from leakscope.errors import TargetError
+from leakscope.errors import TargetError, UsageError
 from leakscope.harness.target import ResolvedTarget
 
 ENTRY_POINT_GROUP = "leakscope.adapters"
@@ -70,13 +70,27 @@ class AdapterHooks(Protocol):
         """Drive the micro-batches through the framework's own loop; return what its caller keeps."""
         ...
 
-    #: optional attribute: the framework runs backward itself; leakscope then
-    #: calls :meth:`step` instead of ``forward_step`` and no ``loss.backward()``
+    #: True when the framework runs backward itself (TRL's ``training_step``,
+    #: Lightning's automatic optimization); then :meth:`step` is required
     runs_backward: bool
 
+    #: the tiny model to build for this adapter's engines, whatever ``--model`` says
+    #: (``"hf-lora"``: a transformers Llama with PEFT LoRA; needs the ``hf`` extra)
+    model_kind: str
+
+    #: module-name prefixes (``("trl.",)``): :meth:`prepare` runs before a target
+    #: whose module starts with one of them is imported
+    prefixes: tuple[str, ...]
+
+    def prepare(self) -> None:
+        """Set the process up before the target is imported (e.g. stand-ins for GPU-only
+        imports, offline environment variables). Runs at most once per process: before the
+        import for targets matching ``prefixes``, and before the first engine is built otherwise."""
+        ...
+
     def step(self, engine: Any, micro_batch: Any, forward_only: bool) -> Any:
-        """With ``runs_backward``: one micro-batch through the framework's own per-micro-batch
-        work (backward included in train mode); return what its caller keeps."""
+        """One micro-batch through the framework's own per-micro-batch work, backward included
+        in train mode; return what the real caller keeps. Used when ``runs_backward``."""
         ...
 
     def close(self, engine: Any) -> None:
@@ -98,12 +112,24 @@ def spec_for(adapter: Any, resolved: ResolvedTarget, factory: Any = None) -> Any
             return factory(model)
         return adapter.build_engine(resolved, model)
 
+    model_kind = getattr(adapter, "model_kind", None)
+    if model_kind == "hf-lora":
+        from leakscope.models.names import HF_EXTRA_HINT, missing_hf
+
+        missing = missing_hf()
+        if missing:
+            raise UsageError(
+                f"{resolved.spec} is checked by the {adapter.name} adapter on the hf-lora model, which needs "
+                f"{' and '.join(missing)} (not installed); {HF_EXTRA_HINT}"
+            )
+    prepare(adapter)
+    call_step: Any = _call_forward_step
     runs_backward = bool(getattr(adapter, "runs_backward", False))
-    call_step: Callable[[Any, Any, Any, bool], Any] = _call_forward_step
     if runs_backward:
+        adapter_step = adapter.step
 
         def call_step(engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
-            return adapter.step(engine, micro_batch, forward_only)
+            return adapter_step(engine, micro_batch, forward_only)
 
     modules: tuple[Any, ...] = (resolved.module,)
     if factory is not None and getattr(factory, "__module__", None) in sys.modules:
@@ -112,16 +138,48 @@ def spec_for(adapter: Any, resolved: ResolvedTarget, factory: Any = None) -> Any
         name=resolved.spec,
         make_engine=make_engine,
         call_step=call_step,
+        runs_backward=runs_backward,
+        model_kind=model_kind,
         caller_no_grad_forward_only=bool(adapter.caller_no_grad_forward_only),
-        modules=(resolved.module,),
+        modules=modules,
         anchor=resolved.obj,
         make_micro_batch=getattr(adapter, "micro_batch", None),
         loss_function=getattr(adapter, "loss_function", None),
         run_micro_batches=getattr(adapter, "run_micro_batches", None),
         adapter=str(adapter.name),
-        runs_backward=runs_backward,
         close_engine=getattr(adapter, "close", None),
     )
+
+
+_PREPARED: set[int] = set()
+
+
+def prepare(adapter: Any) -> None:
+    """Call ``adapter.prepare()`` once per process (a no-op for adapters without one)."""
+    hook = getattr(adapter, "prepare", None)
+    if hook is None or id(adapter) in _PREPARED:
+        return
+    _PREPARED.add(id(adapter))
+    try:
+        hook()
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        raise TargetError(
+            f"the {adapter.name} adapter's prepare() failed: {type(exc).__name__}: "
+            f"{text[0] if text else '(no message)'}; fix or uninstall the adapter",
+            detail=traceback.format_exc(),
+        ) from None
+
+
+def prepare_for_target(target: str) -> None:
+    """Before ``target`` is imported: prepare every adapter whose ``prefixes`` match its module."""
+    module_part = target.rpartition(":")[0]
+    if not module_part or module_part.endswith(".py") or "/" in module_part:
+        return  # a file path: no module name to match
+    for adapter in installed_adapters():
+        prefixes = tuple(getattr(adapter, "prefixes", ()) or ())
+        if any(module_part.startswith(p) or module_part == p.rstrip(".") for p in prefixes):
+            prepare(adapter)
 
 
 @functools.lru_cache(maxsize=1)
@@ -211,6 +269,7 @@ def resolve_spec(target: Any, factory: str | None = None) -> Any:
     from leakscope.harness.target import ResolvedTarget, resolve
 
     if isinstance(target, str):
+        prepare_for_target(target)
         resolved = resolve(target)
     else:
         module = sys.modules.get(getattr(target, "__module__", "") or "")
@@ -234,6 +293,8 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "find_adapter",
     "installed_adapters",
+    "prepare",
+    "prepare_for_target",
     "resolve_spec",
     "spec_for",
     "target_name",

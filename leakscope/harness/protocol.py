@@ -45,10 +45,14 @@ class EngineSpec:
     run_micro_batches: Callable[[Any, Any, Any, bool], Any] | None = None
     #: name of the adapter that built this spec, if any
     adapter: str | None = None
-    #: the framework runs backward itself (NOTE [Frameworks that run backward]):
-    #: ``call_step`` returns only what the real caller keeps after the
-    #: framework's own per-micro-batch work, and leakscope calls no ``backward()``
+    #: the framework runs backward itself inside ``call_step`` (TRL's
+    #: ``training_step``, Lightning's automatic optimization): leakscope calls the
+    #: step and observes after it, without calling ``loss.backward()``; what
+    #: ``call_step`` returns is what the real caller keeps (the ``output`` root)
     runs_backward: bool = False
+    #: the tiny model this target runs on whatever ``--model`` says (an adapter's
+    #: ``model_kind``, e.g. ``"hf-lora"`` for transformers/TRL); None: ``--model``
+    model_kind: str | None = None
     #: ``(engine) -> None``: end what the adapter started for this engine (a
     #: framework loop paused between micro-batches) once a trial is done with it
     close_engine: Callable[[Any], None] | None = None

@@ -192,7 +192,7 @@ def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
     """A fresh tiny model and the engine built around it."""
     from leakscope.models.tiny import build_model
 
-    model = build_model(options.model, options.size, options.device or "cpu")
+    model = build_model(spec.model_kind or options.model, options.size, options.device or "cpu")
     return model, build_engine(spec, model)
 
 
@@ -271,13 +271,8 @@ def step_once(
 ) -> tuple[Any, Any]:
     """Call the step as its real caller does (and backward in train mode); validate what it returns.
 
-    NOTE [Frameworks that run backward]: when ``spec.runs_backward`` (an
-    adapter whose framework owns the loop: TRL's ``training_step`` through
-    ``accelerator.backward``, Lightning's ``Trainer.fit``), ``call_step`` runs
-    the framework's own per-micro-batch work, backward and optimizer step
-    included, and returns what its caller keeps; there is no loss to validate
-    or run backward on, so the returned loss is None. What is observed after it
-    is observed exactly as after ``loss.backward()``.
+    With ``spec.runs_backward`` the framework runs backward inside the step: the
+    result is ``(None, what the step returned)`` and leakscope calls no backward.
     """
     import torch
 
@@ -289,6 +284,7 @@ def step_once(
     anomaly_mode = (
         torch.autograd.set_detect_anomaly(True, check_nan=False) if anomaly else contextlib.nullcontext()
     )
+    action = f"the {spec.adapter} step" if spec.runs_backward else "forward_step"
     try:
         with grad_mode, anomaly_mode, seeded(seed):
             result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
@@ -305,6 +301,9 @@ def step_once(
             detail=traceback.format_exc(),
         ) from None
     if spec.runs_backward:
+        # NOTE [Framework runs backward]: the framework's own per-micro-batch
+        # work (its backward included) ran inside the step; what it returned is
+        # what its caller keeps. No loss is held: observe exactly as after backward.
         return None, result
     loss, output = _validate(result, mode)
     del result

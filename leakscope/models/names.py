@@ -2,3 +2,14 @@
 
 #: ``hf-lora`` lives in :mod:`leakscope.models.hf` and needs the ``hf`` extra
 MODELS = ("peft-checkpoint", "reentrant-checkpoint", "full-finetune", "hf-lora")
+
+#: what ``hf-lora`` imports; :func:`missing_hf` finds which are absent without importing them
+HF_MODULES = ("transformers", "peft")
+HF_EXTRA_HINT = "install the extra: pip install 'leakscope[hf]'"
+
+
+def missing_hf() -> list[str]:
+    """The packages ``hf-lora`` needs that are not installed (checked without importing them)."""
+    import importlib.util
+
+    return [name for name in HF_MODULES if importlib.util.find_spec(name) is None]
