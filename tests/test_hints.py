@@ -59,3 +59,13 @@ def test_very_deep_paths_are_shortened_in_hints_not_in_findings() -> None:
     assert len(hint) < 400 and " ... " in hint and "self.tree.next" in hint and ".val" in hint
     assert shorten("engine.x") == "engine.x"
     assert len(shorten(deep)) <= 160 and shorten(deep).endswith(".val[0]")
+
+
+def test_torchmetrics_forward_cache() -> None:
+    hint = hint_for("engine attribute", "leaf+grad", "engine.train_loss._forward_cache")
+    assert hint.startswith("self.train_loss is a torchmetrics metric")
+    assert "loss.detach()" in hint and ".update()" in hint
+    logged = hint_for(
+        "engine attribute", "leaf+grad", "engine._trainer.fit_loop.epoch_loop._results['training_step.train/loss']._forward_cache"
+    )
+    assert "Lightning's logged copy" in logged and "loss.detach()" in logged

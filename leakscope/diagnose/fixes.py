@@ -50,6 +50,8 @@ _FRAME_LOCAL = re.compile(r"^(?P<owner>.*)\.(?P<kind>gi|cr|ag)_frame\.f_locals\[
 _TRACEBACK = re.compile(r"^(?P<owner>.*?)\.__traceback__(?:\.tb_next)*\.tb_frame(?:\.f_back)*\.f_locals\['(?P<name>[^']+)'\]")
 _LRU_RESULT = re.compile(r"^(?P<owner>.*)\.cache\[-\d+\]")
 _DICT_KEY = re.compile(r"^(?P<owner>.*)\[<key \w+>\]$")
+#: torchmetrics' ``Metric.forward`` (and Lightning's logged copy of a metric) keeps its last result here
+_METRIC_CACHE = re.compile(r"^(?P<owner>.+)\._forward_cache$")
 _SUSPENDED = {
     "gi": ("suspended generator", "yield detached values, or exhaust or close() it"),
     "cr": ("coroutine that was never awaited", "await it, or close() it"),
@@ -96,6 +98,13 @@ def _special_hint(path: str) -> str | None:
         return (
             f"{_code(m.group('owner'))} uses a tensor of this step as a key: key it by something "
             "without a graph (an int, a string, or t.detach())"
+        )
+    m = _METRIC_CACHE.match(path)
+    if m:
+        return (
+            f"{_code(m.group('owner'))} is a torchmetrics metric (or Lightning's logged copy of one): "
+            "calling it keeps the value it computed, graph and all, in _forward_cache until the next "
+            "call; feed it a detached value (self.train_loss(loss.detach())), or call .update() instead"
         )
     m = _LRU_RESULT.match(path)
     if m:
