@@ -306,7 +306,7 @@ def _require_greenlet() -> None:
     if importlib.util.find_spec("greenlet") is None:
         raise UsageError(
             "checking a LightningModule needs greenlet, which is not installed; "
-            "install the extra: pip install 'leakscope[lightning]' (greenlet)"
+            "install it: pip install greenlet (or leakscope's 'lightning' extra: pip install -e '.[lightning]')"
         )
 
 
