@@ -138,3 +138,20 @@ def test_very_deep_paths_are_shortened_in_hints_not_in_findings() -> None:
     assert str(path).endswith(".val[0]") and len(str(path)) > 3000
     assert shorten("engine.x") == "engine.x"
     assert len(shorten(str(path))) <= 160 and shorten(str(path)).endswith(".val[0]")
+
+
+class _Metric:
+    """Shaped like a torchmetrics metric after ``forward``: it keeps its last value."""
+
+    def __init__(self, value: torch.Tensor) -> None:
+        self._forward_cache = value
+
+
+def test_torchmetrics_forward_cache() -> None:
+    t = _attached()
+    engine = types.SimpleNamespace(train_loss=_Metric(t), _results={"training_step.train/loss": _Metric(t * 1)})
+    text = hint("engine", engine, t)
+    assert text.startswith("self.train_loss is a torchmetrics metric")
+    assert "loss.detach()" in text and ".update()" in text
+    logged = hint("engine", engine, engine._results["training_step.train/loss"]._forward_cache)
+    assert "Lightning's logged copy" in logged and "self._results['training_step.train/loss']" in logged

@@ -167,5 +167,5 @@ def test_missing_hf_extra_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch)
     assert result.verdict.value == "error"
     assert result.error == (
         "transformers:Trainer is checked by the transformers-trainer adapter on the hf-lora model, which needs "
-        "peft (not installed); install the extra: pip install 'leakscope[hf]'"
+        "peft (not installed); install them: pip install 'transformers>=5' 'peft>=0.17' (the hf extra)"
     )

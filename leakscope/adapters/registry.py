@@ -15,6 +15,7 @@ must not import torch.
 from __future__ import annotations
 
 import functools
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from importlib import metadata
@@ -26,7 +27,11 @@ from leakscope.harness.target import ResolvedTarget
 ENTRY_POINT_GROUP = "leakscope.adapters"
 
 #: adapters shipped with leakscope, as ``module:attribute`` (imported lazily)
-BUILTIN = ("leakscope.adapters.verl:ADAPTER", "leakscope.adapters.trainer:ADAPTER")
+BUILTIN = (
+    "leakscope.adapters.verl:ADAPTER",
+    "leakscope.adapters.trainer:ADAPTER",
+    "leakscope.adapters.lightning:ADAPTER",
+)
 
 
 @runtime_checkable
@@ -92,12 +97,23 @@ class AdapterHooks(Protocol):
         in train mode; return what the real caller keeps. Used when ``runs_backward``."""
         ...
 
+    def close(self, engine: Any) -> None:
+        """End what the adapter started for ``engine`` (e.g. a paused loop); called once per engine."""
+        ...
 
-def spec_for(adapter: Any, resolved: ResolvedTarget) -> Any:
-    """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``."""
+    #: optional attribute: ``--factory`` builds the engine and this adapter still drives it
+    #: (without it, ``--factory`` overrides the adapter)
+    accepts_factory: bool
+
+
+def spec_for(adapter: Any, resolved: ResolvedTarget, factory: Any = None) -> Any:
+    """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``
+    (built by ``factory`` when given: adapters that declare ``accepts_factory``)."""
     from leakscope.harness.protocol import EngineSpec, _call_forward_step
 
     def make_engine(model: Any) -> Any:
+        if factory is not None:
+            return factory(model)
         return adapter.build_engine(resolved, model)
 
     model_kind = getattr(adapter, "model_kind", None)
@@ -119,6 +135,9 @@ def spec_for(adapter: Any, resolved: ResolvedTarget) -> Any:
         def call_step(engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
             return adapter_step(engine, micro_batch, forward_only)
 
+    modules: tuple[Any, ...] = (resolved.module,)
+    if factory is not None and getattr(factory, "__module__", None) in sys.modules:
+        modules = (*modules, sys.modules[factory.__module__])
     return EngineSpec(
         name=resolved.spec,
         make_engine=make_engine,
@@ -126,12 +145,13 @@ def spec_for(adapter: Any, resolved: ResolvedTarget) -> Any:
         runs_backward=runs_backward,
         model_kind=model_kind,
         caller_no_grad_forward_only=bool(adapter.caller_no_grad_forward_only),
-        modules=(resolved.module,),
+        modules=modules,
         anchor=resolved.obj,
         make_micro_batch=getattr(adapter, "micro_batch", None),
         loss_function=getattr(adapter, "loss_function", None),
         run_micro_batches=getattr(adapter, "run_micro_batches", None),
         adapter=str(adapter.name),
+        close_engine=getattr(adapter, "close", None),
     )
 
 
@@ -230,8 +250,8 @@ class _Match:
         self.adapter = adapter
         self.name = str(adapter.name)
 
-    def spec(self, resolved: ResolvedTarget) -> Any:
-        return spec_for(self.adapter, resolved)
+    def spec(self, resolved: ResolvedTarget, factory: Any = None) -> Any:
+        return spec_for(self.adapter, resolved, factory)
 
 
 
@@ -245,10 +265,10 @@ def target_name(target: Any) -> str:
 def resolve_spec(target: Any, factory: str | None = None) -> Any:
     """Resolve a target (string or object) to the EngineSpec that drives it.
 
-    ``factory`` (``--factory pkg.mod:make_engine``) overrides every adapter.
+    ``factory`` (``--factory pkg.mod:make_engine``) overrides every adapter,
+    except one that declares ``accepts_factory`` (Lightning): the factory then
+    builds what that adapter drives.
     """
-    import sys
-
     from leakscope.harness.protocol import from_target
     from leakscope.harness.target import ResolvedTarget, resolve
 
@@ -263,7 +283,12 @@ def resolve_spec(target: Any, factory: str | None = None) -> Any:
     adapter = find_adapter(resolved)
     if adapter is not None and factory is None:
         return adapter.spec(resolved)
-    return from_target(resolved, resolve(factory).obj if factory else None)
+    factory_obj = resolve(factory).obj if factory else None
+    if adapter is not None and getattr(adapter.adapter, "accepts_factory", False):
+        if not callable(factory_obj):
+            raise TargetError(f"--factory names a {type(factory_obj).__name__}, not a callable taking the model")
+        return adapter.spec(resolved, factory_obj)
+    return from_target(resolved, factory_obj)
 
 
 __all__ = [

@@ -62,6 +62,13 @@ def _special_hint(path: HolderPath) -> str | None:
             f"{path.prefix(len(segments) - 1).code()} uses a tensor of this step as a key: key it by "
             "something without a graph (an int, a string, or t.detach())"
         )
+    if segments and segments[-1].kind in (SegmentKind.ATTR, SegmentKind.KEY) and segments[-1].name == "_forward_cache":
+        # torchmetrics' Metric.forward (and Lightning's logged copy of a metric) keeps its last result here.
+        return (
+            f"{path.prefix(len(segments) - 1).code()} is a torchmetrics metric (or Lightning's logged copy of "
+            "one): calling it keeps the value it computed, graph and all, in _forward_cache until the next "
+            "call; feed it a detached value (self.train_loss(loss.detach())), or call .update() instead"
+        )
     cache = path.last(SegmentKind.CACHE)
     if cache is not None:
         return (

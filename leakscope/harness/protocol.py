@@ -53,6 +53,9 @@ class EngineSpec:
     #: the tiny model this target runs on whatever ``--model`` says (an adapter's
     #: ``model_kind``, e.g. ``"hf-lora"`` for transformers/TRL); None: ``--model``
     model_kind: str | None = None
+    #: ``(engine) -> None``: end what the adapter started for this engine (a
+    #: framework loop paused between micro-batches) once a trial is done with it
+    close_engine: Callable[[Any], None] | None = None
 
 
 def describe_exception(exc: BaseException, action: str) -> str:

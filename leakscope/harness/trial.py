@@ -17,7 +17,7 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from leakscope.errors import EngineError
+from leakscope.errors import EngineError, LeakscopeError
 from leakscope.harness.protocol import EngineSpec, build_engine, describe_exception
 from leakscope.harness.rng import seeded
 from leakscope.options import CheckOptions
@@ -114,7 +114,11 @@ class Trial:
         return {id(v) for v in self.roots.values()}
 
     def close(self) -> None:
-        """Drop every reference to the user's objects."""
+        """End what the adapter started for the engine, then drop every reference to the user's objects."""
+        engine = self.roots.get("engine")
+        if engine is not None and self.spec.close_engine is not None:
+            self.spec.close_engine(engine)
+        del engine
         self.roots.clear()
         self.evidence.items.clear()
         self.preexisting.clear()
@@ -172,7 +176,11 @@ def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: b
     trial = new_trial(spec, mode, options, model, engine, micro_batch)
     del engine, micro_batch
     report(step="step")
-    _step(trial, model, options, anomaly=anomaly)
+    try:
+        _step(trial, model, options, anomaly=anomaly)
+    except BaseException:
+        trial.close()  # an adapter's paused framework loop ends here too
+        raise
     del model
     return trial
 
@@ -280,6 +288,7 @@ def step_once(
     from leakscope.models.tiny import loss_function
 
     forward_only = mode is Mode.FORWARD_ONLY
+    action = f"the {spec.adapter} step" if spec.runs_backward else "forward_step"
     grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
     anomaly_mode = (
         torch.autograd.set_detect_anomaly(True, check_nan=False) if anomaly else contextlib.nullcontext()
@@ -288,6 +297,8 @@ def step_once(
     try:
         with grad_mode, anomaly_mode, seeded(seed), recording():
             result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
+    except LeakscopeError:
+        raise  # an adapter's own one-line error (e.g. the factory built the wrong kind of object)
     except Exception as exc:
         missing = find_missing_key(exc)
         if missing is not None:  # leakscope's micro-batch lacks a key: not the engine's fault

@@ -5,7 +5,7 @@ MODELS = ("peft-checkpoint", "reentrant-checkpoint", "full-finetune", "hf-lora")
 
 #: what ``hf-lora`` imports; :func:`missing_hf` finds which are absent without importing them
 HF_MODULES = ("transformers", "peft")
-HF_EXTRA_HINT = "install the extra: pip install 'leakscope[hf]'"
+HF_EXTRA_HINT = "install them: pip install 'transformers>=5' 'peft>=0.17' (the hf extra)"
 
 
 def missing_hf() -> list[str]:
