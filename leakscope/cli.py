@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 DEFAULT_TARGET = "leakscope.models.engines:FSDPEngine"
 #: seconds one target's isolated check may take (tiny models: a real check takes seconds)
 DEFAULT_TIMEOUT = 600.0
+#: micro-batches of estimate's growth run: enough to tell a growing leak from a bounded one
+ESTIMATE_MICRO_BATCHES = 3
 
 app = typer.Typer(
     name="leakscope",
@@ -200,7 +202,11 @@ def check(
     from leakscope.results import Mode
 
     try:
-        flags = project_config.parse(_explicit_flags(ctx), "the command line")
+        explicit = _explicit_flags(ctx)
+        if ctx is not None and ctx.info_name == "estimate":
+            # estimate's growth runs are its own: the config's micro-batches must not replace them.
+            explicit["micro_batches"] = micro_batches
+        flags = project_config.parse(explicit, "the command line")
         settings = project_config.discover(config).override(flags)
     except ConfigError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
@@ -285,6 +291,7 @@ def _require_hf() -> None:
 
 @app.command()
 def estimate(
+    ctx: typer.Context,
     target: Annotated[str, typer.Argument(metavar="TARGET", help="The engine: 'pkg.module:Name' or 'path/to/file.py:Name'.")],
     at: Annotated[
         str,
@@ -302,14 +309,16 @@ def estimate(
 
     Same exit codes as check. The model behind the projection is in docs/estimate.md.
     """
+    # ctx: the flags given to estimate beat [tool.leakscope] as they do for check.
     check(
-        targets=[target], mode=mode, fmt=fmt, output=None, factory=None, model=model, confirm=True,
-        micro_batches=2, device=DeviceChoice.auto, at=at, debug=debug,
+        ctx=ctx, targets=[target], mode=mode, fmt=fmt, output=None, factory=None, model=model, confirm=True,
+        micro_batches=ESTIMATE_MICRO_BATCHES, device=DeviceChoice.auto, at=at, debug=debug,
     )
 
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     target: Annotated[
         str | None, typer.Argument(metavar="[TARGET]", help=f"The engine. Default: {DEFAULT_TARGET}.")
     ] = None,
@@ -330,11 +339,20 @@ def explain(
     Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
     """
     from leakscope.diagnose.explain import explain as run_explain
+    from leakscope.errors import ConfigError
+    from leakscope.gate import config as project_config
     from leakscope.options import CheckOptions
     from leakscope.render.dot import render as render_dot
     from leakscope.render.tree import render as render_tree
     from leakscope.results import Mode
 
+    try:  # [tool.leakscope] fills what the command line did not give
+        settings = project_config.discover().override(project_config.parse(_explicit_flags(ctx), "the command line"))
+    except ConfigError as exc:
+        _fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
+    # a config's "both" is a check setting; explain then keeps its own --mode
+    mode = ModeChoice(settings.mode) if settings.mode not in (None, "both") else mode
+    model = settings.model or model
     if mode is ModeChoice.both:
         _fail("explain takes one mode: --mode train or --mode forward-only", 2, FormatChoice.text, None)
     try:
