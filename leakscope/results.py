@@ -64,6 +64,14 @@ class Finding:
     #: "leak" fails the gate, "warning" does not (see ``--fail-on``)
     severity: str = "leak"
     allowed_reason: str | None = None
+    #: "growing" or "bounded" (NOTE [Leak kinds] in leakscope/diagnose/kinds.py); None without a growth run
+    kind: str | None = None
+    #: the user line that put the retaining tensor into its holder (``self.x = ...``, ``.append``, ...)
+    stored_at: Source | None = None
+    #: how it was stored there: "append", "attribute", "item", "buffer", "metric", "return", "hook", ...
+    store_op: str | None = None
+    #: when ``source`` is a shared helper or a ``super()`` call: the engine-side calls that led to it, innermost first
+    called_from: tuple[Source, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +117,10 @@ class TargetResult:
     rank: int | None = None
     #: ``--at``: what this leak costs at the user's scale (a ``leakscope.diagnose.projection.Projection``)
     projection: Any = None
+    #: "growing" or "bounded" for a leak (growing wins when findings differ); None when unknown
+    kind: str | None = None
+    #: adapter settings the step ran with (e.g. verl's ``calculate_entropy``), as ``name=value`` strings
+    settings: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

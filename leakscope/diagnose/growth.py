@@ -12,8 +12,10 @@ separately: it is worth a warning, not a failed gate.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
+from leakscope.diagnose.kinds import holder_key
 from leakscope.harness.protocol import EngineSpec
 from leakscope.harness.trial import (
     Trial,
@@ -58,6 +60,8 @@ class GrowthRun(NamedTuple):
     growth: Growth
     findings: list[Finding]
     held_bytes: int = 0
+    #: ``{holder_key: "growing" | "bounded"}`` for the references holding a graph after the last micro-batch
+    kinds: dict[str, str] = {}
 
 
 def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> GrowthRun:
@@ -93,7 +97,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> Growt
             _collect(trial, model, loss, options)
             curve.measure(trial, loss, ranges, options, find_held=i == len(batches) - 1)
         del loss, micro_batch
-        return GrowthRun(curve.growth(), curve.held + curve.storage_findings(), curve.held_bytes)
+        return GrowthRun(curve.growth(), curve.held + curve.storage_findings(), curve.held_bytes, curve.kinds)
     finally:
         batches.clear()
         trial.close()
@@ -184,6 +188,7 @@ class _Curve:
         #: holding any micro-batch's graph; see NOTE [Held after the last micro-batch]
         self.held: list[Finding] = []
         self.held_bytes = 0
+        self.kinds: dict[str, str] = {}
 
     def measure(
         self, trial: Trial, loss: Any, ranges: list[tuple[int, int]], options: CheckOptions, *, find_held: bool = False
@@ -226,7 +231,16 @@ class _Curve:
                 stored.append(("storage", obj))
                 paths.append(hit.path)
         union: StorageMap = {}
-        self.held = [_held_finding(hit, node, excluded, trial.seq_start, union) for hit, node in held]
+        if find_held:
+            from leakscope.diagnose.kinds import holder_kinds, reached_micro_batches
+
+            self.kinds = holder_kinds(
+                ((hit.path, reached_micro_batches(node, ranges), _maxlen(hit)) for hit, node in held), len(ranges) - 1
+            )
+        self.held = [
+            dataclasses.replace(f, kind=self.kinds.get(holder_key(f.path)))
+            for f in (_held_finding(hit, node, excluded, trial.seq_start, union) for hit, node in held)
+        ]
         self.held_bytes = sum(nbytes for _, nbytes in union.values())
         union.clear()
         held.clear()
@@ -294,10 +308,15 @@ class _Curve:
 
 def _bounded(hit: Any) -> bool:
     """A tensor in a ``deque(maxlen=...)``: that container cannot grow without bound."""
+    return _maxlen(hit) is not None
+
+
+def _maxlen(hit: Any) -> int | None:
+    """The ``maxlen`` of the deque ``hit`` sits in, if it does."""
     from collections import deque
 
     container = hit.link.container
-    return isinstance(container, deque) and container.maxlen is not None
+    return container.maxlen if isinstance(container, deque) else None
 
 
 def _held_finding(

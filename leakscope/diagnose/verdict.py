@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from leakscope.diagnose.fixes import hint_for, holder_kind
+from leakscope.diagnose.kinds import curve_kind, result_kind, with_kinds
 from leakscope.harness.protocol import EngineSpec
 from leakscope.harness.source import display_path, engine_files, user_frame_in_stack_text
 from leakscope.harness.trial import Observation, Trial, observe, run_trial
@@ -63,6 +64,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     if not findings and sum(died_in_gc.values()) > 0:
         findings.append(_until_gc_finding(died_in_gc))
     growth = None
+    held_kinds: dict[str, str] = {}
     held_bytes = 0  # retained after the last micro-batch, when only the growth run saw a leak
     if options.micro_batches > 1:
         from leakscope.diagnose.growth import measure_growth
@@ -77,6 +79,9 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         findings.extend(f for f in run.findings if f.severity != "leak" or not single_step_leak)
         if not single_step_leak:
             held_bytes = run.held_bytes
+        held_kinds = run.kinds
+    if growth is not None:  # NOTE [Leak kinds]
+        findings = with_kinds(findings, held_kinds, curve_kind(growth.retained_bytes))
     verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
     projection = None
     if options.at is not None and verdict is Verdict.LEAK:
@@ -87,6 +92,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     return TargetResult(
         target=spec.name, mode=mode, verdict=verdict, findings=_anchored(findings, spec),
         retained_bytes=total, warnings=tuple(warnings), growth=growth, projection=projection,
+        kind=result_kind(findings) if verdict is Verdict.LEAK else None,
     )
 
 

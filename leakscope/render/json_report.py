@@ -22,14 +22,18 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
         "hint": finding.hint,
         "cause": finding.cause,
         "bytes_by_cause": dict(finding.bytes_by_cause),
-        "source": (
-            {"file": finding.source.file, "line": finding.source.line, "function": finding.source.function}
-            if finding.source
-            else None
-        ),
+        "source": _source(finding.source),
         "severity": finding.severity,
         "allowed_reason": finding.allowed_reason,
+        "kind": finding.kind,
+        "stored_at": _source(finding.stored_at),
+        "store_op": finding.store_op,
+        "called_from": [_source(s) for s in finding.called_from],
     }
+
+
+def _source(source: Any) -> dict[str, Any] | None:
+    return {"file": source.file, "line": source.line, "function": source.function} if source else None
 
 
 def projection_dict(p: Any) -> dict[str, Any]:
@@ -58,6 +62,8 @@ def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
         "error": result.error,
         "findings": [finding_dict(f) for f in result.findings],
         "retained_bytes": result.retained_bytes,
+        "kind": result.kind,
+        "settings": list(result.settings),
         "warnings": list(result.warnings),
     }
     if result.growth is not None:

@@ -123,6 +123,7 @@ def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str
             "bytesByCause": dict(finding.bytes_by_cause),
             "graphNodes": finding.graph_nodes,
             "confirmed": finding.confirmed,
+            "kind": finding.kind,
         },
     }
     if finding.source is not None:

@@ -7,7 +7,7 @@ pull-request annotation.
 
 from __future__ import annotations
 
-from leakscope.render.text import human_bytes
+from leakscope.render.text import human_bytes, leak_size, source_lines
 from leakscope.results import Finding, Report, TargetResult, Verdict
 
 
@@ -24,14 +24,14 @@ def finding_line(finding: Finding) -> str:
         "allowed": "keeps this step's autograd graph alive (allowed)",
     }.get(finding.severity, "keeps this step's autograd graph alive")
     size = human_bytes(finding.retained_bytes)
-    return f"{finding.path} ({finding.holder}, {finding.grad_fn}) {what}: {size}, cause {finding.cause}"
+    kind = f", {finding.kind}" if finding.kind else ""
+    return f"{finding.path} ({finding.holder}, {finding.grad_fn}) {what}: {size}, cause {finding.cause}{kind}"
 
 
 def finding_block(finding: Finding) -> str:
     """A finding in a few indented lines: what, where it was created, the fix."""
     lines = [f"  {finding_line(finding)}"]
-    if finding.source:
-        lines.append(f"    created at {finding.source}")
+    lines.extend(source_lines(finding))
     if finding.allowed_reason:
         lines.append(f"    allowed: {finding.allowed_reason}")
     lines.append(f"    fix: {finding.hint}")
@@ -71,10 +71,7 @@ def result_line(result: TargetResult) -> str:
         return f"{label(result)}: clean{tail}"
     paths = ", ".join(f.path for f in leaks) or "no named holder"
     count = f"{len(leaks)} reference{'s' if len(leaks) != 1 else ''}"
-    return (
-        f"{label(result)}: graph retained by {count}, {human_bytes(result.retained_bytes)} "
-        f"per micro-batch: {paths}{tail}"
-    )
+    return f"{label(result)}: graph retained by {count}, {leak_size(result)}: {paths}{tail}"
 
 
 def report_line(report: Report, exit_code: int) -> str:

@@ -6,7 +6,7 @@ import io
 from typing import Any
 
 from leakscope.paths import shorten
-from leakscope.results import Report, TargetResult, Verdict
+from leakscope.results import Finding, Report, TargetResult, Verdict
 
 _STYLE = {Verdict.CLEAN: "bold green", Verdict.LEAK: "bold red", Verdict.ERROR: "bold yellow"}
 
@@ -19,6 +19,28 @@ def human_bytes(n: int) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"
+
+
+def leak_size(result: TargetResult) -> str:
+    """``12.0 KiB per micro-batch, growing`` / ``23.0 MiB held until the next step, bounded``."""
+    size = human_bytes(result.retained_bytes)
+    if result.kind == "growing":
+        return f"{size} per micro-batch, growing"
+    if result.kind == "bounded":
+        return f"{size} held until the next step, bounded"
+    return f"{size} retained per micro-batch"
+
+
+def source_lines(f: Finding) -> list[str]:
+    """``created at`` (with the engine-side calls when it is a shared helper) and ``stored at``."""
+    lines = []
+    if f.source:
+        lines.append(f"    created at {f.source}")
+        lines.extend(f"      called from {site}" for site in f.called_from)
+    if f.stored_at:
+        op = f" ({f.store_op})" if f.store_op else ""
+        lines.append(f"    stored at {f.stored_at}{op}")
+    return lines
 
 
 def growth_line(result: TargetResult) -> str:
@@ -65,7 +87,7 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
         head.append(f"[rank {result.rank}] ")
     head.append(result.verdict.value.upper(), style=_STYLE[result.verdict])
     if result.verdict is Verdict.LEAK:
-        head.append(f"  {human_bytes(result.retained_bytes)} retained per micro-batch")
+        head.append(f"  {leak_size(result)}")
     blocks: list[Any] = [head]
     if result.error:
         blocks.append(Text(f"  error: {result.error}"))
@@ -73,19 +95,18 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
             blocks.append(Text(result.traceback.rstrip()))
     if result.findings:
         table = Table(show_header=True, header_style="bold", expand=False, box=box.SIMPLE_HEAD)
-        for column in ("path", "holder", "grad_fn", "cause", "bytes", "confirmed"):
+        for column in ("path", "holder", "grad_fn", "cause", "kind", "bytes", "confirmed"):
             table.add_column(column, overflow="fold", justify="right" if column == "bytes" else "left")
         for f in result.findings:
             severity = "" if f.severity == "leak" else f" ({f.severity})"
             table.add_row(
-                shorten(f.path), f.holder + severity, f.grad_fn, f.cause, human_bytes(f.retained_bytes),
+                shorten(f.path), f.holder + severity, f.grad_fn, f.cause, f.kind or "-", human_bytes(f.retained_bytes),
                 "yes" if f.confirmed else "no",
             )
         blocks.append(table)
         for f in result.findings:
             lines = [f"  {shorten(f.path)}"]
-            if f.source:
-                lines.append(f"    created at {f.source}")
+            lines.extend(source_lines(f))
             if len(f.bytes_by_cause) > 1:
                 split = ", ".join(f"{cause} {human_bytes(n)}" for cause, n in f.bytes_by_cause.items())
                 lines.append(f"    bytes by cause: {split}")
