@@ -76,9 +76,9 @@ def holder_kinds(held: Iterable[tuple[str, frozenset[int], int | None]], last: i
     """
     reached: dict[str, set[int]] = {}
     capped: dict[str, bool] = {}
-    for path, batches, maxlen in held:
+    for path, reached_here, maxlen in held:
         key = holder_key(path)
-        reached.setdefault(key, set()).update(batches)
+        reached.setdefault(key, set()).update(reached_here)
         capped[key] = capped.get(key, True) and maxlen is not None
     out = {}
     for key, batches in reached.items():
