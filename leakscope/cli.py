@@ -74,6 +74,14 @@ MicroBatches = Annotated[
 Device = Annotated[
     DeviceChoice, typer.Option("--device", help="Where the tiny model runs; auto picks cuda when available.")
 ]
+SetValues = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", metavar="KEY=VALUE",
+        help="An adapter setting, e.g. --set calculate_entropy=true for verl (repeatable; see docs/adapters.md).",
+        show_default=False,
+    ),
+]
 At = Annotated[
     str | None,
     typer.Option(
@@ -181,6 +189,7 @@ def check(
         bool,
         typer.Option("--isolate/--no-isolate", help="Check each target in its own process; off: in this one, for debugging."),
     ] = True,
+    set_values: SetValues = None,
     timeout: Annotated[
         float | None,
         typer.Option(
@@ -247,6 +256,8 @@ def check(
         modes=modes, model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
         device=None if device is DeviceChoice.auto else device.value, at=scale,
         isolate=isolate, timeout=limit if isolate else None,
+        # estimate projects the job the framework runs by default; the gate checks every realistic setting
+        every_setting=not (ctx is not None and ctx.info_name == "estimate"),
     )
     from leakscope.harness.distributed import barrier, is_reporting_rank, session
 
@@ -303,6 +314,7 @@ def estimate(
     mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.train,
     fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
     model: Annotated[str, typer.Option("--model", help="Tiny model (see `check --help`).")] = "peft-checkpoint",
+    set_values: SetValues = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
 ) -> None:
     """Project what a leak costs at your scale: bytes per micro-batch, per update, and when memory runs out.
@@ -312,7 +324,7 @@ def estimate(
     # ctx: the flags given to estimate beat [tool.leakscope] as they do for check.
     check(
         ctx=ctx, targets=[target], mode=mode, fmt=fmt, output=None, factory=None, model=model, confirm=True,
-        micro_batches=ESTIMATE_MICRO_BATCHES, device=DeviceChoice.auto, at=at, debug=debug,
+        micro_batches=ESTIMATE_MICRO_BATCHES, device=DeviceChoice.auto, at=at, debug=debug, set_values=set_values,
     )
 
 
@@ -375,12 +387,12 @@ def _explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
     flags: dict[str, object] = {}
     if ctx is None:
         return flags
-    for name in ("mode", "model", "factory", "confirm", "micro_batches", "fail_on"):
+    for name in ("mode", "model", "factory", "confirm", "micro_batches", "fail_on", "set_values"):
         # Compared by name: typer may vendor click, so its ParameterSource is not importable here.
         source = ctx.get_parameter_source(name)
         if source is not None and source.name != "DEFAULT":
             value = ctx.params[name]
-            flags[name] = value.value if isinstance(value, enum.Enum) else value
+            flags["set" if name == "set_values" else name] = value.value if isinstance(value, enum.Enum) else value
     return flags
 
 

@@ -50,3 +50,7 @@ class CheckOptions:
     isolate: bool = False
     #: seconds one isolated target may take before its process is killed (None: no limit)
     timeout: float | None = None
+    #: adapter settings (``--set calculate_entropy=true``): ``(key, value)``, or ``(target, key, value)`` per target
+    settings: tuple[tuple[str, ...], ...] = ()
+    #: check every realistic value of the adapter's knobs not set (the gate); False: the framework's default only
+    every_setting: bool = True

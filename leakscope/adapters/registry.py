@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
 
@@ -69,8 +69,18 @@ class AdapterHooks(Protocol):
         """Drive the micro-batches through the framework's own loop; return what its caller keeps."""
         ...
 
+    def variants(self, given: Mapping[str, str], every: bool) -> list[tuple[Any, tuple[str, ...]]]:
+        """Configured copies of this adapter and their ``key=value`` labels, default first.
 
-def spec_for(adapter: Any, resolved: ResolvedTarget) -> Any:
+        ``given``: the ``--set`` values for this target (raise UsageError for a
+        key it does not know). ``every``: also every realistic value of the
+        knobs not given that changes what is retained (the gate); otherwise the
+        framework's defaults only (``estimate``).
+        """
+        ...
+
+
+def spec_for(adapter: Any, resolved: ResolvedTarget, settings: tuple[str, ...] = ()) -> Any:
     """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``."""
     from leakscope.harness.protocol import EngineSpec, _call_forward_step
 
@@ -88,6 +98,7 @@ def spec_for(adapter: Any, resolved: ResolvedTarget) -> Any:
         loss_function=getattr(adapter, "loss_function", None),
         run_micro_batches=getattr(adapter, "run_micro_batches", None),
         adapter=str(adapter.name),
+        settings=settings,
     )
 
 
@@ -158,6 +169,19 @@ class _Match:
     def spec(self, resolved: ResolvedTarget) -> Any:
         return spec_for(self.adapter, resolved)
 
+    def specs(self, resolved: ResolvedTarget, given: Mapping[str, str], every: bool) -> list[Any]:
+        """One spec per setting the adapter checks (its default alone without a ``variants`` hook)."""
+        from leakscope.errors import UsageError
+
+        variants = getattr(self.adapter, "variants", None)
+        if variants is None:
+            if given:
+                raise UsageError(
+                    f"--set {', '.join(given)}: adapter {self.name} takes no settings; drop --set for {resolved.spec}"
+                )
+            return [self.spec(resolved)]
+        return [spec_for(adapter, resolved, labels) for adapter, labels in variants(given, every)]
+
 
 
 def target_name(target: Any) -> str:
@@ -165,6 +189,37 @@ def target_name(target: Any) -> str:
         return target
     module = getattr(target, "__module__", "?")
     return f"{module}:{getattr(target, '__qualname__', type(target).__name__)}"
+
+
+def settings_for(name: str, settings: Sequence[tuple[str, ...]]) -> dict[str, str]:
+    """The ``--set`` values that apply to target ``name``: global ``(key, value)`` and its own ``(target, key, value)``."""
+    out: dict[str, str] = {}
+    for entry in settings:
+        if len(entry) == 2:
+            out[entry[0]] = entry[1]
+        elif len(entry) == 3 and entry[0] == name:
+            out[entry[1]] = entry[2]
+    return out
+
+
+def resolve_specs(target: Any, options: Any) -> list[Any]:
+    """Every spec one target is checked with: one per adapter setting (see ``Adapter.variants``)."""
+    import sys
+
+    from leakscope.harness.protocol import from_target
+    from leakscope.harness.target import ResolvedTarget, resolve
+
+    if isinstance(target, str):
+        resolved = resolve(target)
+    else:
+        module = sys.modules.get(getattr(target, "__module__", "") or "")
+        if module is None:
+            raise TargetError(f"{target!r} has no importable module; pass 'pkg.mod:Name' instead")
+        resolved = ResolvedTarget(target_name(target), target, module, getattr(target, "__qualname__", ""))
+    adapter = find_adapter(resolved)
+    if adapter is not None and options.factory is None:
+        return list(adapter.specs(resolved, settings_for(resolved.spec, options.settings), options.every_setting))
+    return [from_target(resolved, resolve(options.factory).obj if options.factory else None)]
 
 
 def resolve_spec(target: Any, factory: str | None = None) -> Any:
@@ -197,6 +252,8 @@ __all__ = [
     "find_adapter",
     "installed_adapters",
     "resolve_spec",
+    "resolve_specs",
+    "settings_for",
     "spec_for",
     "target_name",
 ]

@@ -45,6 +45,8 @@ class EngineSpec:
     run_micro_batches: Callable[[Any, Any, Any, bool], Any] | None = None
     #: name of the adapter that built this spec, if any
     adapter: str | None = None
+    #: the adapter settings this spec drives the step with, as ``key=value`` (shown in reports)
+    settings: tuple[str, ...] = ()
 
 
 def describe_exception(exc: BaseException, action: str) -> str:

@@ -13,7 +13,8 @@ from leakscope.results import Finding, Report, TargetResult, Verdict
 
 def label(result: TargetResult) -> str:
     """``pkg.mod:Engine [train]``."""
-    return f"{result.target} [{result.mode.value}]"
+    settings = f" [{', '.join(result.settings)}]" if result.settings else ""
+    return f"{result.target} [{result.mode.value}]{settings}"
 
 
 def finding_line(finding: Finding) -> str:

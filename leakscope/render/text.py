@@ -83,6 +83,8 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
     head = Text()
     head.append(f"{result.target} ", style="bold")
     head.append(f"[{result.mode.value}] ")
+    if result.settings:  # the adapter settings the step ran with
+        head.append(f"[{', '.join(result.settings)}] ")
     if result.rank is not None:  # under torchrun, only where ranks differ
         head.append(f"[rank {result.rank}] ")
     head.append(result.verdict.value.upper(), style=_STYLE[result.verdict])
