@@ -19,6 +19,8 @@ class ModelSize:
     batch: int = 2
     seq: int = 8
     seed: int = 0
+    #: parameter dtype of the tiny model: "fp32", or "bf16" (estimate measures which tensors stay fp32)
+    dtype: str = "fp32"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -97,6 +97,8 @@ class Growth:
     storage_slope_bytes: float = 0.0
     #: ``torch.cuda.memory_allocated()`` after each micro-batch (``--device cuda``)
     cuda_allocated: tuple[int, ...] | None = None
+    #: ``retained_bytes`` split by cause class, after each micro-batch
+    retained_by_cause: tuple[Mapping[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

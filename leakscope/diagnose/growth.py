@@ -179,6 +179,7 @@ class _Curve:
 
     def __init__(self) -> None:
         self.bytes: list[int] = []
+        self.by_cause: list[dict[str, int]] = []
         self.nodes: list[int] = []
         self.by_batch: tuple[int, ...] = ()
         self.storage: list[int] = []
@@ -245,7 +246,9 @@ class _Curve:
         union.clear()
         held.clear()
         alive = trial.evidence.alive(plain_ids)
-        self.bytes.append(sum(alive_bytes(alive, excluded).values()))
+        by_cause = alive_bytes(alive, excluded)
+        self.bytes.append(sum(by_cause.values()))
+        self.by_cause.append(dict(sorted(by_cause.items())))
         alive.clear()
         self.storage.append(sum(n for _, n in storage_map(stored, trial.excluded_storages).values()))
         stored.clear()
@@ -276,6 +279,7 @@ class _Curve:
             storage_bytes=tuple(self.storage),
             storage_slope_bytes=round(slope(self.storage), 1),
             cuda_allocated=tuple(self.cuda) if self.cuda is not None else None,
+            retained_by_cause=tuple(self.by_cause),
         )
 
     def storage_findings(self) -> list[Finding]:

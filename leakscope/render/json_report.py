@@ -50,6 +50,17 @@ def projection_dict(p: Any) -> dict[str, Any]:
         "oom_micro_batch": p.oom_micro_batch,
         "coefficients": list(p.coefficients),
         "samples": [list(s) for s in p.samples],
+        "layers": p.scale.layers,
+        "batch": p.scale.batch,
+        "bounded_bytes": p.bounded_bytes,
+        "bounded_fits": p.bounded_fits,
+        "terms": [
+            {"cause": t.cause, "part": t.part, "monomial": t.monomial, "elements": t.elements,
+             "element_bytes": t.element_bytes, "bytes": t.bytes, "text": str(t)}
+            for t in p.terms
+        ],
+        "assumptions": list(p.assumptions),
+        "fp32_share": dict(p.fp32_share),
     }
 
 

@@ -60,19 +60,36 @@ def growth_line(result: TargetResult) -> str:
 
 
 def projection_line(p: Any) -> str:
-    """What the leak costs at the user's scale."""
+    """What the leak costs at the user's scale, the fitted terms and every assumption (one block)."""
     s = p.scale
-    line = (
-        f"  at hidden={s.hidden}, tokens={s.tokens}, {s.dtype}: {human_bytes(p.bytes_per_micro_batch)} per micro-batch, "
-        f"{human_bytes(p.bytes_per_update)} per update of {s.micro_batches}"
-    )
-    if s.gpu_memory is not None:
-        line += (
-            f"; {human_bytes(s.gpu_memory)} runs out at micro-batch {p.oom_micro_batch}"
-            if p.oom_micro_batch is not None
-            else f"; fits in {human_bytes(s.gpu_memory)}"
+    dims = [f"hidden={s.hidden}", f"tokens={s.tokens}"]
+    dims += [f"{k}={v}" for k, v in (("vocab", s.vocab), ("layers", s.layers), ("batch", s.batch)) if v]
+    dims.append(s.dtype)
+    lines = []
+    head = f"  at {', '.join(dims)}:"
+    if p.bytes_per_micro_batch or not p.bounded_bytes:
+        head += (
+            f" {human_bytes(p.bytes_per_micro_batch)} per micro-batch (growing), "
+            f"{human_bytes(p.bytes_per_update)} per update of {s.micro_batches}"
         )
-    return line
+        if s.gpu_memory is not None:
+            head += (
+                f"; {human_bytes(s.gpu_memory)} runs out at micro-batch {p.oom_micro_batch}"
+                if p.oom_micro_batch is not None
+                else f"; fits in {human_bytes(s.gpu_memory)}"
+            )
+    if p.bounded_bytes:
+        head += ";" if head.endswith(")") or "update" in head else ""
+        head += f" {human_bytes(p.bounded_bytes)} held at the peak (bounded: one step's graph)"
+        if p.bounded_fits is not None:
+            head += f", {'fits' if p.bounded_fits else 'does not fit'} in {human_bytes(s.gpu_memory)}"
+    lines.append(head)
+    for term in getattr(p, "terms", ()):
+        part = "per micro-batch" if term.part == "growing" else "held once"
+        lines.append(f"    {term} = {human_bytes(term.bytes)} {part}")
+    for assumption in getattr(p, "assumptions", ()):
+        lines.append(f"    assumes {assumption}")
+    return "\n".join(lines)
 
 
 def _result_block(result: TargetResult, debug: bool) -> list[Any]:
