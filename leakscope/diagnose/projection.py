@@ -49,12 +49,12 @@ SAMPLES = (
 )
 #: the fitted terms: name, and how to evaluate it from (T, H, V, L)
 TERMS: tuple[tuple[str, Any], ...] = (
-    ("tokens x hidden", lambda t, h, v, l: t * h),
-    ("tokens x vocab", lambda t, h, v, l: t * v),
-    ("tokens x hidden x layers", lambda t, h, v, l: t * h * l),
-    ("tokens", lambda t, h, v, l: t),
-    ("hidden", lambda t, h, v, l: h),
-    ("1", lambda t, h, v, l: 1),
+    ("tokens x hidden", lambda t, h, v, n: t * h),
+    ("tokens x vocab", lambda t, h, v, n: t * v),
+    ("tokens x hidden x layers", lambda t, h, v, n: t * h * n),
+    ("tokens", lambda t, h, v, n: t),
+    ("hidden", lambda t, h, v, n: h),
+    ("1", lambda t, h, v, n: 1),
 )
 #: which dimensions each term depends on
 _DIMS = {"tokens": "tokens", "hidden": "hidden", "vocab": "vocab", "layers": "layers"}
@@ -227,10 +227,10 @@ def project(spec: Any, mode: Any, options: CheckOptions, scale: Scale) -> Projec
     samples = []
     for seq, hidden, vocab, layers in SAMPLES:
         size = dataclasses.replace(base, seq=seq, hidden=hidden, vocab=vocab, layers=layers, dtype="fp32")
-        growing, bounded = _measure(spec, mode, options, size)
-        measured.append((growing, bounded))
+        grows, holds = _measure(spec, mode, options, size)
+        measured.append((grows, holds))
         rows.append(_features(size.batch * seq, hidden, vocab, layers))
-        samples.append((size.batch * seq, hidden, sum(growing.values())))
+        samples.append((size.batch * seq, hidden, sum(grows.values())))
     causes = sorted({c for g, b in measured for c in (*g, *b)})
     for part, index in (("growing", 0), ("bounded", 1)):
         for cause in causes:
