@@ -28,7 +28,7 @@ def leak_size(result: TargetResult) -> str:
         return f"{size} per micro-batch, growing"
     if result.kind == "bounded":
         return f"{size} held until the next step, bounded"
-    return f"{size} retained per micro-batch"
+    return f"{size} per micro-batch"
 
 
 def source_lines(f: Finding) -> list[str]:
@@ -106,7 +106,7 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
         head.append(f"[rank {result.rank}] ")
     head.append(result.verdict.value.upper(), style=_STYLE[result.verdict])
     if result.verdict is Verdict.LEAK:
-        head.append(f"  {leak_size(result)}")
+        head.append(f"  {leak_size(result) if result.kind else f'{human_bytes(result.retained_bytes)} retained per micro-batch'}")
     blocks: list[Any] = [head]
     if result.error:
         blocks.append(Text(f"  error: {result.error}"))
