@@ -164,7 +164,7 @@ class _Watch:
 
 def trace_stores(
     findings: Sequence[Finding], roots: dict[str, Any], is_user_file: Callable[[str], bool], run: Callable[[], Any]
-) -> dict[str, tuple[Source, str]]:
+) -> dict[str, tuple[Source, str, str]]:
     """Run ``run()`` traced; ``{finding path: (stored-at line, store op)}`` (NOTE [Stored at])."""
     from leakscope.harness.source import display_path
 
@@ -190,16 +190,23 @@ def trace_stores(
                 w.site = where
             w.last = id(now)
 
+    returns: dict[int, Source] = {}  # per frame: its last `return` line (3.11 reports a with-block's
+    # exit line on the return event of a return inside `with`)
+
     def local(frame: types.FrameType, event: str, arg: Any) -> Any:
         if event in ("line", "return"):
             check()
             where = Source(display_path(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name)
             if event == "line":
                 last_line[0] = where
+                text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip()
+                if text.startswith("return"):
+                    returns[id(frame)] = where
             else:
                 depth[0] -= 1
                 if depth[0] == 0 and outer_return[0] is None:  # the step's own return, not a later hook's
-                    outer_return[0] = where
+                    outer_return[0] = returns.get(id(frame), where)
+                returns.pop(id(frame), None)
         return local
 
     def global_trace(frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -223,8 +230,8 @@ def trace_stores(
         site = outer_return[0] if w.finding.path.startswith("output") else w.site
         if site is None:
             continue
-        op = store_op(w.finding.path, linecache.getline(_absolute(site.file), site.line))
-        out[w.finding.path] = (site, op)
+        code = linecache.getline(_absolute(site.file), site.line).strip()
+        out[w.finding.path] = (site, store_op(w.finding.path, code), code)
     return out
 
 
@@ -270,13 +277,19 @@ def add_store_sites(spec: Any, mode: Any, options: Any, findings: list[Finding])
     finally:
         result.clear()
         roots.clear()
-    out = []
-    for f in findings:
-        if f.path in sites:
-            site, op = sites[f.path]
-            f = dataclasses.replace(f, stored_at=site, store_op=op)
-        out.append(f)
-    return out
+    return [_with_site(f, sites.get(f.path), spec.adapter) for f in findings]
+
+
+def _with_site(f: Finding, site: tuple[Source, str, str] | None, adapter: str | None) -> Finding:
+    """The finding with its stored-at line and the fix derived from it (leakscope.diagnose.storefix)."""
+    from leakscope.diagnose.storefix import StoreSite, fix_for
+
+    store = StoreSite(site[1], site[2], site[0]) if site is not None else None
+    hint = fix_for(store, f.path, f.holder, f.cause, adapter) if f.severity == "leak" else None
+    changes: dict[str, Any] = {"hint": hint} if hint else {}
+    if site is not None:
+        changes.update(stored_at=site[0], store_op=site[1])
+    return dataclasses.replace(f, **changes) if changes else f
 
 
 __all__ = ["add_store_sites", "resolver", "store_op", "trace_stores"]
