@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 DEFAULT_TARGET = "leakscope.models.engines:FSDPEngine"
 #: seconds one target's isolated check may take (tiny models: a real check takes seconds)
 DEFAULT_TIMEOUT = 600.0
+#: micro-batches of estimate's growth run: enough to tell a growing leak from a bounded one
+ESTIMATE_MICRO_BATCHES = 3
 
 app = typer.Typer(
     name="leakscope",
@@ -72,6 +74,14 @@ MicroBatches = Annotated[
 ]
 Device = Annotated[
     DeviceChoice, typer.Option("--device", help="Where the tiny model runs; auto picks cuda when available.")
+]
+SetValues = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set", metavar="KEY=VALUE",
+        help="An adapter setting, e.g. --set calculate_entropy=true for verl (repeatable; see docs/adapters.md).",
+        show_default=False,
+    ),
 ]
 At = Annotated[
     str | None,
@@ -180,6 +190,7 @@ def check(
         bool,
         typer.Option("--isolate/--no-isolate", help="Check each target in its own process; off: in this one, for debugging."),
     ] = True,
+    set_values: SetValues = None,
     timeout: Annotated[
         float | None,
         typer.Option(
@@ -206,7 +217,11 @@ def check(
     from leakscope.results import Mode
 
     try:
-        flags = project_config.parse(_explicit_flags(ctx), "the command line")
+        explicit = _explicit_flags(ctx)
+        if ctx is not None and ctx.info_name == "estimate":
+            # estimate's growth runs are its own: the config's micro-batches must not replace them.
+            explicit["micro_batches"] = micro_batches
+        flags = project_config.parse(explicit, "the command line")
         settings = project_config.discover(config).override(flags)
     except ConfigError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
@@ -249,6 +264,8 @@ def check(
         modes=modes, model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
         device=None if device is DeviceChoice.auto else device.value, at=scale,
         isolate=isolate, timeout=limit if isolate else None, jobs=jobs,
+        # estimate projects the job the framework runs by default; the gate checks every realistic setting
+        every_setting=not (ctx is not None and ctx.info_name == "estimate"),
     )
     from leakscope.harness.distributed import barrier, is_reporting_rank, session
 
@@ -293,6 +310,7 @@ def _require_hf() -> None:
 
 @app.command()
 def estimate(
+    ctx: typer.Context,
     target: Annotated[str, typer.Argument(metavar="TARGET", help="The engine: 'pkg.module:Name' or 'path/to/file.py:Name'.")],
     at: Annotated[
         str,
@@ -304,20 +322,23 @@ def estimate(
     mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.train,
     fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
     model: Annotated[str, typer.Option("--model", help="Tiny model (see `check --help`).")] = "peft-checkpoint",
+    set_values: SetValues = None,
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")] = False,
 ) -> None:
     """Project what a leak costs at your scale: bytes per micro-batch, per update, and when memory runs out.
 
     Same exit codes as check. The model behind the projection is in docs/estimate.md.
     """
+    # ctx: the flags given to estimate beat [tool.leakscope] as they do for check.
     check(
-        targets=[target], mode=mode, fmt=fmt, output=None, factory=None, model=model, confirm=True,
-        micro_batches=2, device=DeviceChoice.auto, at=at, debug=debug,
+        ctx=ctx, targets=[target], mode=mode, fmt=fmt, output=None, factory=None, model=model, confirm=True,
+        micro_batches=ESTIMATE_MICRO_BATCHES, device=DeviceChoice.auto, at=at, debug=debug, set_values=set_values,
     )
 
 
 @app.command()
 def explain(
+    ctx: typer.Context,
     target: Annotated[
         str | None, typer.Argument(metavar="[TARGET]", help=f"The engine. Default: {DEFAULT_TARGET}.")
     ] = None,
@@ -345,14 +366,17 @@ def explain(
     from leakscope.render.tree import render as render_tree
     from leakscope.results import Mode
 
+    try:  # [tool.leakscope] fills what the command line did not give
+        settings = project_config.discover().override(project_config.parse(_explicit_flags(ctx), "the command line"))
+    except ConfigError as exc:
+        _fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
+    # a config's "both" is a check setting; explain then keeps its own --mode
+    mode = ModeChoice(settings.mode) if settings.mode not in (None, "both") else mode
+    model = settings.model or model
     if mode is ModeChoice.both:
         _fail("explain takes one mode: --mode train or --mode forward-only", 2, FormatChoice.text, None)
     if target is None:  # as check does: the project's first target, else the built-in engine
-        try:
-            targets = project_config.discover(None).targets
-        except ConfigError as exc:
-            _fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
-        target = targets[0] if targets else DEFAULT_TARGET
+        target = settings.targets[0] if settings.targets else DEFAULT_TARGET
     try:
         with contextlib.redirect_stdout(sys.stderr):
             view = run_explain(target, path, CheckOptions(model=model), Mode(mode.value), max_nodes=max_nodes)
@@ -403,12 +427,12 @@ def _explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
     flags: dict[str, object] = {}
     if ctx is None:
         return flags
-    for name in ("mode", "model", "factory", "confirm", "micro_batches", "fail_on"):
+    for name in ("mode", "model", "factory", "confirm", "micro_batches", "fail_on", "set_values"):
         # Compared by name: typer may vendor click, so its ParameterSource is not importable here.
         source = ctx.get_parameter_source(name)
         if source is not None and source.name != "DEFAULT":
             value = ctx.params[name]
-            flags[name] = value.value if isinstance(value, enum.Enum) else value
+            flags["set" if name == "set_values" else name] = value.value if isinstance(value, enum.Enum) else value
     return flags
 
 

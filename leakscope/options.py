@@ -19,6 +19,8 @@ class ModelSize:
     batch: int = 2
     seq: int = 8
     seed: int = 0
+    #: parameter dtype of the tiny model: "fp32", or "bf16" (estimate measures which tensors stay fp32)
+    dtype: str = "fp32"
 
 
 #: ``MicroBatchKey.shape`` values: ``[B, S]`` per token, or ``[B]`` per sequence
@@ -76,3 +78,7 @@ class CheckOptions:
     #: keys beyond input_ids/attention_mask/position_ids, overriding the naming
     #: convention (``[tool.leakscope.micro-batch]``; docs/configuration.md)
     micro_batch_keys: tuple[MicroBatchKey, ...] = ()
+    #: adapter settings (``--set calculate_entropy=true``): ``(key, value)``, or ``(target, key, value)`` per target
+    settings: tuple[tuple[str, ...], ...] = ()
+    #: check every realistic value of the adapter's knobs not set (the gate); False: the framework's default only
+    every_setting: bool = True

@@ -104,6 +104,14 @@ class Finding:
     allowed_reason: str | None = None
     #: the graph it keeps, bounded (``explain.FINDING_GRAPH_NODES``); None for a held leaf or unknown holder
     graph: GraphView | None = None
+    #: "growing" or "bounded" (NOTE [Leak kinds] in leakscope/diagnose/kinds.py); None without a growth run
+    kind: str | None = None
+    #: the user line that put the retaining tensor into its holder (``self.x = ...``, ``.append``, ...)
+    stored_at: Source | None = None
+    #: how it was stored there: "append", "attribute", "item", "buffer", "metric", "return", "hook", ...
+    store_op: str | None = None
+    #: when ``source`` is a shared helper or a ``super()`` call: the engine-side calls that led to it, innermost first
+    called_from: tuple[Source, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +137,8 @@ class Growth:
     storage_slope_bytes: float = 0.0
     #: ``torch.cuda.memory_allocated()`` after each micro-batch (``--device cuda``)
     cuda_allocated: tuple[int, ...] | None = None
+    #: ``retained_bytes`` split by cause class, after each micro-batch
+    retained_by_cause: tuple[Mapping[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +161,10 @@ class TargetResult:
     projection: Any = None
     #: the micro-batch keys the engine read (leakscope's own micro-batch format only)
     keys_read: tuple[str, ...] = ()
+    #: "growing" or "bounded" for a leak (growing wins when findings differ); None when unknown
+    kind: str | None = None
+    #: adapter settings the step ran with (e.g. verl's ``calculate_entropy``), as ``name=value`` strings
+    settings: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,8 +28,13 @@ def test_fixture_verdict_and_paths(name: str) -> None:
     got = {r.mode.value: (r.verdict.value, [str(f.path) for f in r.findings]) for r in report.results}
     want = {mode: (verdict, list(paths)) for mode, (verdict, paths) in expected.items()}
     assert got == want
+    kinds = getattr(importlib.import_module(f"fixtures.{name}"), "KIND", {})
     for result in report.results:
         assert result.error is None
+        if result.verdict.value == "leak":  # NOTE [Leak kinds]: declared bounded, else growing
+            assert result.kind == kinds.get(result.mode.value, "growing"), result
+        else:
+            assert result.kind is None
         _assert_growth_matches_verdict(result, name)
         for finding in result.findings:
             assert finding.confirmed, f"{finding.path} was not confirmed"
@@ -39,8 +44,6 @@ def test_fixture_verdict_and_paths(name: str) -> None:
 
 # Fixtures whose leak grows every other micro-batch rather than on each one.
 PERIODIC = {"every_other", "periodic_log"}
-# Fixtures that keep only the latest step's graph: a bounded leak, the same bytes after every micro-batch.
-BOUNDED = {"library_context_var", "library_distribution"}
 
 
 def _assert_growth_matches_verdict(result, name: str) -> None:  # type: ignore[no-untyped-def]
@@ -49,10 +52,10 @@ def _assert_growth_matches_verdict(result, name: str) -> None:  # type: ignore[n
     assert growth is not None and len(growth.retained_bytes) == 3
     steps = [b - a for a, b in zip(growth.retained_bytes, growth.retained_bytes[1:])]
     node_steps = [b - a for a, b in zip(growth.graph_nodes, growth.graph_nodes[1:])]
-    if result.verdict.value == "leak":
-        if name in BOUNDED:
-            assert growth.retained_bytes[0] > 0 and steps == [0, 0], growth
-        elif growth.slope_bytes > 0 and name in PERIODIC:
+    if result.kind == "bounded":  # one step's graph, replaced by the next: flat and non-zero
+        assert growth.retained_bytes[-1] > 0 and (name in PERIODIC or steps == [0, 0]), growth
+    elif result.verdict.value == "leak":
+        if growth.slope_bytes > 0 and name in PERIODIC:
             assert growth.retained_bytes[-1] > growth.retained_bytes[0], growth  # grows, in steps
         elif growth.slope_bytes > 0:
             assert steps[0] == steps[1] > 0, growth  # linear

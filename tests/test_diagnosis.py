@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import leakscope
 from leakscope.cli import app
 from leakscope.diagnose.explain import build_view
-from leakscope.diagnose.projection import Scale, evaluate, parse_at, parse_bytes
+from leakscope.diagnose.projection import evaluate, parse_at, parse_bytes
 from leakscope.errors import UsageError
 from leakscope.harness.source import is_internal
 from leakscope.options import CheckOptions
@@ -72,11 +72,14 @@ def test_projection_reproduces_verl_6698_within_10_percent() -> None:
 
 
 def test_projection_arithmetic_and_oom_micro_batch() -> None:
-    coeffs = (8.0, 512.0, 0.0, 0.0)  # leaf+grad fp32 per token*hidden, side branch per token
-    assert evaluate(coeffs, Scale(hidden=4096, tokens=1000, dtype="fp32"), 64) == 8 * 4096 * 1000 + 512 * 1000
-    assert evaluate(coeffs, Scale(hidden=4096, tokens=1000, dtype="bf16"), 64) == (8 * 4096 * 1000 + 512 * 1000) // 2
-    assert evaluate(coeffs, Scale(hidden=1, tokens=1, dtype="fp32", vocab=128), 64) == 8 + 1024
+    # fitted fp32 bytes: 8 per token x hidden (leaf+grad), 512 per token x vocab (a side branch)
+    coeffs = (8.0, 512.0, 0.0, 0.0, 0.0, 0.0)
+    assert evaluate(coeffs, 1000, 4096, 1, 2) == 8 * 4096 * 1000 + 512 * 1000
+    assert evaluate(coeffs, 1, 1, 128, 2) == 8 + 512 * 128
     assert parse_bytes("80GiB") == 80 * 2**30 and parse_bytes("1.5GB") == 1_500_000_000
+    scale = parse_at("hidden=8,tokens=4,vocab=16,layers=3,batch=2")
+    assert (scale.vocab, scale.layers, scale.batch) == (16, 3, 2)
+    assert scale.given == ("hidden", "tokens", "vocab", "layers", "batch")
 
 
 @pytest.mark.parametrize("bad", ["hidden=4096", "tokens=1,hidden=x", "hidden=1,tokens=1,dtype=int3", "hidden=1,tokens=1,color=red"])

@@ -46,9 +46,9 @@ def test_returned_hint_names_the_path_and_mentions_verl_only_for_verl() -> None:
     t = _attached()
     output = {"model_output": {"entropy": t}}
     plain = hint("output", output, t)
-    assert "output.model_output.entropy" in plain and "entropy.detach()" in plain
+    assert plain.startswith('detach output["model_output"]["entropy"] before it is returned'), plain
     assert "verl" not in plain
-    assert "verl's fix: entropy.detach()" in hint("output", output, t, adapter="verl-fsdp")
+    assert "verl's fix" in hint("output", output, t, adapter="verl-fsdp")
 
 
 def test_tensor_hook_closure() -> None:

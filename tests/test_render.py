@@ -28,9 +28,14 @@ REPORT = Report(
                     cause=Cause.LEAF_GRAD,
                     bytes_by_cause={"leaf+grad": 4096},
                     source=Source("engine.py", 12, "forward_step"),
+                    kind="growing",
+                    stored_at=Source("engine.py", 14, "forward_step"),
+                    store_op="return",
+                    called_from=(Source("engine.py", 30, "step"),),
                 ),
             ),
             retained_bytes=4096,
+            kind="growing",
         ),
         TargetResult(target="pkg.mod:Broken", mode=Mode.FORWARD_ONLY, verdict=Verdict.ERROR, error="boom", traceback="TB"),
     ),
@@ -48,7 +53,7 @@ def test_json_document_is_exact() -> None:
         "python_version": "3.11.7",
         "results": [
             {"target": "pkg.mod:Engine", "mode": "train", "verdict": "clean", "error": None,
-             "findings": [], "retained_bytes": 0, "warnings": []},
+             "findings": [], "retained_bytes": 0, "kind": None, "settings": [], "warnings": []},
             {"target": "pkg.mod:Leaky", "mode": "train", "verdict": "leak", "error": None,
              "findings": [{
                  "path": "output.model_output.log_probs", "holder": "returned",
@@ -56,11 +61,14 @@ def test_json_document_is_exact() -> None:
                  "confirmed": True, "hint": "detach it", "cause": "leaf+grad",
                  "bytes_by_cause": {"leaf+grad": 4096},
                  "source": {"file": "engine.py", "line": 12, "function": "forward_step"},
-                 "severity": "leak", "allowed_reason": None,
+                 "severity": "leak", "allowed_reason": None, "kind": "growing",
+                 "stored_at": {"file": "engine.py", "line": 14, "function": "forward_step"},
+                 "store_op": "return",
+                 "called_from": [{"file": "engine.py", "line": 30, "function": "step"}],
              }],
-             "retained_bytes": 4096, "warnings": []},
+             "retained_bytes": 4096, "kind": "growing", "settings": [], "warnings": []},
             {"target": "pkg.mod:Broken", "mode": "forward-only", "verdict": "error", "error": "boom",
-             "findings": [], "retained_bytes": 0, "warnings": []},
+             "findings": [], "retained_bytes": 0, "kind": None, "settings": [], "warnings": []},
         ],
     }
 
@@ -71,20 +79,22 @@ def test_json_traceback_only_with_debug() -> None:
 
 
 def test_text_report_is_exact() -> None:
-    text = "\n".join(line.rstrip() for line in render(REPORT, "text", width=100).splitlines())
+    text = "\n".join(line.rstrip() for line in render(REPORT, "text", width=120).splitlines())
     assert text == "\n".join([
         "leakscope 0.1.0 · torch 2.13.0+cpu · Python 3.11.7",
         "",
         "pkg.mod:Engine [train] CLEAN",
         "",
-        "pkg.mod:Leaky [train] LEAK  4.0 KiB retained per micro-batch",
+        "pkg.mod:Leaky [train] LEAK  4.0 KiB per micro-batch, growing",
         "",
-        "  path                            holder     grad_fn            cause         bytes   confirmed",
-        " ───────────────────────────────────────────────────────────────────────────────────────────────",
-        "  output.model_output.log_probs   returned   SqueezeBackward1   leaf+grad   4.0 KiB   yes",
+        "  path                            holder     grad_fn            cause       kind        bytes   confirmed",
+        " ─────────────────────────────────────────────────────────────────────────────────────────────────────────",
+        "  output.model_output.log_probs   returned   SqueezeBackward1   leaf+grad   growing   4.0 KiB   yes",
         "",
         "  output.model_output.log_probs",
         "    created at engine.py:12 in forward_step",
+        "      called from engine.py:30 in step",
+        "    stored at engine.py:14 in forward_step (return)",
         "    fix: detach it",
         "",
         "pkg.mod:Broken [forward-only] ERROR",

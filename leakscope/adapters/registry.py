@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any, Protocol, runtime_checkable
 
@@ -105,10 +105,21 @@ class AdapterHooks(Protocol):
     #: (without it, ``--factory`` overrides the adapter)
     accepts_factory: bool
 
+    def variants(self, given: Mapping[str, str], every: bool) -> list[tuple[Any, tuple[str, ...]]]:
+        """Configured copies of this adapter and their ``key=value`` labels, default first.
 
-def spec_for(adapter: Any, resolved: ResolvedTarget, factory: Any = None) -> Any:
+        ``given``: the ``--set`` values for this target (raise UsageError for a
+        key it does not know). ``every``: also every realistic value of the
+        knobs not given that changes what is retained (the gate); otherwise the
+        framework's defaults only (``estimate``).
+        """
+        ...
+
+
+def spec_for(adapter: Any, resolved: ResolvedTarget, factory: Any = None, settings: tuple[str, ...] = ()) -> Any:
     """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``
-    (built by ``factory`` when given: adapters that declare ``accepts_factory``)."""
+    (built by ``factory`` when given: adapters that declare ``accepts_factory``), with the adapter
+    ``settings`` it was configured with (``key=value``, shown in reports)."""
     from leakscope.harness.protocol import EngineSpec, _call_forward_step
 
     def make_engine(model: Any) -> Any:
@@ -152,6 +163,7 @@ def spec_for(adapter: Any, resolved: ResolvedTarget, factory: Any = None) -> Any
         run_micro_batches=getattr(adapter, "run_micro_batches", None),
         adapter=str(adapter.name),
         close_engine=getattr(adapter, "close", None),
+        settings=settings,
     )
 
 
@@ -250,9 +262,20 @@ class _Match:
         self.adapter = adapter
         self.name = str(adapter.name)
 
-    def spec(self, resolved: ResolvedTarget, factory: Any = None) -> Any:
-        return spec_for(self.adapter, resolved, factory)
+    def specs(
+        self, resolved: ResolvedTarget, given: Mapping[str, str], every: bool, factory: Any = None
+    ) -> list[Any]:
+        """One spec per setting the adapter checks (its default alone without a ``variants`` hook)."""
+        from leakscope.errors import UsageError
 
+        variants = getattr(self.adapter, "variants", None)
+        if variants is None:
+            if given:
+                raise UsageError(
+                    f"--set {', '.join(given)}: adapter {self.name} takes no settings; drop --set for {resolved.spec}"
+                )
+            return [spec_for(self.adapter, resolved, factory)]
+        return [spec_for(adapter, resolved, factory, labels) for adapter, labels in variants(given, every)]
 
 
 def target_name(target: Any) -> str:
@@ -262,33 +285,56 @@ def target_name(target: Any) -> str:
     return f"{module}:{getattr(target, '__qualname__', type(target).__name__)}"
 
 
-def resolve_spec(target: Any, factory: str | None = None) -> Any:
-    """Resolve a target (string or object) to the EngineSpec that drives it.
+def settings_for(name: str, settings: Sequence[tuple[str, ...]]) -> dict[str, str]:
+    """The ``--set`` values that apply to target ``name``: global ``(key, value)`` and its own ``(target, key, value)``."""
+    out: dict[str, str] = {}
+    for entry in settings:
+        if len(entry) == 2:
+            out[entry[0]] = entry[1]
+        elif len(entry) == 3 and entry[0] == name:
+            out[entry[1]] = entry[2]
+    return out
 
-    ``factory`` (``--factory pkg.mod:make_engine``) overrides every adapter,
-    except one that declares ``accepts_factory`` (Lightning): the factory then
-    builds what that adapter drives.
-    """
-    from leakscope.harness.protocol import from_target
+
+def _resolved(target: Any) -> ResolvedTarget:
+    """A target string (imported after its adapter's ``prepare()``) or object, resolved."""
     from leakscope.harness.target import ResolvedTarget, resolve
 
     if isinstance(target, str):
         prepare_for_target(target)
-        resolved = resolve(target)
-    else:
-        module = sys.modules.get(getattr(target, "__module__", "") or "")
-        if module is None:
-            raise TargetError(f"{target!r} has no importable module; pass 'pkg.mod:Name' instead")
-        resolved = ResolvedTarget(target_name(target), target, module, getattr(target, "__qualname__", ""))
+        return resolve(target)
+    module = sys.modules.get(getattr(target, "__module__", "") or "")
+    if module is None:
+        raise TargetError(f"{target!r} has no importable module; pass 'pkg.mod:Name' instead")
+    return ResolvedTarget(target_name(target), target, module, getattr(target, "__qualname__", ""))
+
+
+def resolve_specs(target: Any, options: Any) -> list[Any]:
+    """Every spec one target is checked with: one per adapter setting (see ``Adapter.variants``).
+
+    ``options.factory`` (``--factory pkg.mod:make_engine``) overrides every adapter,
+    except one that declares ``accepts_factory`` (Lightning): the factory then
+    builds what that adapter drives.
+    """
+    from leakscope.harness.protocol import from_target
+    from leakscope.harness.target import resolve
+
+    resolved = _resolved(target)
     adapter = find_adapter(resolved)
-    if adapter is not None and factory is None:
-        return adapter.spec(resolved)
-    factory_obj = resolve(factory).obj if factory else None
-    if adapter is not None and getattr(adapter.adapter, "accepts_factory", False):
-        if not callable(factory_obj):
-            raise TargetError(f"--factory names a {type(factory_obj).__name__}, not a callable taking the model")
-        return adapter.spec(resolved, factory_obj)
-    return from_target(resolved, factory_obj)
+    factory = resolve(options.factory).obj if options.factory else None
+    if adapter is None or (factory is not None and not getattr(adapter.adapter, "accepts_factory", False)):
+        return [from_target(resolved, factory)]
+    if factory is not None and not callable(factory):
+        raise TargetError(f"--factory names a {type(factory).__name__}, not a callable taking the model")
+    given = settings_for(resolved.spec, options.settings)
+    return list(adapter.specs(resolved, given, options.every_setting, factory))
+
+
+def resolve_spec(target: Any, factory: str | None = None) -> Any:
+    """The spec of ``target`` with its framework's defaults (the first of :func:`resolve_specs`)."""
+    from leakscope.options import CheckOptions
+
+    return resolve_specs(target, CheckOptions(factory=factory, every_setting=False))[0]
 
 
 __all__ = [
@@ -300,6 +346,8 @@ __all__ = [
     "prepare",
     "prepare_for_target",
     "resolve_spec",
+    "resolve_specs",
+    "settings_for",
     "spec_for",
     "target_name",
 ]

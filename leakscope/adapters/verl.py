@@ -30,14 +30,32 @@ What is stubbed, and why (docs/adapters.md keeps the same list):
   label. :class:`ValueHeadModel` puts a ``Linear(vocab, 1)`` score layer on
   top of the tiny LM so that ``output.logits`` is ``[B, S, 1]``.
 - The loss function is leakscope's (:meth:`VerlFSDPAdapter.loss_function`),
-  called exactly as verl's policy and value losses are.
+  called exactly as verl's policy and value losses are; with ``entropy_coeff``
+  it subtracts ``entropy_coeff * mean(entropy)`` as verl's policy loss does.
+
+# NOTE [verl's real configuration]
+# The step runs with verl 0.8.0's defaults for the actor update
+# (``trainer/config/actor/actor.yaml``): ``calculate_entropy: false`` and
+# ``entropy_coeff: 0``, and the trainer passes ``calculate_entropy or
+# entropy_coeff != 0`` to ``update_actor``. So by default no entropy branch
+# is built: the 6698 leak keeps exactly the input leaf and its grad, as in the
+# real job (0.27 GiB per micro-batch upstream). The knobs that change what is
+# retained are settings (``--set key=value``, ``[tool.leakscope] set``):
+# ``calculate_entropy``, ``entropy_coeff``, ``entropy_checkpointing``
+# (``FSDPEngineConfig``). ``use_fused_kernels`` needs verl's fused model
+# forward (a patched HF model), which the tiny models do not have: it is
+# refused with a one-line error. The gate (``check``) also runs the entropy
+# branch (``calculate_entropy=true``) when it was not set, because a leak
+# that only that branch shows is real for jobs that turn it on; ``estimate``
+# runs the default job only.
 
 Recognising a target imports nothing: it compares the names in the class's MRO.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from leakscope.harness.target import ResolvedTarget
@@ -129,14 +147,14 @@ def _value_head_model(model: Any) -> Any:
     return wrapped
 
 
-def _set_engine_attributes(engine: Any, module: Any) -> None:
+def _set_engine_attributes(engine: Any, module: Any, settings: VerlSettings) -> None:
     """What ``__init__`` and ``_build_fsdp_module`` would set, for the padded single-process path."""
     import torch
     import verl.utils.torch_functional as verl_F
     from verl.workers.config import FSDPEngineConfig
 
     engine.module = module
-    engine.engine_config = FSDPEngineConfig()
+    engine.engine_config = FSDPEngineConfig(entropy_checkpointing=settings.entropy_checkpointing)
     engine._autocast_dtype = torch.float32  # forward_step: no torch.autocast
     engine.use_ulysses_sp = False  # no sequence parallelism
     engine.ulysses_sequence_parallel_size = 1
@@ -153,12 +171,77 @@ def _set_engine_attributes(engine: Any, module: Any) -> None:
     engine.rank = 0
 
 
+@dataclasses.dataclass(frozen=True)
+class VerlSettings:
+    """The verl knobs that change what a step retains; defaults are verl 0.8.0's actor.yaml."""
+
+    calculate_entropy: bool = False
+    entropy_coeff: float = 0.0
+    entropy_checkpointing: bool = False
+
+    @property
+    def entropy(self) -> bool:
+        """What the trainer passes to the actor update: ``calculate_entropy or entropy_coeff != 0``."""
+        return self.calculate_entropy or self.entropy_coeff != 0
+
+    def labels(self) -> tuple[str, ...]:
+        """``key=value`` for the report, every knob."""
+        return (
+            f"calculate_entropy={str(self.calculate_entropy).lower()}",
+            f"entropy_coeff={self.entropy_coeff:g}",
+            f"entropy_checkpointing={str(self.entropy_checkpointing).lower()}",
+        )
+
+
+def parse_settings(given: Mapping[str, str]) -> tuple[VerlSettings, set[str]]:
+    """``--set`` values as :class:`VerlSettings` and the keys that were given (a bad one is a usage error)."""
+    from leakscope.errors import UsageError
+
+    values: dict[str, Any] = {}
+    for key, raw in given.items():
+        name = key.replace("-", "_")
+        text = str(raw).strip().lower()
+        if name in ("calculate_entropy", "entropy_checkpointing"):
+            if text not in ("true", "false", "1", "0"):
+                raise UsageError(f"--set {key}={raw}: expected true or false")
+            values[name] = text in ("true", "1")
+        elif name == "entropy_coeff":
+            try:
+                values[name] = float(text)
+            except ValueError:
+                raise UsageError(f"--set {key}={raw}: expected a number (verl's default is 0)") from None
+        elif name == "use_fused_kernels":
+            if text in ("true", "1"):
+                raise UsageError(
+                    "--set use_fused_kernels=true: verl's fused kernels need its patched model forward, "
+                    "which leakscope's tiny models do not have on CPU; drop it"
+                )
+        else:
+            raise UsageError(
+                f"--set {key}: the verl adapter knows calculate_entropy, entropy_coeff, entropy_checkpointing "
+                "and use_fused_kernels"
+            )
+    return VerlSettings(**values), {k.replace("-", "_") for k in given}
+
+
 class VerlFSDPAdapter:
     """Builds and drives verl's ``FSDPEngineWithLMHead`` (actor) and ``FSDPEngineWithValueHead`` (critic)."""
 
     name = "verl-fsdp"
     #: verl's forward_backward_batch runs forward-only batches under torch.no_grad()
     caller_no_grad_forward_only = True
+
+    def __init__(self, settings: VerlSettings = VerlSettings()) -> None:
+        self.settings = settings
+
+    def variants(self, given: Mapping[str, str], every: bool) -> list[tuple[Any, tuple[str, ...]]]:
+        """The settings to check; see NOTE [verl's real configuration]."""
+        settings, pinned = parse_settings(given)
+        out = [settings]
+        entropy_pinned = bool(pinned & {"calculate_entropy", "entropy_coeff"})
+        if every and not entropy_pinned and not settings.entropy:
+            out.append(dataclasses.replace(settings, calculate_entropy=True))
+        return [(VerlFSDPAdapter(s), s.labels()) for s in out]
 
     def recognises(self, resolved: ResolvedTarget) -> bool:
         """True for verl's FSDP engine classes and user subclasses of them."""
@@ -170,7 +253,7 @@ class VerlFSDPAdapter:
         cls = resolved.obj
         engine = object.__new__(cls)
         module = _value_head_model(model) if CRITIC in _family(cls) else model
-        _set_engine_attributes(engine, module)
+        _set_engine_attributes(engine, module, self.settings)
         return engine
 
     def micro_batch(self, size: Any, index: int) -> Any:
@@ -180,7 +263,7 @@ class VerlFSDPAdapter:
         padded = build_micro_batch(size, index)
         lengths = padded["attention_mask"].sum(-1).tolist()
         rows = [padded["input_ids"][i, : int(n)] for i, n in enumerate(lengths)]
-        return _verl_batch(rows)
+        return _verl_batch(rows, self.settings.entropy)
 
     def loss_function(self, model_output: Any, data: Any, dp_group: Any = None, **_: Any) -> tuple[Any, dict[str, float]]:
         """Mean negative log-prob (actor) or mean squared value (critic), as verl calls its losses.
@@ -192,6 +275,9 @@ class VerlFSDPAdapter:
             loss = (model_output["values"].values() ** 2).mean()
             return loss, {"vf_loss": float(loss.detach())}
         loss = -model_output["log_probs"].values().mean()
+        if self.settings.entropy_coeff != 0 and "entropy" in model_output:
+            # verl's policy loss: policy_loss -= entropy_coeff * entropy_loss
+            loss = loss - self.settings.entropy_coeff * model_output["entropy"].values().mean()
         return loss, {"pg_loss": float(loss.detach())}
 
     def run_micro_batches(
@@ -205,13 +291,13 @@ class VerlFSDPAdapter:
         from verl.utils import tensordict_utils as tu
 
         rows = [row for mb in micro_batches for row in mb["input_ids"].unbind()]
-        data = _verl_batch(rows)
+        data = _verl_batch(rows, self.settings.entropy)
         per_micro = micro_batches[0].batch_size[0] if micro_batches else 1
         tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=int(per_micro))
         return engine.forward_backward_batch(data, loss_function=loss_function, forward_only=forward_only)
 
 
-def _verl_batch(rows: Sequence[Any]) -> Any:
+def _verl_batch(rows: Sequence[Any], calculate_entropy: bool) -> Any:
     """A verl micro-batch of token rows: ``input_ids``/``position_ids``/``loss_mask`` as jagged tensors."""
     import torch
     from tensordict import TensorDict
@@ -235,7 +321,7 @@ def _verl_batch(rows: Sequence[Any]) -> Any:
         temperature=1.0,
         use_remove_padding=False,  # the padded path: the model sees [B, S] like leakscope's others
         pad_mode=DatasetPadMode.NO_PADDING,  # the only mode verl's FSDP engine accepts
-        calculate_entropy=True,
+        calculate_entropy=calculate_entropy,
         pad_token_id=0,
     )
     return data
@@ -243,4 +329,4 @@ def _verl_batch(rows: Sequence[Any]) -> Any:
 
 ADAPTER = VerlFSDPAdapter()
 
-__all__ = ["ADAPTER", "VerlFSDPAdapter", "use_cpu_platform"]
+__all__ = ["ADAPTER", "VerlFSDPAdapter", "VerlSettings", "parse_settings", "use_cpu_platform"]

@@ -82,6 +82,7 @@ def holder_finding(
     union: StorageMap,
     confirmed: bool = False,
     source: Source | None = None,
+    called_from: tuple[Source, ...] = (),
     adapter: str | None = None,
 ) -> Finding:
     """A reference at ``path`` holding ``obj`` (a tensor, a held leaf or a graph node) of this run.
@@ -111,6 +112,7 @@ def holder_finding(
         cause=cause,
         bytes_by_cause=dict(sorted(by_cause.items())),
         source=source,
+        called_from=called_from,
         graph=view_of(obj, path=str(path), max_nodes=FINDING_GRAPH_NODES),
     )
 

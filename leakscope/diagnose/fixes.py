@@ -8,7 +8,7 @@ finding keeps the full path.
 
 from __future__ import annotations
 
-from leakscope.paths import SUSPENDED_FRAMES, HolderPath, SegmentKind, shorten
+from leakscope.paths import SUSPENDED_FRAMES, HolderPath, SegmentKind
 from leakscope.results import Cause, Holder
 
 _TENSOR_HOOK_DICTS = ("_backward_hooks", "_post_accumulate_grad_hooks")
@@ -113,14 +113,10 @@ def hint_for(
     if special is not None:
         return special
     name = path.leaf_name()
-    if holder is Holder.RETURNED:
-        where = shorten(str(path))
-        fix = f"detach {where} after the loss is computed ({name}.detach() in the returned tree)"
-        if adapter is not None and adapter.startswith("verl"):
-            fix += f"; verl's fix: {name}.detach()"
-        if cause is Cause.ACTIVATIONS:
-            fix += f"; if {name} is only logged, compute it under torch.no_grad()"
-        return fix
+    if holder is Holder.RETURNED:  # one wording, with or without the stored-at line
+        from leakscope.diagnose.storefix import fix_for
+
+        return fix_for(None, path, holder, cause, adapter) or ""
     if holder is Holder.ENGINE:
         return f"keep only detached values on the engine: {_store(path)}; accumulate loss.detach()"
     if holder is Holder.MICRO_BATCH:

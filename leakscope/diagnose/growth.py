@@ -12,9 +12,11 @@ separately: it is worth a warning, not a failed gate.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, NamedTuple
 
 from leakscope.diagnose.findings import holder_finding, storage_growth_finding
+from leakscope.diagnose.kinds import holder_key
 from leakscope.harness.protocol import EngineSpec
 from leakscope.harness.trial import (
     Trial,
@@ -62,6 +64,8 @@ class GrowthRun(NamedTuple):
     growth: Growth
     findings: list[Finding]
     held_bytes: int = 0
+    #: ``{holder_key: "growing" | "bounded"}`` for the references holding a graph after the last micro-batch
+    kinds: dict[HolderPath, str] = {}
 
 
 def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> GrowthRun:
@@ -99,7 +103,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> Growt
             _collect(trial, model, loss, options)
             curve.measure(trial, loss, ranges, options, find_held=i == len(batches) - 1)
         del loss, micro_batch
-        return GrowthRun(curve.growth(), curve.held + curve.storage_findings(), curve.held_bytes)
+        return GrowthRun(curve.growth(), curve.held + curve.storage_findings(), curve.held_bytes, curve.kinds)
     finally:
         batches.clear()
         trial.close()
@@ -182,6 +186,7 @@ class _Curve:
 
     def __init__(self) -> None:
         self.bytes: list[int] = []
+        self.by_cause: list[dict[str, int]] = []
         self.nodes: list[int] = []
         self.by_batch: tuple[int, ...] = ()
         self.storage: list[int] = []
@@ -191,6 +196,7 @@ class _Curve:
         #: holding any micro-batch's graph; see NOTE [Held after the last micro-batch]
         self.held: list[Finding] = []
         self.held_bytes = 0
+        self.kinds: dict[HolderPath, str] = {}
 
     def measure(
         self, trial: Trial, loss: Any, ranges: list[tuple[int, int]], options: CheckOptions, *, find_held: bool = False
@@ -214,13 +220,13 @@ class _Curve:
         # its step. An engine that keeps a graph only on some micro-batches
         # (every second one, or only the last of two) is caught here, whether
         # the kept graph is an earlier micro-batch's or the last one's.
-        held: list[Any] = []  # hits
+        held: list[tuple[Any, Any]] = []  # (hit, node or None for a held leaf)
         found = collect(trial, options)
         for hit, node in found.holders:
             if node is not None:
                 node_roots.append(node)
             if find_held and (node is None or not trial.only_extends_older_graph(node)):  # NOTE [Older graphs]
-                held.append(hit)
+                held.append((hit, node))
         for hit in found.plain:
             obj = hit.obj
             plain_ids.add(id(obj))
@@ -232,20 +238,31 @@ class _Curve:
                 paths.append(hit.path)
         found.clear()
         union: StorageMap = {}
+        if find_held:
+            from leakscope.diagnose.kinds import holder_kinds, reached_micro_batches
+
+            self.kinds = holder_kinds(
+                ((hit.path, reached_micro_batches(node, ranges), _maxlen(hit)) for hit, node in held), len(ranges) - 1
+            )
         # Holding a tensor (or node) holds its graph, so each held reference
         # retains it on its own: confirmed by construction.
         self.held = [
-            holder_finding(
-                hit.path, hit.obj, excluded=excluded, after_seq=trial.seq_start, union=union, confirmed=True,
-                adapter=trial.spec.adapter,
+            dataclasses.replace(
+                holder_finding(
+                    hit.path, hit.obj, excluded=excluded, after_seq=trial.seq_start, union=union, confirmed=True,
+                    adapter=trial.spec.adapter,
+                ),
+                kind=self.kinds.get(holder_key(hit.path)),
             )
-            for hit in held
+            for hit, _ in held
         ]
         self.held_bytes = sum(nbytes for _, nbytes in union.values())
         union.clear()
         held.clear()
         alive = trial.evidence.alive(plain_ids)
-        self.bytes.append(sum(alive_bytes(alive, excluded).values()))
+        by_cause = alive_bytes(alive, excluded)
+        self.bytes.append(sum(by_cause.values()))
+        self.by_cause.append(dict(sorted(by_cause.items())))
         alive.clear()
         self.storage.append(sum(n for _, n in storage_map(stored, trial.excluded_storages).values()))
         stored.clear()
@@ -276,6 +293,7 @@ class _Curve:
             storage_bytes=tuple(self.storage),
             storage_slope_bytes=round(slope(self.storage), 1),
             cuda_allocated=tuple(self.cuda) if self.cuda is not None else None,
+            retained_by_cause=tuple(self.by_cause),
         )
 
     def storage_findings(self) -> list[Finding]:
@@ -293,10 +311,15 @@ class _Curve:
 
 def _bounded(hit: Any) -> bool:
     """A tensor in a ``deque(maxlen=...)``: that container cannot grow without bound."""
+    return _maxlen(hit) is not None
+
+
+def _maxlen(hit: Any) -> int | None:
+    """The ``maxlen`` of the deque ``hit`` sits in, if it does."""
     from collections import deque
 
     container = hit.link.container
-    return isinstance(container, deque) and container.maxlen is not None
+    return container.maxlen if isinstance(container, deque) else None
 
 
 def _growing_container(paths: list[HolderPath]) -> HolderPath:

@@ -21,8 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from leakscope.diagnose.findings import cycle_finding, holder_finding, unknown_finding
+from leakscope.diagnose.kinds import curve_kind, result_kind, with_kinds
 from leakscope.harness.protocol import EngineSpec
-from leakscope.harness.source import display_path, engine_files, user_frame_in_stack_text
+from leakscope.harness.source import (
+    display_path,
+    engine_files,
+    user_frame_in_stack_text,
+    user_frames_in_stack_text,
+)
 from leakscope.harness.trial import Observation, Trial, observe, run_trial
 from leakscope.options import CheckOptions
 from leakscope.paths import HolderPath
@@ -71,6 +77,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     if not findings and sum(died_in_gc.values()) > 0:
         findings.append(cycle_finding(died_in_gc))
     growth = None
+    held_kinds: dict[HolderPath, str] = {}
     held_bytes = 0  # retained after the last micro-batch, when only the growth run saw a leak
     if options.micro_batches > 1:
         from leakscope.diagnose.growth import measure_growth
@@ -86,7 +93,14 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         findings.extend(f for f in run.findings if f.severity != "leak" or not single_step_leak)
         if not single_step_leak:
             held_bytes = run.held_bytes
+        held_kinds = run.kinds
+    if growth is not None:  # NOTE [Leak kinds]
+        findings = with_kinds(findings, held_kinds, curve_kind(growth.retained_bytes))
     verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
+    if verdict is Verdict.LEAK and options.source:  # NOTE [Stored at]: only when a leak was found
+        from leakscope.diagnose.stored import add_store_sites
+
+        findings = add_store_sites(spec, mode, options, findings)
     projection = None
     if options.at is not None and verdict is Verdict.LEAK:
         from leakscope.diagnose.projection import project
@@ -99,6 +113,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     return TargetResult(
         target=spec.name, mode=mode, verdict=verdict, findings=_anchored(findings, spec),
         retained_bytes=total, warnings=tuple(warnings), growth=growth, projection=projection,
+        kind=result_kind(findings) if verdict is Verdict.LEAK else None,
     )
 
 
@@ -162,6 +177,54 @@ def _source_of(obj: Any, spec: EngineSpec, modules: Any = ()) -> Source | None:
     return None
 
 
+def _stack_text(obj: Any) -> str | None:
+    node = getattr(obj, "grad_fn", None) if not _is_node(obj) else obj
+    if node is None:
+        return None
+    try:
+        text = node.metadata.get("traceback_")
+    except Exception:
+        return None
+    if isinstance(text, (list, tuple)):
+        text = "".join(str(line) for line in text)
+    return str(text) if text else None
+
+
+#: at most this many engine-side call sites under "created at"
+MAX_CALLED_FROM = 3
+#: the engine's step entry: where a call chain reaches the engine
+STEP_NAMES = ("forward_step", "training_step", "step")
+
+
+def _called_from(obj: Any, source: Source | None, modules: Any) -> tuple[Source, ...]:
+    """When ``source`` is a shared helper or is reached through ``super()``: the user frames
+    that called it, innermost first, up to the target's own file or its step method.
+
+    ``modules``: the target's own module(s) (not its bases'): a line there in a function
+    that no outer frame repeats is the engine's own line and needs no call site.
+    """
+    import os
+
+    if source is None:
+        return ()
+    text = _stack_text(obj)
+    if not text:
+        return ()
+    frames = user_frames_in_stack_text(text)
+    if source not in frames:
+        return ()
+    outer = frames[frames.index(source) + 1:]
+    files = engine_files(modules)
+    if os.path.abspath(source.file) in files and not any(f.function == source.function for f in outer):
+        return ()
+    out = []
+    for frame in outer[:MAX_CALLED_FROM]:
+        out.append(frame)
+        if os.path.abspath(frame.file) in files or frame.function in STEP_NAMES:
+            break
+    return tuple(out)
+
+
 def _is_node(obj: Any) -> bool:
     from leakscope.probe.references import kinds
 
@@ -188,9 +251,10 @@ def anchor_source(spec: EngineSpec) -> Source | None:
 
 
 def _describe(hit: Hit, trial: Trial, obs: Observation, union: StorageMap) -> Finding:
+    source = _source_of(hit.obj, trial.spec, trial.modules)
     return holder_finding(
         hit.path, hit.obj, excluded=obs.excluded_storages, after_seq=trial.seq_start, union=union,
-        source=_source_of(hit.obj, trial.spec, trial.modules), adapter=trial.spec.adapter,
+        source=source, called_from=_called_from(hit.obj, source, trial.spec.modules), adapter=trial.spec.adapter,
     )
 
 

@@ -29,7 +29,7 @@ else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
 TABLE = "[tool.leakscope]"
 MODES = ("train", "forward-only", "both")
 #: every key a settings table may hold, in documentation order
-KEYS = ("targets", "mode", "model", "factory", "micro-batches", "confirm", "fail-on", "allowlist", "micro-batch")
+KEYS = ("targets", "mode", "model", "factory", "micro-batches", "confirm", "fail-on", "allowlist", "micro-batch", "set")
 ALLOW_KEYS = ("path", "reason", "target", "mode")
 #: what one ``[tool.leakscope.micro-batch]`` entry may say
 MICRO_BATCH_KEYS = ("shape", "dtype", "low", "high")
@@ -49,6 +49,8 @@ class Settings:
     allowlist: tuple[AllowEntry, ...] = ()
     #: ``[tool.leakscope.micro-batch]``: how to synthesise keys the engine reads
     micro_batch: tuple[MicroBatchKey, ...] = ()
+    #: adapter settings: ``(key, value)`` for every target, ``(target, key, value)`` for one
+    set: tuple[tuple[str, ...], ...] = ()
     #: where these settings were read (a file path, or a marker / call description)
     origin: str | None = None
 
@@ -59,6 +61,7 @@ class Settings:
             for f in dataclasses.fields(self)
         }
         merged["allowlist"] = self.allowlist + other.allowlist
+        merged["set"] = self.set + other.set  # later entries win per key: the command line's
         return Settings(**merged)
 
     @property
@@ -85,6 +88,8 @@ class Settings:
             changes["micro_batch_keys"] = (
                 *(k for k in options.micro_batch_keys if k.name not in mine), *self.micro_batch
             )
+        if self.set:
+            changes["settings"] = options.settings + self.set
         if self.micro_batches is not None:
             names = {f.name for f in dataclasses.fields(options)}
             if "micro_batches" not in names:
@@ -176,6 +181,35 @@ def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
     return tuple(out)
 
 
+def _scalar(where: str, key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    raise _fail(where, key, f"expected true/false, a number or a string, got {value!r}")
+
+
+def _settings(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
+    """``set``: a table ``{key = value, "pkg.mod:Engine" = {key = value}}`` or ``["key=value", ...]`` (--set)."""
+    out: list[tuple[str, ...]] = []
+    if isinstance(value, (list, tuple)):
+        for item in value:
+            k, sep, v = str(item).partition("=")
+            if not sep or not k.strip():
+                raise _fail(where, "set", f"{item!r} is not key=value (e.g. calculate_entropy=true)")
+            out.append((k.strip(), v.strip()))
+        return tuple(out)
+    if not isinstance(value, Mapping):
+        raise _fail(where, "set", f"expected a table of adapter settings, got {value!r}")
+    for k, v in value.items():
+        if isinstance(v, Mapping):  # per target
+            _target(where, f"set.{k}", k)
+            out.extend((str(k), str(k2), _scalar(where, f"set.{k}.{k2}", v2)) for k2, v2 in v.items())
+        else:
+            out.append((str(k), _scalar(where, f"set.{k}", v)))
+    return tuple(out)
+
+
 def parse(table: Mapping[str, Any], where: str) -> Settings:
     """Validate one settings table (dashed or underscored keys) read from ``where``."""
     from leakscope.models.names import MODELS
@@ -209,6 +243,8 @@ def parse(table: Mapping[str, Any], where: str) -> Settings:
             values["fail_on"] = _string(where, key, value, FAIL_ON)
         elif key == "micro-batch":
             values["micro_batch"] = _micro_batch(where, value)
+        elif key == "set":
+            values["set"] = _settings(where, value)
         else:  # allowlist
             if isinstance(value, (Mapping, AllowEntry)):
                 value = [value]

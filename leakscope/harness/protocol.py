@@ -56,6 +56,8 @@ class EngineSpec:
     #: ``(engine) -> None``: end what the adapter started for this engine (a
     #: framework loop paused between micro-batches) once a trial is done with it
     close_engine: Callable[[Any], None] | None = None
+    #: the adapter settings this spec drives the step with, as ``key=value`` (shown in reports)
+    settings: tuple[str, ...] = ()
 
 
 def describe_exception(exc: BaseException, action: str) -> str:

@@ -61,6 +61,17 @@ def user_frame_in_stack_text(text: str, prefer: frozenset[str] = frozenset()) ->
     return preferred or found
 
 
+def user_frames_in_stack_text(text: str) -> list[Source]:
+    """Every user frame of a formatted stack, innermost first."""
+    out = [
+        Source(display_path(m.group("file")), int(m.group("line")), m.group("func").strip())
+        for m in _FRAME_RE.finditer(text)
+        if not is_internal(m.group("file"))
+    ]
+    out.reverse()
+    return out
+
+
 def _resolved(file: str) -> str:
     try:
         return str(Path(file).resolve())

@@ -103,11 +103,14 @@ def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), de
         from leakscope.models.hf import build_hf_lora
 
         hf = build_hf_lora(size)
+        hf = hf.to(torch.bfloat16) if size.dtype == "bf16" else hf
         return hf.to(device) if device != "cpu" else hf
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(size.seed)
         model = TinyLM(size, kind)
     model.train()
+    if size.dtype == "bf16":
+        model = model.to(torch.bfloat16)
     return model.to(device) if device != "cpu" else model
 
 

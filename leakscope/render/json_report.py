@@ -27,13 +27,13 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
         "hint": finding.hint,
         "cause": finding.cause.value,
         "bytes_by_cause": dict(finding.bytes_by_cause),
-        "source": (
-            {"file": finding.source.file, "line": finding.source.line, "function": finding.source.function}
-            if finding.source
-            else None
-        ),
+        "source": _source(finding.source),
         "severity": finding.severity,
         "allowed_reason": finding.allowed_reason,
+        "kind": finding.kind,
+        "stored_at": _source(finding.stored_at),
+        "store_op": finding.store_op,
+        "called_from": [_source(s) for s in finding.called_from],
     }
     if finding.graph is not None:
         out["graph"] = graph_dict(finding.graph)
@@ -60,6 +60,10 @@ def graph_dict(view: GraphView) -> dict[str, Any]:
     }
 
 
+def _source(source: Any) -> dict[str, Any] | None:
+    return {"file": source.file, "line": source.line, "function": source.function} if source else None
+
+
 def projection_dict(p: Any) -> dict[str, Any]:
     """A ``Projection`` as plain JSON data."""
     return {
@@ -74,6 +78,17 @@ def projection_dict(p: Any) -> dict[str, Any]:
         "oom_micro_batch": p.oom_micro_batch,
         "coefficients": list(p.coefficients),
         "samples": [list(s) for s in p.samples],
+        "layers": p.scale.layers,
+        "batch": p.scale.batch,
+        "bounded_bytes": p.bounded_bytes,
+        "bounded_fits": p.bounded_fits,
+        "terms": [
+            {"cause": t.cause, "part": t.part, "monomial": t.monomial, "elements": t.elements,
+             "element_bytes": t.element_bytes, "bytes": t.bytes, "text": str(t)}
+            for t in p.terms
+        ],
+        "assumptions": list(p.assumptions),
+        "fp32_share": dict(p.fp32_share),
     }
 
 
@@ -86,6 +101,8 @@ def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
         "error": result.error,
         "findings": [finding_dict(f) for f in result.findings],
         "retained_bytes": result.retained_bytes,
+        "kind": result.kind,
+        "settings": list(result.settings),
         "warnings": list(result.warnings),
     }
     if result.growth is not None:

@@ -12,7 +12,12 @@ from typing import Any
 
 from leakscope.policy import fails, has_warning
 from leakscope.render.summary import result_detail, result_line
-from leakscope.results import Report, Verdict
+from leakscope.results import Report, TargetResult, Verdict
+
+
+def _name(result: TargetResult) -> str:
+    """The mode, and the adapter settings when a target is checked with several."""
+    return result.mode.value + (f" [{', '.join(result.settings)}]" if result.settings else "")
 
 
 def render(report: Report, *, fail_on: str = "leak", debug: bool = False, **_: Any) -> str:
@@ -33,7 +38,7 @@ def render(report: Report, *, fail_on: str = "leak", debug: bool = False, **_: A
         ET.SubElement(properties, "property", {"name": name, "value": value})
     for result in results:
         case = ET.SubElement(
-            suite, "testcase", {"classname": result.target, "name": result.mode.value, "time": f"{result.seconds:.3f}"}
+            suite, "testcase", {"classname": result.target, "name": _name(result), "time": f"{result.seconds:.3f}"}
         )
         detail = result_detail(result)
         if result.verdict is Verdict.ERROR:

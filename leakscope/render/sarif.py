@@ -101,6 +101,8 @@ def artifact_location(file: str) -> dict[str, Any]:
 
 def _fingerprint(result: TargetResult, finding: Finding) -> str:
     key = f"{result.target}\0{result.mode.value}\0{finding.path}"
+    if result.settings:
+        key += "\0" + ",".join(result.settings)
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
@@ -115,6 +117,7 @@ def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str
         "properties": {
             "target": result.target,
             "mode": result.mode.value,
+            "settings": list(result.settings),
             "path": str(finding.path),
             "holder": finding.holder.value,
             "gradFn": finding.grad_fn,
@@ -123,6 +126,7 @@ def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str
             "bytesByCause": dict(finding.bytes_by_cause),
             "graphNodes": finding.graph_nodes,
             "confirmed": finding.confirmed,
+            "kind": finding.kind,
         },
     }
     if finding.source is not None:

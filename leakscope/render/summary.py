@@ -7,13 +7,14 @@ pull-request annotation.
 
 from __future__ import annotations
 
-from leakscope.render.text import human_bytes
+from leakscope.render.text import human_bytes, leak_size, source_lines
 from leakscope.results import Finding, Holder, Report, TargetResult, Verdict
 
 
 def label(result: TargetResult) -> str:
     """``pkg.mod:Engine [train]``."""
-    return f"{result.target} [{result.mode.value}]"
+    settings = f" [{', '.join(result.settings)}]" if result.settings else ""
+    return f"{result.target} [{result.mode.value}]{settings}"
 
 
 def finding_line(finding: Finding) -> str:
@@ -29,14 +30,14 @@ def finding_line(finding: Finding) -> str:
         "warning": "keeps this step's autograd graph alive until the cyclic garbage collector runs",
         "allowed": "keeps this step's autograd graph alive (allowed)",
     }.get(finding.severity, "keeps this step's autograd graph alive")
-    return f"{finding.path} ({finding.holder}, {finding.grad_fn}) {what}: {size}, cause {finding.cause}"
+    kind = f", {finding.kind}" if finding.kind else ""
+    return f"{finding.path} ({finding.holder}, {finding.grad_fn}) {what}: {size}, cause {finding.cause}{kind}"
 
 
 def finding_block(finding: Finding) -> str:
     """A finding in a few indented lines: what, where it was created, the fix."""
     lines = [f"  {finding_line(finding)}"]
-    if finding.source:
-        lines.append(f"    created at {finding.source}")
+    lines.extend(source_lines(finding))
     if finding.allowed_reason:
         lines.append(f"    allowed: {finding.allowed_reason}")
     lines.append(f"    fix: {finding.hint}")
@@ -76,10 +77,7 @@ def result_line(result: TargetResult) -> str:
         return f"{label(result)}: clean{tail}"
     paths = ", ".join(str(f.path) for f in leaks) or "no named holder"
     count = f"{len(leaks)} reference{'s' if len(leaks) != 1 else ''}"
-    return (
-        f"{label(result)}: graph retained by {count}, {human_bytes(result.retained_bytes)} "
-        f"per micro-batch: {paths}{tail}"
-    )
+    return f"{label(result)}: graph retained by {count}, {leak_size(result)}: {paths}{tail}"
 
 
 def report_line(report: Report, exit_code: int) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from leakscope.paths import shorten
 from leakscope.policy import exit_code
-from leakscope.results import Report, TargetResult, Verdict
+from leakscope.results import Finding, Report, TargetResult, Verdict
 
 _STYLE = {Verdict.CLEAN: "bold green", Verdict.LEAK: "bold red", Verdict.ERROR: "bold yellow"}
 
@@ -20,6 +20,28 @@ def human_bytes(n: int) -> str:
             return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{n} B"
+
+
+def leak_size(result: TargetResult) -> str:
+    """``12.0 KiB per micro-batch, growing`` / ``23.0 MiB held until the next step, bounded``."""
+    size = human_bytes(result.retained_bytes)
+    if result.kind == "growing":
+        return f"{size} per micro-batch, growing"
+    if result.kind == "bounded":
+        return f"{size} held until the next step, bounded"
+    return f"{size} per micro-batch"
+
+
+def source_lines(f: Finding) -> list[str]:
+    """``created at`` (with the engine-side calls when it is a shared helper) and ``stored at``."""
+    lines = []
+    if f.source:
+        lines.append(f"    created at {f.source}")
+        lines.extend(f"      called from {site}" for site in f.called_from)
+    if f.stored_at:
+        op = f" ({f.store_op})" if f.store_op else ""
+        lines.append(f"    stored at {f.stored_at}{op}")
+    return lines
 
 
 def growth_line(result: TargetResult) -> str:
@@ -39,19 +61,36 @@ def growth_line(result: TargetResult) -> str:
 
 
 def projection_line(p: Any) -> str:
-    """What the leak costs at the user's scale."""
+    """What the leak costs at the user's scale, the fitted terms and every assumption (one block)."""
     s = p.scale
-    line = (
-        f"  at hidden={s.hidden}, tokens={s.tokens}, {s.dtype}: {human_bytes(p.bytes_per_micro_batch)} per micro-batch, "
-        f"{human_bytes(p.bytes_per_update)} per update of {s.micro_batches}"
-    )
-    if s.gpu_memory is not None:
-        line += (
-            f"; {human_bytes(s.gpu_memory)} runs out at micro-batch {p.oom_micro_batch}"
-            if p.oom_micro_batch is not None
-            else f"; fits in {human_bytes(s.gpu_memory)}"
+    dims = [f"hidden={s.hidden}", f"tokens={s.tokens}"]
+    dims += [f"{k}={v}" for k, v in (("vocab", s.vocab), ("layers", s.layers), ("batch", s.batch)) if v]
+    dims.append(s.dtype)
+    lines = []
+    head = f"  at {', '.join(dims)}:"
+    if p.bytes_per_micro_batch or not p.bounded_bytes:
+        head += (
+            f" {human_bytes(p.bytes_per_micro_batch)} per micro-batch (growing), "
+            f"{human_bytes(p.bytes_per_update)} per update of {s.micro_batches}"
         )
-    return line
+        if s.gpu_memory is not None:
+            head += (
+                f"; {human_bytes(s.gpu_memory)} runs out at micro-batch {p.oom_micro_batch}"
+                if p.oom_micro_batch is not None
+                else f"; fits in {human_bytes(s.gpu_memory)}"
+            )
+    if p.bounded_bytes:
+        head += ";" if head.endswith(")") or "update" in head else ""
+        head += f" {human_bytes(p.bounded_bytes)} held at the peak (bounded: one step's graph)"
+        if p.bounded_fits is not None:
+            head += f", {'fits' if p.bounded_fits else 'does not fit'} in {human_bytes(s.gpu_memory)}"
+    lines.append(head)
+    for term in getattr(p, "terms", ()):
+        part = "per micro-batch" if term.part == "growing" else "held once"
+        lines.append(f"    {term} = {human_bytes(term.bytes)} {part}")
+    for assumption in getattr(p, "assumptions", ()):
+        lines.append(f"    assumes {assumption}")
+    return "\n".join(lines)
 
 
 def _result_block(result: TargetResult, debug: bool) -> list[Any]:
@@ -62,11 +101,13 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
     head = Text()
     head.append(f"{result.target} ", style="bold")
     head.append(f"[{result.mode.value}] ")
+    if result.settings:  # the adapter settings the step ran with
+        head.append(f"[{', '.join(result.settings)}] ")
     if result.rank is not None:  # under torchrun, only where ranks differ
         head.append(f"[rank {result.rank}] ")
     head.append(result.verdict.value.upper(), style=_STYLE[result.verdict])
     if result.verdict is Verdict.LEAK:
-        head.append(f"  {human_bytes(result.retained_bytes)} retained per micro-batch")
+        head.append(f"  {leak_size(result) if result.kind else f'{human_bytes(result.retained_bytes)} retained per micro-batch'}")
     blocks: list[Any] = [head]
     if result.error:
         blocks.append(Text(f"  error: {result.error}"))
@@ -74,19 +115,18 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
             blocks.append(Text(result.traceback.rstrip()))
     if result.findings:
         table = Table(show_header=True, header_style="bold", expand=False, box=box.SIMPLE_HEAD)
-        for column in ("path", "holder", "grad_fn", "cause", "bytes", "confirmed"):
+        for column in ("path", "holder", "grad_fn", "cause", "kind", "bytes", "confirmed"):
             table.add_column(column, overflow="fold", justify="right" if column == "bytes" else "left")
         for f in result.findings:
             severity = "" if f.severity == "leak" else f" ({f.severity})"
             table.add_row(
-                shorten(str(f.path)), f.holder + severity, f.grad_fn, f.cause, human_bytes(f.retained_bytes),
+                shorten(str(f.path)), f.holder + severity, f.grad_fn, f.cause, f.kind or "-", human_bytes(f.retained_bytes),
                 "yes" if f.confirmed else "no",
             )
         blocks.append(table)
         for f in result.findings:
             lines = [f"  {shorten(str(f.path))}"]
-            if f.source:
-                lines.append(f"    created at {f.source}")
+            lines.extend(source_lines(f))
             if len(f.bytes_by_cause) > 1:
                 split = ", ".join(f"{cause} {human_bytes(n)}" for cause, n in f.bytes_by_cause.items())
                 lines.append(f"    bytes by cause: {split}")

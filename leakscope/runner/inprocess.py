@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from leakscope.adapters.registry import resolve_spec, target_name
+from leakscope.adapters.registry import resolve_specs, target_name
 from leakscope.errors import LeakscopeError
 from leakscope.options import CheckOptions
 from leakscope.phase import report
@@ -28,23 +28,33 @@ def check_target(
     ``on_result`` is called with each result as soon as it is known (the
     isolated check streams them to its parent, so a later crash loses nothing).
     """
-    from leakscope.harness.distributed import Lockstep, multi_rank, process_group
-    from leakscope.harness.guard import torch_state, warning_for
-    from leakscope.harness.runtime import single_threaded
-    from leakscope.probe.liveness import gc_paused
-
     name = target_name(target)
     report("importing the target", target=name)
     try:
-        spec = resolve_spec(target, options.factory)
+        specs = resolve_specs(target, options)
     except LeakscopeError as exc:
         errors = [_error(name, mode, exc.message, exc.detail) for mode in options.modes]
         for error in errors:
             if on_result is not None:
                 on_result(error)
         return errors
-    lockstep = Lockstep(spec) if multi_rank() else None
     results = []
+    for spec in specs:  # one per adapter setting checked (Adapter.variants); usually one
+        results.extend(_check_spec(spec, options, on_result))
+    results.sort(key=lambda r: options.modes.index(r.mode))  # stable: settings keep their order
+    return results
+
+
+def _check_spec(spec: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None) -> list[TargetResult]:
+    """Every mode of one spec."""
+    from leakscope.harness.distributed import Lockstep, multi_rank, process_group
+    from leakscope.harness.guard import torch_state, warning_for
+    from leakscope.harness.runtime import single_threaded
+    from leakscope.probe.liveness import gc_paused
+
+    name = spec.name
+    results: list[TargetResult] = []
+    lockstep = Lockstep(spec) if multi_rank() else None
     # NOTE [Forward-only first]: state an engine keeps in module globals or
     # class attributes outlives a mode. A correct forward-only step builds no
     # graph, so running it first leaves nothing for the train mode to build on;
@@ -71,13 +81,15 @@ def check_target(
                 f"leakscope failed while checking: {type(exc).__name__}: {exc}; please report it with --debug output",
                 traceback.format_exc(),
             )
+        if spec.settings:
+            result = dataclasses.replace(result, settings=spec.settings)
         if changed:  # the engine left torch state changed: restored, but say so
             result = dataclasses.replace(result, warnings=(*result.warnings, warning_for(changed)))
         results.append(_with_seconds(result, time.perf_counter() - started))
         if on_result is not None:
             on_result(results[-1])
-    results.sort(key=lambda r: options.modes.index(r.mode))
     return results
+
 
 def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:
     return dataclasses.replace(result, seconds=round(seconds, 3))

@@ -1,0 +1,120 @@
+"""Leak kinds: does a held graph grow with every micro-batch, or is it bounded?
+
+# NOTE [Leak kinds]
+# Both kinds fail the gate; they differ in what they cost at scale.
+#
+# - growing: every micro-batch adds a graph the caller keeps (a returned
+#   tree kept in ``output_lst``, ``self.history.append(loss)``, a running sum
+#   ``self.total = self.total + loss``). Memory climbs per micro-batch until the
+#   update ends or the job dies: it is projected per micro-batch.
+# - bounded: the holder keeps only the latest micro-batch's graph (or the last
+#   ``maxlen`` of a ``deque(maxlen=...)``) and lets it go when the next one
+#   replaces it (``self.last_logits = logits``, torchmetrics' ``_forward_cache``).
+#   It never climbs, but it costs one step's retained graph of peak memory at
+#   the worst moment (during the next backward): it is projected as a peak.
+#
+# Classified from the growth run (``--micro-batches N``, N >= 2): after the last
+# micro-batch, each reference that still holds a graph is asked which
+# micro-batches' graphs it reaches (graph-node sequence numbers, one range per
+# micro-batch). A holder shape (``output[*].model_output.log_probs``) that
+# reaches only the last micro-batch's graph, or sits in a deque with a maxlen,
+# is bounded; one that reaches an earlier micro-batch's graph is growing (it
+# kept a graph past the step that replaced it). When the framework's own loop
+# runs the micro-batches (no point between them to look at), the curve decides:
+# retained bytes that rise from the first micro-batch to the last are growing,
+# a flat curve is bounded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from leakscope.paths import HolderPath, SegmentKind
+from leakscope.results import Finding
+
+GROWING = "growing"
+BOUNDED = "bounded"
+KINDS = (GROWING, BOUNDED)
+
+def holder_key(path: HolderPath) -> HolderPath:
+    """The same holder in a single step and in a growth run.
+
+    ``output[2].model_output.log_probs`` (the growth run keeps every output in a
+    list, as ``output_lst`` does) and ``output.model_output.log_probs`` (one
+    step) are the same holder; entries become ``*``.
+    """
+    segments = path.segments
+    if path.root == "output" and segments and segments[0].kind is SegmentKind.INDEX:
+        segments = segments[1:]
+    return HolderPath(path.root, segments).shape()
+
+
+def reached_micro_batches(node: Any, ranges: Sequence[tuple[int, int]]) -> frozenset[int]:
+    """Which micro-batches' graph nodes are reachable from ``node`` (by sequence-number range)."""
+    from leakscope.probe.autograd import UINT64_MAX, iter_nodes, sequence_nr
+
+    found: set[int] = set()
+    if node is None:  # a held leaf: no nodes of its own
+        return frozenset()
+    for reached in iter_nodes([node]):
+        seq = sequence_nr(reached)
+        if seq == UINT64_MAX:
+            continue
+        for i, (start, end) in enumerate(ranges):
+            if start < seq < end:
+                found.add(i)
+                break
+    return frozenset(found)
+
+
+def holder_kinds(held: Iterable[tuple[HolderPath, frozenset[int], int | None]], last: int) -> dict[HolderPath, str]:
+    """``{holder_key: kind}`` from (path, micro-batches reached, deque maxlen) per held reference.
+
+    ``last`` is the index of the last micro-batch; see NOTE [Leak kinds].
+    """
+    reached: dict[HolderPath, set[int]] = {}
+    capped: dict[HolderPath, bool] = {}
+    for path, reached_here, maxlen in held:
+        key = holder_key(path)
+        reached.setdefault(key, set()).update(reached_here)
+        capped[key] = capped.get(key, True) and maxlen is not None
+    out = {}
+    for key, batches in reached.items():
+        only_latest = batches <= {last}
+        out[key] = BOUNDED if only_latest or capped[key] else GROWING
+    return out
+
+
+def curve_kind(retained: Sequence[int]) -> str | None:
+    """The kind a growth curve shows: rising is growing, flat and non-zero is bounded."""
+    if len(retained) < 2 or max(retained) <= 0:
+        return None
+    return GROWING if retained[-1] > retained[0] else BOUNDED
+
+
+def with_kinds(findings: Iterable[Finding], kinds: Mapping[HolderPath, str], default: str | None) -> list[Finding]:
+    """Each leak finding with its kind: its holder's in the growth run, else the curve's."""
+    out = []
+    for f in findings:
+        if f.severity == "warning" or f.kind is not None:
+            out.append(f)
+            continue
+        kind = kinds.get(holder_key(f.path), default)
+        out.append(dataclasses.replace(f, kind=kind) if kind is not None else f)
+    return out
+
+
+def result_kind(findings: Iterable[Finding]) -> str | None:
+    """The headline kind: growing if any failing finding grows, else bounded (None: unknown)."""
+    kinds = {f.kind for f in findings if f.severity == "leak" and f.kind is not None}
+    if GROWING in kinds:
+        return GROWING
+    return BOUNDED if BOUNDED in kinds else None
+
+
+__all__ = [
+    "BOUNDED", "GROWING", "KINDS", "curve_kind", "holder_key", "holder_kinds", "reached_micro_batches",
+    "result_kind", "with_kinds",
+]

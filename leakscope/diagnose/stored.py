@@ -1,0 +1,267 @@
+"""Stored at: the user line that put the retaining tensor into its holder.
+
+# NOTE [Stored at]
+# "created at" (anomaly-mode stack traces) says where a tensor was computed;
+# the fix goes where it was *kept*: ``self.history.append(x)``,
+# ``self.last = x``, ``cache[k] = x``, a ``register_buffer``, a return. Only
+# when a leak was found, the step is run once more on a fresh model and engine
+# with ``sys.settrace`` installed for frames in user files (the tracer returns
+# no local trace function for library frames, so torch and leakscope run
+# untraced). Before every traced line, and when a traced frame returns, each
+# finding's holder path is resolved from the roots that exist before the step
+# (``engine``, ``module``, ``micro_batch``, ``global:``); the first time the
+# object at that path changes identity, the line executed just before (the
+# most recent traced line) is the one that stored it. Holders under
+# ``output`` are stored by the step's return: the return line of the
+# outermost traced frame. Paths the resolver cannot follow (a generator's
+# frame, a key that is a tensor) keep no stored-at line. A clean engine never
+# pays for this: it runs only for leak findings.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import linecache
+import re
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from leakscope.paths import CYCLE, UNKNOWN, HolderPath, Segment, SegmentKind
+from leakscope.results import Finding, Source
+
+_MISSING = object()
+
+
+def _key(segment: Segment) -> Any:
+    """The mapping key a KEY segment names (an identifier as is; a builtin literal from its repr)."""
+    name = segment.name
+    if isinstance(name, str) and not name.isidentifier():
+        try:
+            return ast.literal_eval(name)
+        except (ValueError, SyntaxError):
+            return _MISSING
+    return name
+
+
+def _step(obj: Any, segment: Segment) -> Any:
+    """The object one typed segment leads to from ``obj`` now (``_MISSING`` if it cannot be followed)."""
+    kind, name = segment.kind, segment.name
+    if kind in (SegmentKind.ATTR, SegmentKind.HOOKS, SegmentKind.CELL):
+        if isinstance(obj, types.FunctionType) and name in obj.__code__.co_freevars and obj.__closure__:
+            return obj.__closure__[obj.__code__.co_freevars.index(name)].cell_contents
+        try:
+            return object.__getattribute__(obj, str(name))
+        except Exception:
+            found = getattr(obj, str(name), _MISSING)
+        if found is _MISSING and isinstance(obj, dict):  # a module's _modules / _buffers entry
+            found = obj.get(name, _MISSING)
+        return found
+    if kind is SegmentKind.KEY:
+        key = _key(segment)
+        if key is _MISSING:
+            return _MISSING
+        if isinstance(obj, dict):
+            return obj.get(key, _MISSING)
+        try:
+            return obj[key]
+        except Exception:
+            found = getattr(obj, str(key), _MISSING)  # a module child or attribute shown as .name
+            return found
+    if kind is SegmentKind.INDEX and isinstance(name, int):
+        if isinstance(obj, dict):  # an OrderedDict of hooks, by position
+            values = list(obj.values())
+            return values[name] if -len(values) <= name < len(values) else _MISSING
+        try:
+            return obj[name] if isinstance(obj, (list, tuple)) else list(obj)[name]
+        except Exception:
+            return _MISSING
+    if kind is SegmentKind.CALL and name == "get":
+        try:
+            return obj.get(_MISSING)
+        except Exception:
+            return _MISSING
+    return _MISSING  # a frame local, a set member, an object key, a referent: not followed
+
+
+def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
+    """A function returning the object at ``path`` now (``_MISSING`` when absent), or None."""
+    if path.root_kind == "global":
+        module_name = path.root.partition(":")[2]
+
+        def root() -> Any:
+            return sys.modules.get(module_name, _MISSING)
+    elif path.root in roots:
+        obj = roots[path.root]
+
+        def root() -> Any:
+            return obj
+    else:
+        return None
+
+    def resolve() -> Any:
+        current = root()
+        for segment in path.segments:
+            if current is _MISSING:
+                return _MISSING
+            current = _step(current, segment)
+        return current
+
+    return resolve
+
+
+def store_op(path: HolderPath, line: str) -> str:
+    """How the line stored the tensor, from the line's text and the holder path."""
+    text = line.strip()
+    if path.in_hook():
+        return "hook"
+    metric_cache = bool(path.segments) and path.segments[-1].name == "_forward_cache"
+    if metric_cache or re.search(r"\.update\(|\bmetric", text):
+        return "metric"
+    if re.search(r"register_buffer\(", text):
+        return "buffer"
+    if re.search(r"\.(append|extend|insert|appendleft|add)\(", text):
+        return "append"
+    if text.startswith("return") or text.startswith("yield"):
+        return "return"
+    if re.search(r"\+=|=\s*.*\b(self|type\(self\)|cls)(\.\w+)+\s*\+", text):
+        return "accumulate"
+    if re.search(r"\]\s*=[^=]", text):
+        return "item"
+    if re.search(r"^[\w.()]+\.\w+\s*=[^=]", text):
+        return "attribute"
+    return "assignment"
+
+
+@dataclasses.dataclass
+class _Watch:
+    finding: Finding
+    resolve: Callable[[], Any] | None
+    last: int
+    site: Source | None = None
+
+
+def trace_stores(
+    findings: Sequence[Finding], roots: dict[str, Any], is_user_file: Callable[[str], bool], run: Callable[[], Any]
+) -> dict[HolderPath, tuple[Source, str, str]]:
+    """Run ``run()`` traced; ``{finding path: (stored-at line, store op)}`` (NOTE [Stored at])."""
+    from leakscope.harness.source import display_path
+
+    watches = []
+    for f in findings:
+        resolve = None if f.path.root == "output" else resolver(f.path, roots)
+        last = id(resolve()) if resolve is not None else 0
+        watches.append(_Watch(f, resolve, last))
+    last_line: list[Source | None] = [None]
+    outer_return: list[Source | None] = [None]
+    depth = [0]
+    user_cache: dict[str, bool] = {}
+
+    def check() -> None:
+        where = last_line[0]
+        if where is None:
+            return
+        for w in watches:
+            if w.site is not None or w.resolve is None:
+                continue
+            now = w.resolve()
+            if now is not _MISSING and id(now) != w.last:
+                w.site = where
+            w.last = id(now)
+
+    returns: dict[int, Source] = {}  # per frame: its last `return` line (3.11 reports a with-block's
+    # exit line on the return event of a return inside `with`)
+
+    def local(frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event in ("line", "return"):
+            check()
+            where = Source(display_path(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name)
+            if event == "line":
+                last_line[0] = where
+                text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip()
+                if text.startswith("return"):
+                    returns[id(frame)] = where
+            else:
+                depth[0] -= 1
+                if depth[0] == 0 and outer_return[0] is None:  # the step's own return, not a later hook's
+                    outer_return[0] = returns.get(id(frame), where)
+                returns.pop(id(frame), None)
+        return local
+
+    def global_trace(frame: types.FrameType, event: str, arg: Any) -> Any:
+        file = frame.f_code.co_filename
+        user = user_cache.get(file)
+        if user is None:
+            user = user_cache[file] = is_user_file(file)
+        if not user:
+            return None
+        depth[0] += 1
+        return local
+
+    previous = sys.gettrace()
+    sys.settrace(global_trace)
+    try:
+        run()
+    finally:
+        sys.settrace(previous)
+    out = {}
+    for w in watches:
+        site = outer_return[0] if w.finding.path.root == "output" else w.site
+        if site is None:
+            continue
+        code = linecache.getline(_absolute(site.file), site.line).strip()
+        out[w.finding.path] = (site, store_op(w.finding.path, code), code)
+    return out
+
+
+def _absolute(file: str) -> str:
+    import os
+
+    return os.path.abspath(file)
+
+
+def add_store_sites(spec: Any, mode: Any, options: Any, findings: list[Finding]) -> list[Finding]:
+    """``findings`` with ``stored_at`` and ``store_op`` filled, from one traced re-run of the step."""
+    from leakscope.harness.trial import build_subject, make_micro_batch, step_once
+    from leakscope.probe.library import is_library_file
+
+    wanted = [f for f in findings if f.severity == "leak" and f.path not in (UNKNOWN, CYCLE)]
+    if not wanted:
+        return findings
+
+    def is_user_file(file: str) -> bool:
+        return not is_library_file(file)
+
+    model, engine = build_subject(spec, options)
+    roots = {"engine": engine, "module": model, "micro_batch": make_micro_batch(spec, options, 0)}
+    del model, engine
+    result: list[Any] = []
+
+    def run() -> None:
+        result.append(step_once(spec, roots["engine"], roots["micro_batch"], mode))
+
+    try:
+        sites = trace_stores(wanted, roots, is_user_file, run)
+    except Exception:
+        return findings  # the untraced verdict stands; stored-at is an extra
+    finally:
+        result.clear()
+        roots.clear()
+    return [_with_site(f, sites.get(f.path), spec.adapter) for f in findings]
+
+
+def _with_site(f: Finding, site: tuple[Source, str, str] | None, adapter: str | None) -> Finding:
+    """The finding with its stored-at line and the fix derived from it (leakscope.diagnose.storefix)."""
+    from leakscope.diagnose.storefix import StoreSite, fix_for
+
+    store = StoreSite(site[1], site[2], site[0]) if site is not None else None
+    hint = fix_for(store, f.path, f.holder, f.cause, adapter) if f.severity == "leak" else None
+    changes: dict[str, Any] = {"hint": hint} if hint else {}
+    if site is not None:
+        changes.update(stored_at=site[0], store_op=site[1])
+    return dataclasses.replace(f, **changes) if changes else f
+
+
+__all__ = ["add_store_sites", "resolver", "store_op", "trace_stores"]

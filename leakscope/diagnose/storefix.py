@@ -1,0 +1,123 @@
+"""Fixes derived from the holder and the line that stored the tensor (pure strings; no torch).
+
+The stored-at line (NOTE [Stored at]) says *how* the tensor was kept; the fix
+rewrites that line: ``self.history.append(x)`` -> ``self.history.append(x.detach())``,
+``self.x = value`` -> ``self.x = value.detach()``, a running sum accumulates the
+detached term, a return is detached at the return naming the keys, a metric
+is fed a detached value, a hook detaches inside itself. verl's own fix is
+named only for verl's engines.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from leakscope.paths import HolderPath, SegmentKind, shorten
+from leakscope.results import Cause, Holder, Source
+
+#: the adapter whose engines get verl's own fix named
+VERL_ADAPTER = "verl-fsdp"
+
+
+@dataclasses.dataclass(frozen=True)
+class StoreSite:
+    """Where and how the retaining tensor was put into its holder."""
+
+    #: "append", "attribute", "item", "accumulate", "buffer", "metric", "return", "hook", "assignment"
+    op: str
+    #: the stored-at line's source text, stripped
+    code: str
+    where: Source
+
+
+def _detached(expr: str) -> str:
+    expr = expr.strip()
+    if re.fullmatch(r"[\w.\[\]'\"]+", expr):
+        return f"{expr}.detach()"
+    return f"({expr}).detach()"
+
+
+def _call_detached(code: str) -> str | None:
+    """``obj.append(x)`` -> ``obj.append(x.detach())`` (the last argument)."""
+    m = re.fullmatch(r"(?P<pre>.*\()(?P<args>.*)\)\s*", code)
+    if not m:
+        return None
+    args = m.group("args")
+    head, comma, last = args.rpartition(",")
+    if not last.strip():
+        return None
+    new_last = _detached(last)
+    return f"{m.group('pre')}{head}{comma}{' ' if comma else ''}{new_last})"
+
+
+def _assignment_detached(code: str, accumulate: bool) -> str | None:
+    m = re.fullmatch(r"(?P<lhs>[^=]+?)\s*(?P<op>\+=|-=|=)\s*(?P<rhs>.+)", code)
+    if not m:
+        return None
+    lhs, op, rhs = m.group("lhs").strip(), m.group("op"), m.group("rhs").strip()
+    if accumulate and op == "=":
+        head, plus, last = rhs.rpartition(" + ")
+        if plus:
+            return f"{lhs} = {head} + {_detached(last)}"
+    return f"{lhs} {op} {_detached(rhs)}"
+
+
+def returned_keys(path: HolderPath) -> str:
+    """A returned holder as the code indexes it: ``output.model_output.log_probs`` ->
+    ``output["model_output"]["log_probs"]``."""
+    out = path.root
+    for segment in path.segments:
+        name = segment.name
+        if segment.kind is SegmentKind.KEY and isinstance(name, str) and name.isidentifier():
+            out += f'["{name}"]'
+        else:
+            out += str(segment)
+    return shorten(out)
+
+
+def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Cause, adapter: str | None) -> str | None:
+    """One sentence: the change at the stored-at line that stops the caller holding this step's graph.
+
+    None when nothing specific can be derived (the caller keeps its generic hint).
+    """
+    graph_note = (
+        "; if it is only logged, compute it under torch.no_grad()" if cause is Cause.ACTIVATIONS else ""
+    )
+    if holder is Holder.RETURNED:
+        where = f" at {store.where}" if store is not None else ""
+        text = f"detach {returned_keys(path)} before it is returned{where}, after the loss is computed{graph_note}"
+        if adapter == VERL_ADAPTER:
+            text += " (verl's fix, verl#6698: detach every model_output tensor that has a grad_fn in forward_step)"
+        return text
+    if store is None:
+        return None
+    code, at = store.code, store.where
+    rewritten: str | None = None
+    if store.op in ("append", "buffer", "metric", "hook"):
+        rewritten = _call_detached(code) if "(" in code else _assignment_detached(code, False)
+    elif store.op in ("attribute", "item", "assignment"):
+        kept_in_call = any(  # kept inside a partial's arguments or a closure
+            (s.kind is SegmentKind.ATTR and s.name in ("args", "keywords")) or s.kind is SegmentKind.CELL
+            for s in path.segments
+        )
+        if kept_in_call:
+            m = re.fullmatch(r"(?P<lhs>[^=]+?)\s*=\s*(?P<rhs>.+\))", code)
+            call = _call_detached(m.group("rhs")) if m else None
+            rewritten = f"{m.group('lhs').strip()} = {call}" if m and call else None
+        else:
+            rewritten = _assignment_detached(code, False)
+    elif store.op == "accumulate":
+        rewritten = _assignment_detached(code, True)
+    if rewritten is None:
+        return f"store a detached value at {at} ({code}){graph_note}"
+    if store.op == "metric":
+        return f"feed the metric a detached value at {at}: {rewritten}"
+    if store.op == "hook":
+        return f"detach inside the hook {at.function} at {at}: {rewritten} (or run the hook under torch.no_grad())"
+    if store.op == "accumulate":
+        return f"accumulate detached values at {at}: {rewritten} (or .item() for a float)"
+    return f"at {at}: {rewritten}{' (or .item() for a scalar)' if store.op == 'attribute' else ''}{graph_note}"
+
+
+__all__ = ["StoreSite", "VERL_ADAPTER", "fix_for"]

@@ -1,0 +1,79 @@
+"""Stored at, the engine-side call site of helpers, and fixes derived from the storing line."""
+
+from __future__ import annotations
+
+import leakscope
+from leakscope.diagnose.stored import store_op
+from leakscope.diagnose.storefix import StoreSite, fix_for
+from leakscope.options import CheckOptions
+from leakscope.results import Mode, Source
+
+TRAIN = CheckOptions(modes=(Mode.TRAIN,), confirm=False, micro_batches=1)
+
+
+def _findings(target: str) -> dict[str, object]:
+    (result,) = leakscope.check(target, TRAIN).results
+    return {f.path: f for f in result.findings}
+
+
+def _line(file: str, line: int) -> str:
+    return open(file).read().splitlines()[line - 1].strip()
+
+
+def test_stored_at_names_the_line_that_kept_each_tensor() -> None:
+    found = _findings("fixtures.engine_attributes:Engine")
+    want = {
+        "engine.meter.sum": ("self.meter.sum = self.meter.sum + loss", "accumulate"),
+        "engine.history[0]": ("self.history.append(entropy)", "append"),
+        "engine.callback.args[0]": ("self.callback = functools.partial(_log, log_probs)", "attribute"),
+        "engine.last_logits": ("self.last_logits = logits", "attribute"),
+    }
+    for path, (code, op) in want.items():
+        f = found[path]
+        assert f.stored_at is not None and f.stored_at.file == "fixtures/engine_attributes.py", f  # type: ignore[attr-defined]
+        assert (_line(f.stored_at.file, f.stored_at.line), f.store_op) == (code, op)  # type: ignore[attr-defined]
+    assert found["engine.history[0]"].hint.startswith(  # type: ignore[attr-defined]
+        "at fixtures/engine_attributes.py:"
+    ) and "self.history.append(entropy.detach())" in found["engine.history[0]"].hint  # type: ignore[attr-defined]
+
+
+def test_created_at_in_a_shared_helper_shows_the_engine_side_call() -> None:
+    f = _findings("fixtures.cached_logits:Engine")["engine.last_logits"]
+    assert f.source.function == "logits_of"  # type: ignore[attr-defined]
+    (site,) = f.called_from  # type: ignore[attr-defined]
+    assert (site.file, site.function) == ("fixtures/_common.py", "forward_step")
+    assert "logits_of(" in _line(site.file, site.line)
+    assert _line(f.stored_at.file, f.stored_at.line) == "self.last_logits = logits"  # type: ignore[attr-defined]
+
+
+def test_returned_tree_is_stored_by_the_return_and_names_no_verl_for_other_engines() -> None:
+    f = _findings("fixtures.verl_bug:Engine")["output.model_output.entropy"]
+    assert f.store_op == "return" and _line(f.stored_at.file, f.stored_at.line) == "return loss, output"  # type: ignore[attr-defined]
+    assert 'detach output["model_output"]["entropy"] before it is returned' in f.hint  # type: ignore[attr-defined]
+    assert "verl's fix" not in f.hint  # type: ignore[attr-defined]
+
+
+def test_hook_and_global_stores() -> None:
+    hook = _findings("fixtures.model_state:Engine")["module.blocks[1]._forward_hooks[0].store[0]"]
+    assert hook.store_op == "hook" and "store.append(out.detach())" in hook.hint  # type: ignore[attr-defined]
+    assert "detach inside the hook remember" in hook.hint  # type: ignore[attr-defined]
+
+
+def test_clean_engine_has_nothing_traced() -> None:
+    (result,) = leakscope.check("fixtures.cached_logits_clean:Engine", TRAIN).results
+    assert result.verdict.value == "clean" and result.findings == ()
+
+
+def test_fix_for_each_storing_operation() -> None:
+    at = Source("e.py", 3, "keep")
+    assert fix_for(StoreSite("append", "self.history.append(x)", at), "engine.history[0]", "engine attribute",
+                   "leaf+grad", None) == "at e.py:3 in keep: self.history.append(x.detach())"
+    assert fix_for(StoreSite("attribute", "self.x = value", at), "engine.x", "engine attribute", "leaf+grad",
+                   None) == "at e.py:3 in keep: self.x = value.detach() (or .item() for a scalar)"
+    assert "self.metric(loss.detach())" in fix_for(  # type: ignore[operator]
+        StoreSite("metric", "self.metric(loss)", at), "engine.metric._forward_cache", "engine attribute", "activations", None)
+    assert fix_for(None, "output.model_output.log_probs", "returned", "leaf+grad", "verl-fsdp").endswith(
+        "(verl's fix, verl#6698: detach every model_output tensor that has a grad_fn in forward_step)"
+    )
+    assert store_op("engine.x", "self.register_buffer('x', t)") == "buffer"
+    assert store_op("engine.d['k']", "self.d['k'] = t") == "item"
