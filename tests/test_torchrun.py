@@ -17,6 +17,7 @@ import pytest
 
 from fixtures.rank_leak import EXPECTED_BY_RANK
 from leakscope.harness.distributed import launcher_env, merge_reports
+from leakscope.policy import exit_code
 from leakscope.results import Finding, Holder, Mode, Report, TargetResult, Verdict
 from tests.conftest import ROOT, holder_path
 
@@ -106,10 +107,10 @@ def test_merge_reports_collapses_agreeing_ranks_and_splits_differing_ones() -> N
 
     same = merge_reports([report(_result(Verdict.CLEAN, [], 1.0)), report(_result(Verdict.CLEAN, [], 2.5))])
     assert same.results == (_result(Verdict.CLEAN, [], 2.5),)
-    assert same.exit_code == 0
+    assert exit_code(same) == 0
     split = merge_reports([report(_result(Verdict.CLEAN, [], 1.0)), report(_result(Verdict.LEAK, ["x"], 1.0))])
     assert [(r.rank, r.verdict) for r in split.results] == [(0, Verdict.CLEAN), (1, Verdict.LEAK)]
-    assert split.exit_code == 1
+    assert exit_code(split) == 1
 
 
 @pytest.mark.parametrize(("env", "want"), [({}, None), ({"RANK": "1", "WORLD_SIZE": "2"}, (1, 2)), ({"RANK": "x", "WORLD_SIZE": "2"}, None)])
