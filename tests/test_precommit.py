@@ -112,7 +112,7 @@ def test_the_shipped_hook_fails_on_a_leak_showing_the_finding_and_passes_a_clean
     assert leaky.returncode == 1, out
     assert "Failed" in out and "exit code: 1" in out
     assert "fixtures.verl_bug:Engine [train] LEAK" in out
-    assert LEAK_PATH in out and f"fix: detach {LEAK_PATH}" in out
+    assert LEAK_PATH in out and "fix: detach output[\"model_output\"][\"log_probs\"] before it is returned" in out
     assert "Installing environment" not in out  # language: system installs nothing
 
     _use(project, env, "fixtures.verl_fix:Engine", (project / ".pre-commit-config.yaml").read_text())
