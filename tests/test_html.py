@@ -27,8 +27,8 @@ from leakscope.options import CheckOptions
 from leakscope.render import render
 from leakscope.render.html import graph_svg
 from leakscope.render.json_report import load
-from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
-from tests.conftest import ROOT
+from leakscope.results import Finding, Holder, Mode, Report, Source, TargetResult, Verdict
+from tests.conftest import ROOT, holder_path
 
 runner = CliRunner()
 TARGET = "fixtures.verl_bug:Engine"
@@ -142,7 +142,7 @@ def test_a_huge_graph_is_bounded_and_says_what_it_left_out() -> None:
     assert view is not None and view.truncated and len(view.nodes) == 40 and view.total_nodes == 201
     svg = graph_svg(view)
     assert svg.count('<g class="node') == 40 and "+1 not drawn" in svg
-    finding = Finding("output.y", "returned", "MulBackward0", 201, 0, True, "detach it", graph=view)
+    finding = Finding(holder_path("output", "y"), Holder.RETURNED, "MulBackward0", 201, 0, True, "detach it", graph=view)
     result = TargetResult("pkg:E", Mode.TRAIN, Verdict.LEAK, findings=(finding,))
     page = render(Report((result,), "0", "t", "p"), "html")
     assert "161 left out" in page and "leakscope explain pkg:E --mode train --path output.y" in page

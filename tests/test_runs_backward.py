@@ -28,7 +28,7 @@ def _judge(name: str, mode: Mode) -> object:
 def test_leaky_trainer_named_and_grows() -> None:
     result = _judge("KeepLossTrainer", Mode.TRAIN)
     assert result.verdict.value == "leak", result
-    assert [f.path for f in result.findings] == ["engine.history[0]"]
+    assert [str(f.path) for f in result.findings] == ["engine.history[0]"]
     assert all(f.confirmed for f in result.findings)
     assert result.growth is not None and result.growth.slope_bytes > 0
 

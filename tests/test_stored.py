@@ -6,14 +6,15 @@ import leakscope
 from leakscope.diagnose.stored import store_op
 from leakscope.diagnose.storefix import StoreSite, fix_for
 from leakscope.options import CheckOptions
-from leakscope.results import Mode, Source
+from leakscope.results import Cause, Holder, Mode, Source
+from tests.conftest import holder_path
 
 TRAIN = CheckOptions(modes=(Mode.TRAIN,), confirm=False, micro_batches=1)
 
 
 def _findings(target: str) -> dict[str, object]:
     (result,) = leakscope.check(target, TRAIN).results
-    return {f.path: f for f in result.findings}
+    return {str(f.path): f for f in result.findings}
 
 
 def _line(file: str, line: int) -> str:
@@ -66,14 +67,17 @@ def test_clean_engine_has_nothing_traced() -> None:
 
 def test_fix_for_each_storing_operation() -> None:
     at = Source("e.py", 3, "keep")
-    assert fix_for(StoreSite("append", "self.history.append(x)", at), "engine.history[0]", "engine attribute",
-                   "leaf+grad", None) == "at e.py:3 in keep: self.history.append(x.detach())"
-    assert fix_for(StoreSite("attribute", "self.x = value", at), "engine.x", "engine attribute", "leaf+grad",
+    engine, returned = Holder.ENGINE, Holder.RETURNED
+    assert fix_for(StoreSite("append", "self.history.append(x)", at), holder_path("engine", "history", 0), engine,
+                   Cause.LEAF_GRAD, None) == "at e.py:3 in keep: self.history.append(x.detach())"
+    assert fix_for(StoreSite("attribute", "self.x = value", at), holder_path("engine", "x"), engine, Cause.LEAF_GRAD,
                    None) == "at e.py:3 in keep: self.x = value.detach() (or .item() for a scalar)"
     assert "self.metric(loss.detach())" in fix_for(  # type: ignore[operator]
-        StoreSite("metric", "self.metric(loss)", at), "engine.metric._forward_cache", "engine attribute", "activations", None)
-    assert fix_for(None, "output.model_output.log_probs", "returned", "leaf+grad", "verl-fsdp").endswith(
+        StoreSite("metric", "self.metric(loss)", at), holder_path("engine", "metric", "_forward_cache"), engine,
+        Cause.ACTIVATIONS, None)
+    assert fix_for(None, holder_path("output", "model_output", "log_probs"), returned, Cause.LEAF_GRAD, "verl-fsdp").endswith(  # type: ignore[union-attr]
         "(verl's fix, verl#6698: detach every model_output tensor that has a grad_fn in forward_step)"
     )
-    assert store_op("engine.x", "self.register_buffer('x', t)") == "buffer"
-    assert store_op("engine.d['k']", "self.d['k'] = t") == "item"
+    assert store_op(holder_path("engine", "x"), "self.register_buffer('x', t)") == "buffer"
+    assert store_op(holder_path("engine", "d", "'k k'"), "self.d['k k'] = t") == "item"
+    assert store_op(holder_path("output", "model_output"), 'return loss, {"metrics": m}') == "return"

@@ -115,6 +115,8 @@ def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | Non
 def store_op(path: HolderPath, line: str) -> str:
     """How the line stored the tensor, from the line's text and the holder path."""
     text = line.strip()
+    if path.root == "output":  # what the step returns is stored by its return
+        return "return"
     if path.in_hook():
         return "hook"
     metric_cache = bool(path.segments) and path.segments[-1].name == "_forward_cache"
