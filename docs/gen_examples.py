@@ -32,6 +32,7 @@ EXAMPLES: dict[str, list[str]] = {
     "module-global": ["fixtures.module_global:Engine", "--mode", "train"],
     "tensor-hook": ["fixtures.tensor_hook:Engine", "--mode", "train"],
     "generator": ["fixtures.pending_generator:Engine", "--mode", "train"],
+    "library-holder": ["fixtures.library_log_buffer:Engine", "--mode", "train"],
     "unknown-holder": ["fixtures.unknown_holder:Engine", "--mode", "train"],
     "reference-cycle": ["fixtures.cycle_until_gc:Engine", "--mode", "train"],
     "ctx": ["fixtures.ctx_function:Engine", "--mode", "train"],

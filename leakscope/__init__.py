@@ -42,6 +42,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """The public names, the lazy ones (``check``, the result types) included."""
+    return sorted(set(globals()) | set(__all__))
+
+
 def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:

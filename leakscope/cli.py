@@ -49,6 +49,7 @@ class FormatChoice(str, enum.Enum):
     junit = "junit"
     sarif = "sarif"
     github = "github"
+    html = "html"
 
 
 class FailOnChoice(str, enum.Enum):
@@ -130,7 +131,7 @@ def check(
     targets: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[TARGET]...",
+            metavar="TARGET",
             help="Engines to check: 'pkg.module:Name' or 'path/to/file.py:Name' "
             f"(a class built as Name(model), a factory, or a step function). Default: {DEFAULT_TARGET}.",
             show_default=False,
@@ -146,7 +147,7 @@ def check(
         typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
     ] = None,
     model: Annotated[
-        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune, hf-lora (needs leakscope[hf]).")
+        str, typer.Option("--model", help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune, hf-lora (needs transformers and peft).")
     ] = "peft-checkpoint",
     confirm: Annotated[
         bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
@@ -172,7 +173,7 @@ def check(
     ] = False,
     progress: Annotated[
         bool | None,
-        typer.Option("--progress/--no-progress", help="Progress on stderr. Default: only for several targets on a terminal.",
+        typer.Option("--progress/--no-progress", help="Live status line on stderr. Default: on a terminal, not with --format json.",
                      show_default=False),
     ] = None,
     isolate: Annotated[
@@ -254,12 +255,15 @@ def check(
     with session():  # under torchrun: one process group for the check and the merged report
         try:
             options = settings.check_options(options)
-            report = _run(targets, options, progress=progress if not quiet else False)
+            # the live status line: on a terminal, unless JSON or --quiet was asked for
+            shown = False if quiet else (False if progress is None and fmt is FormatChoice.json else progress)
+            report = _run(targets, options, progress=shown)
         except LeakscopeError as exc:
             if debug and exc.detail:
                 typer.echo(exc.detail, err=True)
             _fail(exc.message, int(exc.exit_code), fmt, output)
-        if debug:
+        if debug and fmt not in (FormatChoice.text, FormatChoice.json):
+            # text and JSON reports carry the tracebacks themselves under --debug: print each once.
             for result in report.results:
                 if result.traceback:
                     typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
@@ -268,7 +272,7 @@ def check(
 
         if fmt is FormatChoice.text:
             color = output is None and sys.stdout.isatty()
-            text = render(report, "text", color=color, debug=debug)
+            text = render(report, "text", color=color, debug=debug, fail_on=gate)
         else:
             text = render(report, fmt.value, debug=debug, fail_on=gate)
         # under torchrun rank 0 prints the merged report
@@ -286,7 +290,7 @@ def _require_hf() -> None:
     if missing:
         raise UsageError(
             f"--model hf-lora needs {' and '.join(missing)}, which is not installed; "
-            "install the extra: pip install 'leakscope[hf]'"
+            "install them: pip install 'transformers>=5' 'peft>=0.17' (the hf extra)"
         )
 
 
@@ -337,6 +341,8 @@ def explain(
     Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
     """
     from leakscope.diagnose.explain import explain as run_explain
+    from leakscope.errors import ConfigError
+    from leakscope.gate import config as project_config
     from leakscope.options import CheckOptions
     from leakscope.render.dot import render as render_dot
     from leakscope.render.tree import render as render_tree
@@ -344,11 +350,15 @@ def explain(
 
     if mode is ModeChoice.both:
         _fail("explain takes one mode: --mode train or --mode forward-only", 2, FormatChoice.text, None)
+    if target is None:  # as check does: the project's first target, else the built-in engine
+        try:
+            targets = project_config.discover(None).targets
+        except ConfigError as exc:
+            _fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
+        target = targets[0] if targets else DEFAULT_TARGET
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            view = run_explain(
-                target or DEFAULT_TARGET, path, CheckOptions(model=model), Mode(mode.value), max_nodes=max_nodes
-            )
+            view = run_explain(target, path, CheckOptions(model=model), Mode(mode.value), max_nodes=max_nodes)
     except LeakscopeError as exc:
         if debug and exc.detail:
             typer.echo(exc.detail, err=True)
@@ -357,6 +367,38 @@ def explain(
     if dot is not None:
         dot.write_text(render_dot(view), encoding="utf-8")
         typer.echo(f"leakscope: wrote {dot}", err=True)
+
+
+@app.command("render")
+def render_report(
+    report_file: Annotated[
+        Path, typer.Argument(metavar="REPORT", help="A JSON report written by: leakscope check --format json -o REPORT.")
+    ],
+    fmt: Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")] = FormatChoice.text,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
+    ] = None,
+    fail_on: Annotated[
+        FailOnChoice, typer.Option("--fail-on", help="As check's --fail-on: what the summary counts as failing.")
+    ] = FailOnChoice.leak,
+) -> None:
+    """Render a saved JSON report in any format (html for a page to look at); torch is not needed.
+
+    Exit codes: 0 rendered, 2 the file is missing or not a leakscope JSON report of this schema version.
+    """
+    from leakscope.render import render
+    from leakscope.render.json_report import load
+
+    try:
+        try:
+            text = report_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {report_file}: {getattr(exc, 'strerror', None) or exc}") from None
+        report = load(text, str(report_file))
+    except UsageError as exc:
+        _fail(exc.message, int(exc.exit_code), fmt, output)
+    color = fmt is FormatChoice.text and output is None and sys.stdout.isatty()
+    _emit(render(report, fmt.value, color=color, fail_on=fail_on.value), output)
 
 
 def _explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
@@ -379,22 +421,37 @@ def _run(targets: list[str], options: CheckOptions, progress: bool | None = None
     from leakscope.render import progress as display
 
     total = len(targets) * len(options.modes)
-    with display.display(total, display.wanted(progress, len(targets))) as on_result:
+    enabled = display.wanted(progress)
+    with display.display(total, enabled, modes=len(options.modes), timeout=options.timeout) as on_result:
         with contextlib.redirect_stdout(sys.stderr):
             return run_check(targets, options, on_result=on_result)
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: the command's exit code; usage errors in one line."""
+    # click's UsageError, wherever this typer release keeps click (it vendors it in some).
+    usage_error: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    code: object = 0
     try:
-        app()
-    except KeyboardInterrupt:
+        code = app(standalone_mode=False)
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except usage_error as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `leakscope`: the help
+            exc.show()  # type: ignore[attr-defined]
+        else:
+            # One line, like every other usage error: what was wrong and the valid choices.
+            message = exc.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
+            typer.echo(f"leakscope: error: {message}", err=True)
+        code = int(ExitCode.USAGE)
+    except (KeyboardInterrupt, typer.Abort):
         typer.echo("leakscope: interrupted", err=True)
-        sys.exit(130)
+        code = 130
     finally:
         from leakscope.harness.runtime import prepare_exit
 
         prepare_exit()  # see NOTE [Exit cost]
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 __all__ = ["app", "main", "ExitCode"]

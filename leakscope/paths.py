@@ -1,11 +1,181 @@
 """Holder paths: how a finding names the reference that keeps a graph alive.
 
-Torch-free: renderers and the gate use it.
+A :class:`HolderPath` is a root (``output``, ``engine``, ``micro_batch``,
+``module``, ``global:pkg.mod``) and the typed :class:`Segment` steps the holder
+walk took from it. Everything inside leakscope (fix hints, growth, confirmation,
+the allowlist) reads the segments; the documented string
+(``engine.history[0]``, ``module.blocks[0]._forward_hooks[0].store[0]``) is made
+only at the output edge, by ``str()``. Torch-free: renderers and the gate use it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import enum
+
 MAX_SHOWN = 160
+
+
+class SegmentKind(str, enum.Enum):
+    """How a step of a path reaches its child from its parent."""
+
+    #: ``.name``: an instance, class or slot attribute, a named-tuple field, ``partial.func``
+    ATTR = "attr"
+    #: a mapping key: ``.name`` for an identifier string, else ``[repr(key)]``
+    KEY = "key"
+    #: ``[i]``: a list, tuple or deque position; a hook's position in its dict
+    INDEX = "index"
+    #: ``{}``: a set member
+    MEMBER = "member"
+    #: ``[<Type>]``: a mapping value under a key that is an object
+    OBJECT_KEY = "object-key"
+    #: ``[<key Tensor>]``: a tensor or graph node used as a mapping key
+    KEY_OBJECT = "key-object"
+    #: ``.name``: a closure variable of a function
+    CELL = "cell"
+    #: ``._forward_hooks``: a dict of registered hooks (module or tensor)
+    HOOKS = "hooks"
+    #: ``.f_locals['x']``: a local of a frame (a suspended generator's, a traceback's)
+    LOCAL = "local"
+    #: ``.cache``: the results of a ``functools.lru_cache`` (an index follows, newest last: ``[-1]``)
+    CACHE = "cache"
+    #: ``.get()``: what a getter returns (a ``ContextVar``'s value)
+    CALL = "call"
+    #: ``.<Type>``: an object reached through the interpreter's referents
+    REFERENT = "referent"
+
+
+#: segments that name one entry of a container (another run puts the same slot at another entry)
+ENTRY_KINDS = frozenset({
+    SegmentKind.INDEX, SegmentKind.MEMBER, SegmentKind.OBJECT_KEY, SegmentKind.KEY_OBJECT,
+})
+#: frame-navigation attributes of generators and tracebacks
+SUSPENDED_FRAMES = {"gi_frame": "gi", "cr_frame": "cr", "ag_frame": "ag"}
+WILDCARD = "*"
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """One step: its kind and the name (or position) it takes."""
+
+    kind: SegmentKind
+    name: str | int = ""
+
+    def __str__(self) -> str:
+        kind, name = self.kind, self.name
+        if kind in (SegmentKind.ATTR, SegmentKind.CELL, SegmentKind.HOOKS, SegmentKind.CACHE):
+            return f".{name}"
+        if kind is SegmentKind.KEY:
+            return f".{name}" if isinstance(name, str) and name.isidentifier() else f"[{name}]"
+        if kind is SegmentKind.INDEX:
+            return f"[{name}]"
+        if kind is SegmentKind.MEMBER:
+            return "{}" if name != WILDCARD else "[*]"
+        if kind is SegmentKind.OBJECT_KEY:
+            return f"[<{name}>]" if name != WILDCARD else "[*]"
+        if kind is SegmentKind.KEY_OBJECT:
+            return f"[<key {name}>]" if name != WILDCARD else "[*]"
+        if kind is SegmentKind.LOCAL:
+            return f".f_locals[{name!r}]"
+        if kind is SegmentKind.CALL:
+            return f".{name}()"
+        return f".<{name}>"
+
+
+def key_segment(key: object) -> Segment:
+    """The segment of a mapping value under ``key`` (no user code runs: only builtin reprs)."""
+    if type(key) is str and key.isidentifier():
+        return Segment(SegmentKind.KEY, key)
+    if type(key) in (str, int, float, bool, tuple, type(None)):
+        try:
+            return Segment(SegmentKind.KEY, repr(key))
+        except Exception:
+            pass
+    return Segment(SegmentKind.OBJECT_KEY, type(key).__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class HolderPath:
+    """Where a holder sits: a root and the typed segments from it."""
+
+    root: str
+    segments: tuple[Segment, ...] = ()
+
+    def __str__(self) -> str:
+        return self.root + "".join(str(s) for s in self.segments)
+
+    def child(self, segment: Segment) -> HolderPath:
+        return HolderPath(self.root, (*self.segments, segment))
+
+    @property
+    def root_kind(self) -> str:
+        """``output``, ``engine``, ``micro_batch``, ``module``, ``global`` or ``caller``."""
+        return self.root.partition(":")[0]
+
+    def shape(self) -> HolderPath:
+        """The same slot in another run: every container entry as ``*``
+        (``engine.history[3].x`` -> ``engine.history[*].x``)."""
+        return HolderPath(self.root, tuple(
+            Segment(s.kind, WILDCARD) if s.kind in ENTRY_KINDS else s for s in self.segments
+        ))
+
+    def container(self) -> HolderPath:
+        """The path without its trailing container entries (``engine.history[0]`` -> ``engine.history``)."""
+        segments = list(self.segments)
+        while segments and (segments[-1].kind in ENTRY_KINDS or str(segments[-1]).startswith("[")):
+            segments.pop()
+        return HolderPath(self.root, tuple(segments))
+
+    def prefix(self, length: int) -> HolderPath:
+        return HolderPath(self.root, self.segments[:length])
+
+    def in_hook(self) -> bool:
+        return any(s.kind is SegmentKind.HOOKS for s in self.segments)
+
+    def last(self, kind: SegmentKind) -> int | None:
+        """The index of the last segment of ``kind``, or None."""
+        for i in range(len(self.segments) - 1, -1, -1):
+            if self.segments[i].kind is kind:
+                return i
+        return None
+
+    def leaf_name(self) -> str:
+        """The last name along the path that code could spell (``log_probs``), else ``value``."""
+        for segment in reversed(self.segments):
+            name = segment.name
+            if isinstance(name, str) and name.isidentifier() and segment.kind in (
+                SegmentKind.ATTR, SegmentKind.KEY, SegmentKind.CELL,
+            ):
+                return name
+            if segment.kind is SegmentKind.LOCAL and isinstance(name, str):
+                return name
+            if segment.kind not in ENTRY_KINDS:
+                break
+        return "value"
+
+    def code(self) -> str:
+        """The path as the engine's code spells it: ``engine.x`` -> ``self.x``, ``global:m.X`` -> ``m.X``."""
+        alias = _ROOT_ALIASES.get(self.root)
+        if alias is None:
+            alias = self.root.partition(":")[2] if self.root_kind == "global" else self.root
+        return shorten(alias + "".join(str(s) for s in self.segments))
+
+
+_ROOT_ALIASES = {"engine": "self", "module": "model", "micro_batch": "micro_batch", "output": "output"}
+
+#: a holder path that names no reference: retention proven, holder out of reach
+UNKNOWN = HolderPath("<unknown holder>")
+#: the holder of a graph only the cyclic garbage collector frees
+CYCLE = HolderPath("<reference cycle>")
+
+
+def printed(text: str) -> HolderPath:
+    """A path read back from a saved report: its documented text, for display only.
+
+    The report carries ``str(path)``, not the segments; the text is kept whole as
+    the root, so ``str()`` gives it back unchanged (``leakscope render``).
+    """
+    return HolderPath(text)
 
 
 def shorten(text: str, limit: int = MAX_SHOWN) -> str:
@@ -16,4 +186,15 @@ def shorten(text: str, limit: int = MAX_SHOWN) -> str:
     return f"{text[:keep]} ... {text[-keep:]}"
 
 
-__all__ = ["MAX_SHOWN", "shorten"]
+__all__ = [
+    "CYCLE",
+    "ENTRY_KINDS",
+    "MAX_SHOWN",
+    "UNKNOWN",
+    "HolderPath",
+    "Segment",
+    "SegmentKind",
+    "key_segment",
+    "printed",
+    "shorten",
+]

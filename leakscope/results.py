@@ -12,6 +12,8 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
+from leakscope.paths import HolderPath
+
 
 class Verdict(str, enum.Enum):
     """The outcome of one target in one mode."""
@@ -26,6 +28,40 @@ class Mode(str, enum.Enum):
 
     TRAIN = "train"
     FORWARD_ONLY = "forward-only"
+
+
+class Holder(str, enum.Enum):
+    """What kind of reference holds the graph (the ``holder`` column)."""
+
+    RETURNED = "returned"
+    ENGINE = "engine attribute"
+    MICRO_BATCH = "micro-batch"
+    MODEL = "model attribute"
+    MODEL_HOOK = "model hook"
+    GLOBAL = "module global"
+    #: retention proven, but no reference reachable from what the caller keeps holds it
+    NOT_FOUND = "not found"
+    #: a graph that only the cyclic garbage collector frees
+    CYCLE = "cycle"
+    #: graph-free storage growing every micro-batch
+    STORAGE_GROWTH = "storage growth"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Cause(str, enum.Enum):
+    """What the retained bytes are (docs/findings.md)."""
+
+    ACTIVATIONS = "activations"
+    LEAF_GRAD = "leaf+grad"
+    CTX = "ctx"
+    NODES_ONLY = "nodes-only"
+    UNTIL_GC = "until-gc"
+    STORAGE_GROWTH = "storage-growth"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,24 +82,28 @@ class Finding:
 
     ``path`` names the reference from one of the roots a real caller keeps
     (``output``, ``engine``, ``micro_batch``, ``module``, ``global:``), or is
-    ``<unknown holder>`` when retention is proven but no holder was found.
+    ``<unknown holder>`` when retention is proven but no holder was found. It
+    is typed (:class:`~leakscope.paths.HolderPath`); ``str(path)`` is the
+    documented form. Build findings with :mod:`leakscope.diagnose.findings`.
     """
 
-    path: str
-    holder: str
+    path: HolderPath
+    holder: Holder
     grad_fn: str
     graph_nodes: int
     retained_bytes: int
     confirmed: bool
     hint: str
     #: the dominant cause class (see docs/findings.md)
-    cause: str = "activations"
+    cause: Cause = Cause.ACTIVATIONS
     #: bytes per cause class, storage-deduplicated
     bytes_by_cause: Mapping[str, int] = dataclasses.field(default_factory=dict)
     source: Source | None = None
     #: "leak" fails the gate, "warning" does not (see ``--fail-on``)
     severity: str = "leak"
     allowed_reason: str | None = None
+    #: the graph it keeps, bounded (``explain.FINDING_GRAPH_NODES``); None for a held leaf or unknown holder
+    graph: GraphView | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,19 +159,6 @@ class Report:
     leakscope_version: str
     torch_version: str
     python_version: str
-    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-
-    @property
-    def exit_code(self) -> int:
-        """0 clean, 1 a leak, 3 a target could not be checked (worst wins)."""
-        from leakscope.errors import ExitCode
-
-        verdicts = {r.verdict for r in self.results}
-        if Verdict.ERROR in verdicts:
-            return int(ExitCode.ERROR)
-        if any(r.verdict is Verdict.LEAK for r in self.results):
-            return int(ExitCode.LEAK)
-        return int(ExitCode.CLEAN)
 
 
 # The retained graph below one held reference, as `leakscope explain` describes it.

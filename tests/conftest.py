@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from leakscope.paths import HolderPath, Segment, SegmentKind
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
@@ -42,3 +44,11 @@ def fixture_target(name: str) -> str:
 @pytest.fixture(autouse=True)
 def _run_from_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
+
+
+def holder_path(root: str, *steps: str | int) -> HolderPath:
+    """A hand-built holder path for renderer and policy tests: names are keys, ints are indices
+    (``holder_path("output", "model_output", "entropy")`` is ``output.model_output.entropy``)."""
+    return HolderPath(root, tuple(
+        Segment(SegmentKind.INDEX, s) if isinstance(s, int) else Segment(SegmentKind.KEY, s) for s in steps
+    ))

@@ -10,8 +10,10 @@ import pytest
 from leakscope.errors import ConfigError, ExitCode
 from leakscope.gate import config
 from leakscope.options import CheckOptions
-from leakscope.policy import AllowEntry, allow_report, allow_result, exit_code
-from leakscope.results import Finding, Mode, Report, TargetResult, Verdict
+from leakscope.paths import CYCLE, HolderPath
+from leakscope.policy import AllowEntry, allow_result, exit_code
+from leakscope.results import Finding, Holder, Mode, Report, TargetResult, Verdict
+from tests.conftest import holder_path
 
 GOOD = """
 [tool.leakscope]
@@ -125,9 +127,9 @@ def test_micro_batches_needs_support_in_check_options() -> None:
             settings.check_options()
 
 
-def _finding(path: str, severity: str = "leak", nbytes: int = 4096) -> Finding:
+def _finding(path: HolderPath, severity: str = "leak", nbytes: int = 4096) -> Finding:
     return Finding(
-        path=path, holder="returned", grad_fn="NegBackward0", graph_nodes=3, retained_bytes=nbytes,
+        path=path, holder=Holder.RETURNED, grad_fn="NegBackward0", graph_nodes=3, retained_bytes=nbytes,
         confirmed=True, hint="detach it", severity=severity,
     )
 
@@ -139,17 +141,17 @@ def _result(*findings: Finding, warnings: tuple[str, ...] = ()) -> TargetResult:
 
 
 def test_allowed_findings_stay_visible_and_stop_failing() -> None:
-    result = _result(_finding("output.a"), _finding("output.b"))
+    result = _result(_finding(holder_path("output", "a")), _finding(holder_path("output", "b")))
     partly = allow_result(result, [AllowEntry("output.a", "needed")])
     assert partly.verdict is Verdict.LEAK
     assert [(f.severity, f.allowed_reason) for f in partly.findings] == [("allowed", "needed"), ("leak", None)]
     fully = allow_result(result, [AllowEntry("output.*", "all of output")])
     assert fully.verdict is Verdict.CLEAN and fully.retained_bytes == 0
-    assert [f.path for f in fully.findings] == ["output.a", "output.b"]
+    assert [str(f.path) for f in fully.findings] == ["output.a", "output.b"]
     assert allow_result(result, [AllowEntry("output.a", "x", target="other:Engine")]) == result
     assert allow_result(result, [AllowEntry("output.a", "x", mode="forward-only")]) == result
     # "[0]" in a path is literal, not a glob character class.
-    indexed = _result(_finding("output.x[0]"))
+    indexed = _result(_finding(holder_path("output", "x", 0)))
     assert allow_result(indexed, [AllowEntry("output.x[0]", "r")]).verdict is Verdict.CLEAN
 
 
@@ -157,14 +159,14 @@ def test_fail_on_warning_and_error_precedence() -> None:
     def report(*results: TargetResult) -> Report:
         return Report(results=results, leakscope_version="0", torch_version="0", python_version="0")
 
-    warned = _result(_finding("<reference cycle>", severity="warning"))
+    warned = _result(_finding(CYCLE, severity="warning"))
     truncated = _result(warnings=("the holder walk stopped",))
     assert exit_code(report(warned)) == 0
     assert exit_code(report(warned), "warning") == 1
     assert exit_code(report(truncated), "warning") == 1
-    leak = _result(_finding("output.a"))
+    leak = _result(_finding(holder_path("output", "a")))
     assert exit_code(report(leak)) == 1
     error = TargetResult("x:Y", Mode.TRAIN, Verdict.ERROR, error="boom")
     assert exit_code(report(leak, error)) == 3
-    allowed = allow_report(report(leak), [AllowEntry("output.a", "r")])
+    allowed = report(allow_result(leak, [AllowEntry("output.a", "r")]))
     assert exit_code(allowed, "warning") == 0

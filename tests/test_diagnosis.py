@@ -25,7 +25,7 @@ TRAIN_ONLY = CheckOptions(modes=(Mode.TRAIN,), micro_batches=1)
 
 def _findings(target: str, options: CheckOptions = TRAIN_ONLY) -> dict[str, object]:
     (result,) = leakscope.check(target, options).results
-    return {f.path: f for f in result.findings}
+    return {str(f.path): f for f in result.findings}
 
 
 def test_cause_classes_on_their_fixtures() -> None:

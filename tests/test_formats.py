@@ -16,27 +16,29 @@ import pytest
 
 import leakscope
 from leakscope.options import CheckOptions
+from leakscope.paths import CYCLE as CYCLE_PATH
 from leakscope.policy import AllowEntry
 from leakscope.render import FORMATS, render
-from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
+from leakscope.results import Cause, Finding, Holder, Mode, Report, Source, TargetResult, Verdict
+from tests.conftest import holder_path
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 
 LEAK = Finding(
-    path="output.model_output.entropy", holder="returned", grad_fn="NegBackward0", graph_nodes=37,
-    retained_bytes=12288, confirmed=True, hint="detach the returned tree", cause="activations",
+    path=holder_path("output", "model_output", "entropy"), holder=Holder.RETURNED, grad_fn="NegBackward0", graph_nodes=37,
+    retained_bytes=12288, confirmed=True, hint="detach the returned tree", cause=Cause.ACTIVATIONS,
     bytes_by_cause={"activations": 8192, "leaf+grad": 4096},
     source=Source("fixtures/_common.py", 26, "entropy_of"),
 )
 ALLOWED = Finding(
-    path="output.model_output.log_probs", holder="returned", grad_fn="SqueezeBackward1", graph_nodes=35,
-    retained_bytes=4096, confirmed=True, hint="detach, 100% of it", cause="leaf+grad",
+    path=holder_path("output", "model_output", "log_probs"), holder=Holder.RETURNED, grad_fn="SqueezeBackward1", graph_nodes=35,
+    retained_bytes=4096, confirmed=True, hint="detach, 100% of it", cause=Cause.LEAF_GRAD,
     bytes_by_cause={"leaf+grad": 4096}, source=Source("fixtures/_common.py", 21, "log_probs_of"),
     severity="allowed", allowed_reason="needed by the KL term",
 )
 CYCLE = Finding(
-    path="<reference cycle>", holder="cycle", grad_fn="-", graph_nodes=0, retained_bytes=4096, confirmed=True,
-    hint="break the cycle", cause="until-gc", source=Source("fixtures/_common.py", 35, "forward_step"),
+    path=CYCLE_PATH, holder=Holder.CYCLE, grad_fn="-", graph_nodes=0, retained_bytes=4096, confirmed=True,
+    hint="break the cycle", cause=Cause.UNTIL_GC, source=Source("fixtures/_common.py", 35, "forward_step"),
     severity="warning",
 )
 REPORT = Report(
@@ -52,7 +54,7 @@ REPORT = Report(
 
 
 def test_every_format_is_registered() -> None:
-    assert FORMATS == ("text", "json", "junit", "sarif", "github")
+    assert FORMATS == ("text", "json", "junit", "sarif", "github", "html")
     for fmt in FORMATS:
         assert render(REPORT, fmt).endswith("\n")
 
@@ -175,7 +177,7 @@ def real_report() -> Report:
 def test_real_report_in_every_ci_format(real_report: Report) -> None:
     [result] = real_report.results
     assert result.verdict is Verdict.LEAK
-    assert [(f.path, f.severity) for f in result.findings] == [
+    assert [(str(f.path), f.severity) for f in result.findings] == [
         ("output.model_output.log_probs", "leak"), ("output.model_output.entropy", "allowed"),
     ]
     sarif = json.loads(render(real_report, "sarif"))

@@ -1,61 +1,140 @@
-"""Fix hints name the line of code to change, in the engine's own spelling."""
+"""Fix hints name the reference to change, in the engine's own spelling, read from the typed
+path the walk found on real objects (never from a hand-written string)."""
 
 from __future__ import annotations
 
+import functools
+import types
+from typing import Any
+
+import torch
+
+from leakscope.diagnose.findings import holder_of
 from leakscope.diagnose.fixes import hint_for
+from leakscope.paths import HolderPath, shorten
+from leakscope.probe.references import Root, walk
+from leakscope.results import Cause, Holder
+
+
+def _attached() -> torch.Tensor:
+    return torch.ones(2, requires_grad=True) * 2
+
+
+def path_of(root: str, obj: Any, target: Any) -> HolderPath:
+    """The path the holder walk names for ``target`` under ``root``."""
+    for hit in walk([Root(root, obj, root)]):
+        if hit.obj is target:
+            return hit.path
+    raise AssertionError(f"{target!r} not reached from {root}")
+
+
+def hint(root: str, obj: Any, target: Any, cause: Cause = Cause.ACTIVATIONS, adapter: str | None = None) -> str:
+    path = path_of(root, obj, target)
+    return hint_for(holder_of(path), cause, path, adapter=adapter)
 
 
 def test_plain_holders_store_a_detached_value() -> None:
-    assert "self.history" in hint_for("engine attribute", "activations", "engine.history[2]")
-    assert "model.cache = value.detach()" in hint_for("model attribute", "activations", "module.cache")
-    assert "verl's fix: entropy.detach()" in hint_for("returned", "activations", "output.model_output.entropy")
+    t = _attached()
+    engine = types.SimpleNamespace(history=[None, None, t])
+    assert "put value.detach() into self.history" in hint("engine", engine, t)
+    model = torch.nn.Linear(2, 2)
+    model.cache = t  # type: ignore[assignment]
+    assert "model.cache = value.detach()" in hint("module", model, t)
+
+
+def test_returned_hint_names_the_path_and_mentions_verl_only_for_verl() -> None:
+    t = _attached()
+    output = {"model_output": {"entropy": t}}
+    plain = hint("output", output, t)
+    assert "output.model_output.entropy" in plain and "entropy.detach()" in plain
+    assert "verl" not in plain
+    assert "verl's fix: entropy.detach()" in hint("output", output, t, adapter="verl-fsdp")
 
 
 def test_tensor_hook_closure() -> None:
-    hint = hint_for("model hook", "activations", "module.blocks[0].up.weight._backward_hooks[0].scale")
-    assert hint.startswith("a hook registered on model.blocks[0].up.weight keeps scale")
-    assert "scale.detach()" in hint and "handle" in hint
-    post = hint_for("engine attribute", "activations", "engine.w._post_accumulate_grad_hooks[1].scale")
-    assert "self.w" in post and "scale.detach()" in post
-    # a module hook that appends to a list gets the model-hook advice instead
-    stores = hint_for("model hook", "activations", "module.blocks[1]._backward_hooks[0].store[0]")
-    assert stores.startswith("detach inside the hook before storing")
+    model = torch.nn.Linear(2, 2)
+    scale = _attached()
+    model.weight.register_hook(lambda g: g * scale)
+    text = hint("module", model, scale)
+    assert text.startswith("a hook registered on model.weight keeps scale")
+    assert "scale.detach()" in text and "handle" in text
+
+
+def test_module_hook_that_stores_names_the_hook_and_its_store() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    store: list[Any] = []
+    model[0].register_forward_hook(lambda m, i, o: store.append(o))
+    t = _attached()
+    store.append(t)
+    path = path_of("module", model, t)
+    assert holder_of(path) is Holder.MODEL_HOOK
+    text = hint_for(Holder.MODEL_HOOK, Cause.ACTIVATIONS, path)
+    assert text.startswith("the hook model[0]._forward_hooks[0] stores a tensor of this step in store")
 
 
 def test_generator_local() -> None:
-    hint = hint_for("engine attribute", "activations", "engine.pending[0].gi_frame.f_locals['entropy']")
-    assert hint.startswith("the suspended generator self.pending[0] keeps its local entropy")
-    assert "close()" in hint
-    coroutine = hint_for("engine attribute", "activations", "engine.pending[0].cr_frame.f_locals['entropy']")
-    assert coroutine.startswith("the coroutine that was never awaited self.pending[0]") and "await it" in coroutine
+    def gen(x: torch.Tensor) -> Any:
+        entropy = x * 2
+        yield entropy.sum()
+
+    pending = gen(torch.ones(2, requires_grad=True))
+    next(pending)
+    engine = types.SimpleNamespace(pending=[pending])
+    entropy = pending.gi_frame.f_locals["entropy"]
+    text = hint("engine", engine, entropy)
+    assert text.startswith("the suspended generator self.pending[0] keeps its local entropy")
+    assert "close()" in text
 
 
 def test_exception_traceback_and_dict_key() -> None:
-    hint = hint_for(
-        "engine attribute", "activations", "engine.last_error.__traceback__.tb_next.tb_frame.f_locals['logits']"
-    )
-    assert hint.startswith("the exception kept at self.last_error keeps the frames of its traceback")
-    assert "logits" in hint and "with_traceback(None)" in hint
-    key = hint_for("engine attribute", "activations", "engine.terms[<key Tensor>]")
-    assert key.startswith("self.terms uses a tensor of this step as a key")
+    def fail(x: torch.Tensor) -> None:
+        logits = x * 3
+        raise ValueError(logits.shape)
+
+    engine = types.SimpleNamespace(last_error=None, terms={})
+    try:
+        fail(torch.ones(2, requires_grad=True))
+    except ValueError as exc:
+        engine.last_error = exc
+    logits = engine.last_error.__traceback__.tb_next.tb_frame.f_locals["logits"]
+    text = hint("engine", engine, logits)
+    assert text.startswith("the exception kept at self.last_error keeps the frames of its traceback")
+    assert "logits" in text and "with_traceback(None)" in text
+    key = _attached()
+    engine.terms[key] = 1.0
+    engine.last_error = None
+    assert hint("engine", engine, key).startswith("self.terms uses a tensor of this step as a key")
 
 
 def test_lru_cache_result() -> None:
-    hint = hint_for("module global", "activations", "global:pkg.mod.token_weights.cache[-1]")
-    assert hint.startswith("the functools.lru_cache on pkg.mod.token_weights keeps")
-    assert "cache_clear()" in hint
+    @functools.lru_cache(maxsize=4)
+    def token_weights(n: int) -> torch.Tensor:
+        return torch.ones(n, requires_grad=True) * 2
+
+    t = token_weights(3)
+    engine = types.SimpleNamespace(token_weights=token_weights)
+    text = hint("engine", engine, t)
+    assert text.startswith("the functools.lru_cache on self.token_weights keeps")
+    assert "cache_clear()" in text
+    token_weights.cache_clear()
 
 
 def test_a_list_named_cache_is_not_an_lru_cache() -> None:
-    hint = hint_for("engine attribute", "activations", "engine.cache[0]")
-    assert "lru_cache" not in hint and "self.cache" in hint
+    t = _attached()
+    engine = types.SimpleNamespace(cache=[t])
+    text = hint("engine", engine, t)
+    assert "lru_cache" not in text and "self.cache" in text
 
 
 def test_very_deep_paths_are_shortened_in_hints_not_in_findings() -> None:
-    from leakscope.paths import shorten
-
-    deep = "engine.tree" + ".next" * 3000 + ".val[0]"
-    hint = hint_for("engine attribute", "activations", deep)
-    assert len(hint) < 400 and " ... " in hint and "self.tree.next" in hint and ".val" in hint
+    t = _attached()
+    node: Any = types.SimpleNamespace(val=[t])
+    for _ in range(3000):
+        node = types.SimpleNamespace(next=node)
+    engine = types.SimpleNamespace(tree=node)
+    path = path_of("engine", engine, t)
+    text = hint_for(Holder.ENGINE, Cause.ACTIVATIONS, path)
+    assert len(text) < 400 and " ... " in text and "self.tree.next" in text and ".val" in text
+    assert str(path).endswith(".val[0]") and len(str(path)) > 3000
     assert shorten("engine.x") == "engine.x"
-    assert len(shorten(deep)) <= 160 and shorten(deep).endswith(".val[0]")
+    assert len(shorten(str(path))) <= 160 and shorten(str(path)).endswith(".val[0]")

@@ -81,7 +81,7 @@ def test_a_check_leaves_nothing_behind(grad_enabled: bool) -> None:
         report = leakscope.check(make_engine, CheckOptions())
         assert torch.is_grad_enabled() is grad_enabled
     assert [r.verdict.value for r in report.results] == ["leak", "clean"]
-    assert [f.path for f in report.results[0].findings] == ["output.model_output.log_probs", "output.model_output.entropy"]
+    assert [str(f.path) for f in report.results[0].findings] == ["output.model_output.log_probs", "output.model_output.entropy"]
     # No saved-tensor hooks, anomaly mode, process group, patched torch function or global module hook.
     assert torch._C._autograd._top_saved_tensors_default_hooks(True) is None
     assert not torch.is_anomaly_enabled()
@@ -105,7 +105,7 @@ def test_a_check_leaves_nothing_behind(grad_enabled: bool) -> None:
 
 def _answers(report: Report) -> list[tuple[str, str, str, list[tuple[str, int, bool]], int]]:
     return [
-        (r.target, r.mode.value, r.verdict.value, [(f.path, f.retained_bytes, f.confirmed) for f in r.findings],
+        (r.target, r.mode.value, r.verdict.value, [(str(f.path), f.retained_bytes, f.confirmed) for f in r.findings],
          r.retained_bytes)
         for r in report.results
     ]

@@ -72,7 +72,7 @@ def test_same_verdicts_on_every_model(model: str, name: str) -> None:
     if model == "hf-lora" and importlib.util.find_spec("peft") is None:
         pytest.skip("needs the hf extra: pip install -e '.[hf]'")
     report = leakscope.check(fixture_target(name), CheckOptions(model=model))
-    got = {r.mode.value: (r.verdict.value, [f.path for f in r.findings]) for r in report.results}
+    got = {r.mode.value: (r.verdict.value, [str(f.path) for f in r.findings]) for r in report.results}
     assert got == _expected(model, name)
     for result in report.results:
         assert result.error is None

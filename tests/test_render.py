@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+from leakscope.policy import FAIL_ON, exit_code
 from leakscope.render import render
-from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
+from leakscope.results import Cause, Finding, Holder, Mode, Report, Source, TargetResult, Verdict
+from tests.conftest import holder_path
 
 REPORT = Report(
     results=(
@@ -16,14 +18,14 @@ REPORT = Report(
             verdict=Verdict.LEAK,
             findings=(
                 Finding(
-                    path="output.model_output.log_probs",
-                    holder="returned",
+                    path=holder_path("output", "model_output", "log_probs"),
+                    holder=Holder.RETURNED,
                     grad_fn="SqueezeBackward1",
                     graph_nodes=37,
                     retained_bytes=4096,
                     confirmed=True,
                     hint="detach it",
-                    cause="leaf+grad",
+                    cause=Cause.LEAF_GRAD,
                     bytes_by_cause={"leaf+grad": 4096},
                     source=Source("engine.py", 12, "forward_step"),
                 ),
@@ -93,6 +95,18 @@ def test_text_report_is_exact() -> None:
 
 
 def test_report_exit_code_worst_wins() -> None:
-    assert REPORT.exit_code == 3
-    assert Report(REPORT.results[:2], "0", "t", "p").exit_code == 1
-    assert Report(REPORT.results[:1], "0", "t", "p").exit_code == 0
+    assert exit_code(REPORT) == 3
+    assert exit_code(Report(REPORT.results[:2], "0", "t", "p")) == 1
+    assert exit_code(Report(REPORT.results[:1], "0", "t", "p")) == 0
+
+
+def test_text_footer_states_the_exit_code_the_process_uses_under_every_fail_on() -> None:
+    """The footer and the process agree: with --fail-on warning a warning fails the gate."""
+    warned = Report(
+        (TargetResult("pkg:E", Mode.TRAIN, Verdict.CLEAN, warnings=("the holder walk stopped",)),),
+        "0", "t", "p",
+    )
+    for fail_on in FAIL_ON:
+        code = exit_code(warned, fail_on)
+        assert render(warned, "text", fail_on=fail_on).rstrip().endswith(f"(exit {code})")
+    assert exit_code(warned, "warning") == 1 and exit_code(warned, "leak") == 0

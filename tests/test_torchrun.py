@@ -17,8 +17,8 @@ import pytest
 
 from fixtures.rank_leak import EXPECTED_BY_RANK
 from leakscope.harness.distributed import launcher_env, merge_reports
-from leakscope.results import Finding, Mode, Report, TargetResult, Verdict
-from tests.conftest import ROOT
+from leakscope.results import Finding, Holder, Mode, Report, TargetResult, Verdict
+from tests.conftest import ROOT, holder_path
 
 
 def _torchrun(*args: str) -> subprocess.CompletedProcess[str]:
@@ -96,7 +96,7 @@ def test_session_leaves_the_process_group_as_found() -> None:
 
 
 def _result(verdict: Verdict, paths: list[str], seconds: float) -> TargetResult:
-    findings = tuple(Finding(p, "engine attribute", "DivBackward0", 3, 8, True, "fix") for p in paths)
+    findings = tuple(Finding(holder_path("engine", p), Holder.ENGINE, "DivBackward0", 3, 8, True, "fix") for p in paths)
     return TargetResult("t:E", Mode.TRAIN, verdict, findings=findings, seconds=seconds)
 
 
@@ -107,7 +107,7 @@ def test_merge_reports_collapses_agreeing_ranks_and_splits_differing_ones() -> N
     same = merge_reports([report(_result(Verdict.CLEAN, [], 1.0)), report(_result(Verdict.CLEAN, [], 2.5))])
     assert same.results == (_result(Verdict.CLEAN, [], 2.5),)
     assert same.exit_code == 0
-    split = merge_reports([report(_result(Verdict.CLEAN, [], 1.0)), report(_result(Verdict.LEAK, ["engine.x"], 1.0))])
+    split = merge_reports([report(_result(Verdict.CLEAN, [], 1.0)), report(_result(Verdict.LEAK, ["x"], 1.0))])
     assert [(r.rank, r.verdict) for r in split.results] == [(0, Verdict.CLEAN), (1, Verdict.LEAK)]
     assert split.exit_code == 1
 

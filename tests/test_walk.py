@@ -15,7 +15,7 @@ from leakscope.probe.references import Root, release, walk
 
 
 def _paths(obj: Any, name: str = "output") -> list[str]:
-    return [hit.path for hit in walk([Root(name, obj, name)])]
+    return [str(hit.path) for hit in walk([Root(name, obj, name)])]
 
 
 @dataclasses.dataclass
@@ -122,7 +122,7 @@ def _released(holder: Any) -> list[str]:
     hits = list(walk([Root("engine", holder, "engine")]))
     for hit in hits:
         release(hit.link, hit.obj.detach())
-    return [hit.path for hit in hits]
+    return [str(hit.path) for hit in hits]
 
 
 def test_weak_key_dictionary_values_are_held_and_released() -> None:
@@ -154,7 +154,7 @@ def test_suspended_generator_locals_are_held_and_released() -> None:
         "engine.started.gi_frame.f_locals['y']",
         "engine.unstarted.gi_frame.f_locals['x']",
     ]
-    assert [h.path for h in walk([Root("engine", holder, "engine")])] == [
+    assert [str(h.path) for h in walk([Root("engine", holder, "engine")])] == [
         "engine.started.gi_frame.f_locals['x']",
         "engine.started.gi_frame.f_locals['y']",
         "engine.unstarted.gi_frame.f_locals['x']",
@@ -176,7 +176,7 @@ def test_lru_cache_results_are_named_newest_last_and_released_by_cache_clear() -
     third = unbounded(a)
     holder = {"bounded": bounded, "unbounded": unbounded}
     hits = list(walk([Root("engine", holder, "engine")]))
-    assert [(h.path, h.obj) for h in hits] == [
+    assert [(str(h.path), h.obj) for h in hits] == [
         ("engine.bounded.cache[-2]", first),
         ("engine.bounded.cache[-1]", second),
         ("engine.unbounded.cache[-1]", third),
@@ -193,14 +193,14 @@ def test_tensor_hook_closures_are_walked_on_parameters_and_tensors() -> None:
     handle = model.weight.register_hook(lambda g: g * attached)
     plain = torch.ones(2, requires_grad=True)
     plain.register_post_accumulate_grad_hook(lambda p: attached.sum())
-    paths = [hit.path for hit in walk([Root("module", model, "module"), Root("engine", [plain], "engine")])]
+    paths = [str(hit.path) for hit in walk([Root("module", model, "module"), Root("engine", [plain], "engine")])]
     assert paths == [
         "module.weight._backward_hooks[0].attached",
         "engine[0]",
         "engine[0]._post_accumulate_grad_hooks[0].attached",
     ]
     handle.remove()
-    assert [hit.path for hit in walk([Root("module", model, "module")])] == []
+    assert [str(hit.path) for hit in walk([Root("module", model, "module")])] == []
 
 
 def test_user_modules_named_like_skipped_libraries_are_walked() -> None:
@@ -250,5 +250,5 @@ def test_public_tensor_attributes_are_walked_private_ones_are_not() -> None:
     model.weight._private = attached  # type: ignore[attr-defined]
     a, b = torch.ones(1), torch.ones(1)
     a.other, b.other = b, a  # type: ignore[attr-defined]  # a cycle through tensor attributes
-    paths = [h.path for h in walk([Root("module", model, "module"), Root("engine", [a], "engine")])]
+    paths = [str(h.path) for h in walk([Root("module", model, "module"), Root("engine", [a], "engine")])]
     assert paths == ["module.weight.kfac_a", "engine[0]", "engine[0].other", "engine[0].other.other"]

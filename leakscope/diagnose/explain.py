@@ -86,6 +86,22 @@ def build_view(root: Any, *, target: str, mode: str, path: str, max_nodes: int =
     return GraphView(target, mode, path, 0, tuple(linked), total, total > len(linked))
 
 
+#: nodes a finding's own graph description keeps (the report's HTML drawing; ``explain`` draws more)
+FINDING_GRAPH_NODES = 40
+
+
+def view_of(obj: Any, *, path: str, target: str = "", mode: str = "", max_nodes: int = 10_000) -> GraphView | None:
+    """The graph a held object keeps (a tensor's ``grad_fn`` or a node); None for a held leaf.
+
+    A finding's own graph (``Finding.graph``) leaves ``target`` and ``mode`` empty:
+    its result names them.
+    """
+    node = getattr(obj, "grad_fn", obj) if not _is_leaf(obj) else None
+    if node is None:
+        return None
+    return build_view(node, target=target, mode=mode, path=path, max_nodes=max_nodes)
+
+
 def explain(target: Any, path: str | None = None, options: CheckOptions | None = None,
             mode: Mode = Mode.TRAIN, max_nodes: int = 10_000) -> GraphView:
     """Run the step once and describe what the reference at ``path`` (default: the first finding) retains."""
@@ -101,8 +117,8 @@ def explain(target: Any, path: str | None = None, options: CheckOptions | None =
         trial = run_trial(spec, mode, options)
         try:
             obs = observe(trial, options)
-            paths = tuple(h.path for h in obs.candidates)
-            chosen = [h for h in obs.candidates if path is None or h.path == path][:1]
+            paths = tuple(str(h.path) for h in obs.candidates)
+            chosen = [h for h in obs.candidates if path is None or str(h.path) == path][:1]
             if not chosen:
                 obs.clear()
                 if path is not None:
@@ -113,14 +129,13 @@ def explain(target: Any, path: str | None = None, options: CheckOptions | None =
                 return GraphView(spec.name, mode.value, "", None, (), 0, False, paths)
             hit = chosen[0]
             obj = hit.obj
-            node = getattr(obj, "grad_fn", obj) if not _is_leaf(obj) else None
-            view_path = hit.path
+            view_path = str(hit.path)
             chosen.clear()
             obs.clear()
-            if node is None:
+            view = view_of(obj, target=spec.name, mode=mode.value, path=view_path, max_nodes=max_nodes)
+            del obj, hit
+            if view is None:
                 return GraphView(spec.name, mode.value, view_path, None, (), 0, False, paths)
-            view = build_view(node, target=spec.name, mode=mode.value, path=view_path, max_nodes=max_nodes)
-            del node, obj, hit
             return dataclasses.replace(view, paths=paths)
         except LeakscopeError:
             raise

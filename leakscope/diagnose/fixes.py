@@ -1,55 +1,17 @@
-"""Fix hints that fit the holder and the cause (pure strings; no torch)."""
+"""Fix hints derived from the holder path and the cause (pure strings; no torch).
+
+Each hint names the exact reference to change, read from the typed
+:class:`~leakscope.paths.HolderPath` (never by re-parsing its string form).
+Paths inside a hint are shortened (:func:`~leakscope.paths.shorten`); the
+finding keeps the full path.
+"""
 
 from __future__ import annotations
 
-import re
+from leakscope.paths import SUSPENDED_FRAMES, HolderPath, SegmentKind, shorten
+from leakscope.results import Cause, Holder
 
-from leakscope.paths import shorten
-
-HOLDERS = {
-    "output": "returned",
-    "engine": "engine attribute",
-    "micro_batch": "micro-batch",
-    "module": "model attribute",
-    "global": "module global",
-}
-
-
-def holder_kind(root_kind: str, in_hook: bool) -> str:
-    """The holder label shown in reports."""
-    if root_kind == "module" and in_hook:
-        return "model hook"
-    return HOLDERS.get(root_kind, root_kind)
-
-
-def _leaf_name(path: str) -> str:
-    tail = path.replace("[", ".[").split(".")[-1]
-    return tail if tail.isidentifier() else "value"
-
-
-_INDEX = re.compile(r"(\[[^\]]*\]|\{\})+$")
-
-
-def _reference(path: str, root: str, alias: str) -> tuple[str, bool]:
-    """``engine.meter.sum`` -> (``self.meter.sum``, False); ``engine.history[0]`` -> (``self.history``, True)."""
-    rest = path[len(root):] if path.startswith(root) else path
-    container = _INDEX.sub("", rest)
-    return shorten(alias + container), container != rest
-
-
-def _store(path: str, root: str, alias: str) -> str:
-    ref, in_container = _reference(path, root, alias)
-    if in_container:
-        return f"put value.detach() into {ref} instead of the attached tensor (or .item() for scalars)"
-    return f"{ref} = value.detach() (or .item() for scalars)"
-
-
-_ROOT_ALIASES = (("engine", "self"), ("module", "model"), ("micro_batch", "micro_batch"), ("output", "output"))
-_TENSOR_HOOK = re.compile(r"^(?P<owner>.*)\.(?:_backward_hooks|_post_accumulate_grad_hooks)\[\d+\](?P<rest>\.\w+)?$")
-_FRAME_LOCAL = re.compile(r"^(?P<owner>.*)\.(?P<kind>gi|cr|ag)_frame\.f_locals\['(?P<name>[^']+)'\]")
-_TRACEBACK = re.compile(r"^(?P<owner>.*?)\.__traceback__(?:\.tb_next)*\.tb_frame(?:\.f_back)*\.f_locals\['(?P<name>[^']+)'\]")
-_LRU_RESULT = re.compile(r"^(?P<owner>.*)\.cache\[-\d+\]")
-_DICT_KEY = re.compile(r"^(?P<owner>.*)\[<key \w+>\]$")
+_TENSOR_HOOK_DICTS = ("_backward_hooks", "_post_accumulate_grad_hooks")
 _SUSPENDED = {
     "gi": ("suspended generator", "yield detached values, or exhaust or close() it"),
     "cr": ("coroutine that was never awaited", "await it, or close() it"),
@@ -57,86 +19,124 @@ _SUSPENDED = {
 }
 
 
-def _code(path: str) -> str:
-    """A report path as the engine's code spells it: ``engine.x`` -> ``self.x``."""
-    if path.startswith("global:"):
-        return shorten(path[len("global:"):])
-    for root, alias in _ROOT_ALIASES:
-        if path == root or path.startswith((root + ".", root + "[")):
-            return shorten(alias + path[len(root):])
-    return shorten(path)
-
-
-def _special_hint(path: str) -> str | None:
-    """Holders whose fix is not "store a detached value": hooks, generators, caches."""
-    m = _TENSOR_HOOK.match(path)
-    if m:
-        captured = m.group("rest")[1:] if m.group("rest") else "value"
-        return (
-            f"a hook registered on {_code(m.group('owner'))} keeps {captured}, a tensor of this "
-            f"step, in its closure: give the hook {captured}.detach() (or a float) instead, or "
-            "remove the hook through its handle before the step returns"
-        )
-    m = _TRACEBACK.match(path)
-    if m:
-        return (
-            f"the exception kept at {_code(m.group('owner'))} keeps the frames of its traceback "
-            f"and their locals ({m.group('name')}, a tensor of this step): keep str(e), or "
-            "e.with_traceback(None), or call traceback.clear_frames(e.__traceback__)"
-        )
-    m = _FRAME_LOCAL.match(path)
-    if m:
-        what, fix = _SUSPENDED[m.group("kind")]
-        return (
-            f"the {what} {_code(m.group('owner'))} keeps its local {m.group('name')} "
-            f"(a tensor of this step) alive: {fix} before the step returns"
-        )
-    m = _DICT_KEY.match(path)
-    if m:
-        return (
-            f"{_code(m.group('owner'))} uses a tensor of this step as a key: key it by something "
-            "without a graph (an int, a string, or t.detach())"
-        )
-    m = _LRU_RESULT.match(path)
-    if m:
-        return (
-            f"the functools.lru_cache on {_code(m.group('owner'))} keeps the tensors it returned, "
-            "with their graphs: return a detached value from the cached function (or do not cache "
-            "tensors that require grad); cache_clear() frees them"
-        )
+def _named(path: HolderPath, kind: SegmentKind, names: tuple[str, ...]) -> int | None:
+    """The index of the last segment of ``kind`` whose name is one of ``names``."""
+    for i in range(len(path.segments) - 1, -1, -1):
+        segment = path.segments[i]
+        if segment.kind is kind and segment.name in names:
+            return i
     return None
 
 
-def hint_for(holder: str, cause: str, path: str) -> str:
-    """One sentence: what to change so the caller stops holding this step's graph.
+def _special_hint(path: HolderPath) -> str | None:
+    """Holders whose fix is not "store a detached value": hooks, frames, keys, caches."""
+    segments = path.segments
+    hook = _named(path, SegmentKind.HOOKS, _TENSOR_HOOK_DICTS)
+    if hook is not None:
+        rest = segments[hook + 2:]
+        captured = str(rest[0].name) if rest and isinstance(rest[0].name, str) else "value"
+        return (
+            f"a hook registered on {path.prefix(hook).code()} keeps {captured}, a tensor of this "
+            f"step, in its closure: give the hook {captured}.detach() (or a float) instead, or "
+            "remove the hook through its handle before the step returns"
+        )
+    local = path.last(SegmentKind.LOCAL)
+    if local is not None:
+        name = segments[local].name
+        traceback = _named(path, SegmentKind.ATTR, ("__traceback__",))
+        if traceback is not None:
+            return (
+                f"the exception kept at {path.prefix(traceback).code()} keeps the frames of its traceback "
+                f"and their locals ({name}, a tensor of this step): keep str(e), or "
+                "e.with_traceback(None), or call traceback.clear_frames(e.__traceback__)"
+            )
+        frame = _named(path, SegmentKind.ATTR, tuple(SUSPENDED_FRAMES))
+        if frame is not None:
+            what, fix = _SUSPENDED[SUSPENDED_FRAMES[str(segments[frame].name)]]
+            return (
+                f"the {what} {path.prefix(frame).code()} keeps its local {name} "
+                f"(a tensor of this step) alive: {fix} before the step returns"
+            )
+    if segments and segments[-1].kind is SegmentKind.KEY_OBJECT:
+        return (
+            f"{path.prefix(len(segments) - 1).code()} uses a tensor of this step as a key: key it by "
+            "something without a graph (an int, a string, or t.detach())"
+        )
+    cache = path.last(SegmentKind.CACHE)
+    if cache is not None:
+        return (
+            f"the functools.lru_cache on {path.prefix(cache).code()} keeps the tensors it returned, "
+            "with their graphs: return a detached value from the cached function (or do not cache "
+            "tensors that require grad); cache_clear() frees them"
+        )
+    call = path.last(SegmentKind.CALL)
+    if call is not None:
+        var = path.prefix(call).code()
+        return f"the context variable {var} holds a tensor of this step: {var}.set() a detached value instead"
+    return None
 
-    Paths inside the sentence are shortened (:func:`shorten`); the finding keeps the full path.
-    """
+
+def _store(path: HolderPath) -> str:
+    """How to store a detached value at ``path``'s reference, as the engine's code spells it."""
+    container = path.container()
+    if container != path:
+        return f"put value.detach() into {container.code()} instead of the attached tensor (or .item() for scalars)"
+    return f"{path.code()} = value.detach() (or .item() for scalars)"
+
+
+def _hook_hint(path: HolderPath) -> str:
+    """A forward/backward hook on the model that stores this step's tensors."""
+    hooks = path.last(SegmentKind.HOOKS)
+    if hooks is None or hooks + 1 >= len(path.segments):
+        return f"detach inside the hook that stores into {path.code()}, or run it under torch.no_grad()"
+    hook = path.prefix(hooks + 2).code()
+    rest = path.segments[hooks + 2:]
+    store = str(rest[0].name) if rest and isinstance(rest[0].name, str) else "its state"
+    return (
+        f"the hook {hook} stores a tensor of this step in {store}: detach inside the hook before "
+        f"storing (put output.detach() into {store}), or run it under torch.no_grad()"
+    )
+
+
+def hint_for(
+    holder: Holder, cause: Cause, path: HolderPath, *, adapter: str | None = None, rate: int = 0
+) -> str:
+    """One sentence: what to change so the caller stops holding this step's graph."""
     special = _special_hint(path)
     if special is not None:
         return special
-    name = _leaf_name(path)
-    if holder == "returned":
-        if cause == "activations":
-            return (
-                f"detach the returned tree after the loss is computed (verl's fix: {name}.detach()); "
-                "compute logging-only values like entropy under torch.no_grad()"
-            )
-        return f"detach the returned tree after the loss is computed (verl's fix: {name}.detach())"
-    if holder == "engine attribute":
-        return f"keep only detached values on the engine: {_store(path, 'engine', 'self')}; accumulate loss.detach()"
-    if holder == "micro-batch":
+    name = path.leaf_name()
+    if holder is Holder.RETURNED:
+        where = shorten(str(path))
+        fix = f"detach {where} after the loss is computed ({name}.detach() in the returned tree)"
+        if adapter is not None and adapter.startswith("verl"):
+            fix += f"; verl's fix: {name}.detach()"
+        if cause is Cause.ACTIVATIONS:
+            fix += f"; if {name} is only logged, compute it under torch.no_grad()"
+        return fix
+    if holder is Holder.ENGINE:
+        return f"keep only detached values on the engine: {_store(path)}; accumulate loss.detach()"
+    if holder is Holder.MICRO_BATCH:
         return f"write only detached tensors into the micro-batch: micro_batch[{name!r}] = value.detach()"
-    if holder == "model hook":
-        return "detach inside the hook before storing: store.append(output.detach()), or use torch.no_grad() there"
-    if holder == "model attribute":
-        return f"keep only detached tensors on the model: {_store(path, 'module', 'model')}"
-    if holder == "module global":
-        ref, _ = _reference(path, "global:", "")
-        return f"module-level state must hold detached tensors: put value.detach() into {ref or 'it'}, never the attached tensor"
-    if cause == "until-gc":
+    if holder is Holder.MODEL_HOOK:
+        return _hook_hint(path)
+    if holder is Holder.MODEL:
+        return f"keep only detached tensors on the model: {_store(path)}"
+    if holder is Holder.GLOBAL:
+        return f"module-level state must hold detached tensors: {_store(path)}, never the attached tensor"
+    if holder is Holder.CYCLE:
         return "break the reference cycle that holds the graph (often a tensor stored on an object that points back at it)"
+    if holder is Holder.STORAGE_GROWTH:
+        return (
+            f"{path.code()} grows by about {rate} bytes per micro-batch without any graph: "
+            "bound it (a deque with maxlen, clear it per batch) or keep scalars (.item())"
+        )
     return (
-        "something outside the caller's objects holds this step's graph (a C++ hook, a closure in "
-        "another module, a thread-local); run `leakscope explain` and look for what stores step tensors"
+        "no reference reachable from what the caller keeps (the output, the engine, the micro-batch, "
+        "the model, module globals) holds this graph, so it sits where Python cannot look: a C++ "
+        "hook, an extension's state, or another thread's locals; run `leakscope explain` and look "
+        "for what stores step tensors"
     )
+
+
+__all__ = ["hint_for"]

@@ -14,16 +14,21 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from leakscope.diagnose.findings import holder_finding, storage_growth_finding
 from leakscope.harness.protocol import EngineSpec
 from leakscope.harness.trial import (
     Trial,
     build_subject,
+    collect,
+    heap_step_nodes,
     make_micro_batch,
     new_trial,
     next_sequence_nr,
     step_once,
 )
 from leakscope.options import CheckOptions
+from leakscope.paths import ENTRY_KINDS, HolderPath
+from leakscope.phase import report
 from leakscope.probe.autograd import (
     UINT64_MAX,
     StorageMap,
@@ -33,7 +38,6 @@ from leakscope.probe.autograd import (
     storage_map,
 )
 from leakscope.probe.liveness import alive_bytes, collect_evidence, settle
-from leakscope.probe.references import ENTRY, path_shape, walk
 from leakscope.results import Finding, Growth, Mode
 
 STORAGE_ROOTS = ("engine", "module", "global")
@@ -71,6 +75,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> Growt
     """
     if spec.run_micro_batches is not None:
         return _growth_through_loop(spec, mode, options)
+    report(step="building")
     model, engine = build_subject(spec, options)
     batches = [make_micro_batch(spec, options, i) for i in range(options.micro_batches)]
     trial = new_trial(spec, mode, options, model, engine, batches)
@@ -82,6 +87,7 @@ def measure_growth(spec: EngineSpec, mode: Mode, options: CheckOptions) -> Growt
         loss: Any = None
         trial.seq_start = next_sequence_nr()
         for i, micro_batch in enumerate(batches):
+            report(step=f"micro-batch {i + 1} of {len(batches)}")
             start = next_sequence_nr()
             # `loss` is rebound only after the step returns: the previous
             # micro-batch's loss is alive during this step, as in a real loop.
@@ -119,6 +125,7 @@ def _growth_through_loop(spec: EngineSpec, mode: Mode, options: CheckOptions) ->
     curve = _Curve()
     forward_only = mode is Mode.FORWARD_ONLY
     for k in range(1, options.micro_batches + 1):
+        report(step=f"{spec.adapter or 'framework'} loop over micro-batches 1-{k} of {options.micro_batches}")
         model, engine = build_subject(spec, options)
         batches = [make_micro_batch(spec, options, i) for i in range(k)]
         trial = new_trial(spec, mode, options, model, engine, batches)
@@ -153,10 +160,10 @@ def _collect(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> None
     roots: list[Any] = []
     if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
         roots.append(loss.grad_fn)
-    for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
-        node = hit.obj.grad_fn if isinstance(hit.obj, torch.Tensor) else hit.obj
-        if node is not None and trial.in_step(node):
-            roots.append(node)
+    found = collect(trial, options)
+    roots.extend(found.nodes())
+    found.clear()
+    roots.extend(heap_step_nodes(trial))  # NOTE [Heap evidence]
     probes = list(getattr(model, "leakscope_probes", ()))
     model.leakscope_probes.clear() if hasattr(model, "leakscope_probes") else None
     more = collect_evidence(roots, probes, is_preexisting=trial.is_preexisting, after_seq=trial.seq_start)
@@ -178,7 +185,7 @@ class _Curve:
         self.nodes: list[int] = []
         self.by_batch: tuple[int, ...] = ()
         self.storage: list[int] = []
-        self.storage_paths: list[str] = []
+        self.storage_paths: list[HolderPath] = []
         self.cuda: list[int] | None = None
         #: after the last micro-batch: references (other than the caller's loss)
         #: holding any micro-batch's graph; see NOTE [Held after the last micro-batch]
@@ -199,7 +206,7 @@ class _Curve:
         if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
             node_roots.append(loss.grad_fn)
         stored: list[tuple[str, Any]] = []
-        paths: list[str] = []
+        paths: list[HolderPath] = []
         # NOTE [Held after the last micro-batch]
         # Every walked reference to a graph node of this run is a holder: the
         # caller keeps only the latest loss (a local of the loop, never walked),
@@ -207,17 +214,15 @@ class _Curve:
         # its step. An engine that keeps a graph only on some micro-batches
         # (every second one, or only the last of two) is caught here, whether
         # the kept graph is an earlier micro-batch's or the last one's.
-        held: list[tuple[Any, Any]] = []  # (hit, node)
-        for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
-            obj = hit.obj
-            node = obj.grad_fn if isinstance(obj, torch.Tensor) else obj
-            if node is not None and trial.in_step(node):
+        held: list[Any] = []  # hits
+        found = collect(trial, options)
+        for hit, node in found.holders:
+            if node is not None:
                 node_roots.append(node)
-                if find_held and not trial.only_extends_older_graph(node):  # NOTE [Older graphs]
-                    held.append((hit, node))
-                continue
-            if not isinstance(obj, torch.Tensor):
-                continue
+            if find_held and (node is None or not trial.only_extends_older_graph(node)):  # NOTE [Older graphs]
+                held.append(hit)
+        for hit in found.plain:
+            obj = hit.obj
             plain_ids.add(id(obj))
             key = storage_key(obj)
             if key is not None:
@@ -225,8 +230,17 @@ class _Curve:
             if hit.root.kind in STORAGE_ROOTS and not trial.is_preexisting(obj) and not _bounded(hit):
                 stored.append(("storage", obj))
                 paths.append(hit.path)
+        found.clear()
         union: StorageMap = {}
-        self.held = [_held_finding(hit, node, excluded, trial.seq_start, union) for hit, node in held]
+        # Holding a tensor (or node) holds its graph, so each held reference
+        # retains it on its own: confirmed by construction.
+        self.held = [
+            holder_finding(
+                hit.path, hit.obj, excluded=excluded, after_seq=trial.seq_start, union=union, confirmed=True,
+                adapter=trial.spec.adapter,
+            )
+            for hit in held
+        ]
         self.held_bytes = sum(nbytes for _, nbytes in union.values())
         union.clear()
         held.clear()
@@ -274,22 +288,7 @@ class _Curve:
         steps = [b - a for a, b in zip(self.storage, self.storage[1:])]
         if rate <= 0 or not self.storage_paths or not steps or min(steps) <= 0:
             return []
-        holder = _growing_container(self.storage_paths)
-        return [Finding(
-            path=holder,
-            holder="storage growth",
-            grad_fn="-",
-            graph_nodes=0,
-            retained_bytes=int(round(rate)),
-            confirmed=True,
-            hint=(
-                f"{holder} grows by about {int(round(rate))} bytes per micro-batch without any graph: "
-                "bound it (a deque with maxlen, clear it per batch) or keep scalars (.item())"
-            ),
-            cause="storage-growth",
-            bytes_by_cause={"storage-growth": int(round(rate))},
-            severity="warning",
-        )]
+        return [storage_growth_finding(_growing_container(self.storage_paths), int(round(rate)))]
 
 
 def _bounded(hit: Any) -> bool:
@@ -300,52 +299,24 @@ def _bounded(hit: Any) -> bool:
     return isinstance(container, deque) and container.maxlen is not None
 
 
-def _held_finding(
-    hit: Any, node: Any, excluded: set[tuple[str, int]], after_seq: int, union: StorageMap
-) -> Finding:
-    """A reference still holding the graph of a micro-batch whose step has returned.
-
-    Holding a tensor (or node) holds its graph, so the reference retains it on
-    its own: the finding is confirmed by construction.
-    """
-    from leakscope.diagnose.fixes import hint_for, holder_kind
-    from leakscope.probe.autograd import bytes_by_cause, graph_tensors, node_name
-
-    count, found = graph_tensors([node], after_seq=after_seq)
-    storages = storage_map(((g.cause, t) for g in found for t in g.tensors), excluded)
-    found.clear()
-    union.update(storages)
-    by_cause = bytes_by_cause(storages)
-    cause = max(by_cause, key=lambda c: by_cause[c]) if sum(by_cause.values()) else "nodes-only"
-    holder = holder_kind(hit.root.kind, hit.link.in_hook())
-    return Finding(
-        path=hit.path,
-        holder=holder,
-        grad_fn=node_name(node),
-        graph_nodes=count,
-        retained_bytes=sum(by_cause.values()),
-        confirmed=True,
-        hint=hint_for(holder, cause, hit.path),
-        cause=cause,
-        bytes_by_cause=by_cause,
-    )
-
-
-def _growing_container(paths: list[str]) -> str:
+def _growing_container(paths: list[HolderPath]) -> HolderPath:
     """The container that grows, from the paths of the graph-free tensors it holds.
 
-    The most common path shape (entries as ``[*]``) wins; when several tensors
+    The most common path shape (entries as ``*``) wins; when several tensors
     share it, the container is the path up to its last entry
     (``engine.caught[0].source``, ``engine.caught[1].source`` -> ``engine.caught``;
     ``engine.pending[2].gi_frame.f_locals['x']`` -> ``engine.pending``); a single
     tensor that grows in place is named by its own path.
     """
-    by_shape: dict[str, list[str]] = {}
+    by_shape: dict[HolderPath, list[HolderPath]] = {}
     for path in paths:
-        by_shape.setdefault(path_shape(path), []).append(path)
-    shape = max(by_shape, key=lambda k: (len(by_shape[k]), k))
-    members = sorted(by_shape[shape])
+        by_shape.setdefault(path.shape(), []).append(path)
+    shape = max(by_shape, key=lambda k: (len(by_shape[k]), str(k)))
+    members = sorted(by_shape[shape], key=str)
     if len(members) == 1:
         return members[0]
-    last = list(ENTRY.finditer(members[0]))
-    return members[0][: last[-1].start()] if last else members[0]
+    first = members[0]
+    for i in range(len(first.segments) - 1, -1, -1):
+        if first.segments[i].kind in ENTRY_KINDS:
+            return first.prefix(i)
+    return first

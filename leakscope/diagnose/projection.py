@@ -24,6 +24,7 @@ from typing import Any
 
 from leakscope.errors import UsageError
 from leakscope.options import CheckOptions, ModelSize
+from leakscope.phase import report
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -123,9 +124,10 @@ def project(spec: Any, mode: Any, options: CheckOptions, scale: Scale) -> Projec
     from leakscope.diagnose.growth import measure_growth
 
     base = options.size
-    samples = []
+    samples: list[tuple[int, int, int]] = []
     for hidden in SAMPLE_HIDDEN:
         for seq in SAMPLE_SEQS:
+            report(f"projecting: size {len(samples) + 1} of {len(SAMPLE_HIDDEN) * len(SAMPLE_SEQS)}")
             size = dataclasses.replace(base, hidden=hidden, seq=seq)
             opts = dataclasses.replace(options, size=size, micro_batches=2)
             growth = measure_growth(spec, mode, opts).growth

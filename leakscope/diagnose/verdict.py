@@ -10,63 +10,72 @@ The steps, each on a fresh model and engine (a step costs milliseconds):
    graph is still alive. A candidate that keeps it alive on its own is
    ``confirmed``.
 3. Release all candidates in one more run: whatever is still alive is held by
-   something the walk cannot see, and is reported as ``<unknown holder>``.
+   something the typed walk cannot see. The walk's generic fallback then looks
+   again through every object reachable from the caller's roots (library types
+   included); a holder it names is reported under its path, and what is still
+   alive after that is ``<unknown holder>``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from leakscope.diagnose.fixes import hint_for, holder_kind
+from leakscope.diagnose.findings import cycle_finding, holder_finding, unknown_finding
 from leakscope.harness.protocol import EngineSpec
 from leakscope.harness.source import display_path, engine_files, user_frame_in_stack_text
 from leakscope.harness.trial import Observation, Trial, observe, run_trial
 from leakscope.options import CheckOptions
+from leakscope.paths import HolderPath
+from leakscope.phase import report
 from leakscope.probe.autograd import (
-    CAUSE_ORDER,
-    LEAF_GRAD,
+    INSPECTION,
     NODES_ONLY,
     UNTIL_GC,
     StorageMap,
     bytes_by_cause,
-    graph_tensors,
-    node_name,
     storage_key,
-    storage_map,
     storage_nbytes,
 )
 from leakscope.probe.liveness import alive_bytes, settle
-from leakscope.probe.references import Hit, ReleaseFailed, path_shape, release
+from leakscope.probe.references import Hit, ReleaseFailed, release
 from leakscope.results import Finding, Mode, Source, TargetResult, Verdict
-
-UNKNOWN_HOLDER = "<unknown holder>"
 
 
 def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     """The verdict and findings for ``spec`` in ``mode``."""
+    INSPECTION.reset()
+    report("finding holders")
     trial = run_trial(spec, mode, options, anomaly=options.source)
+    warnings: list[str] = []
     try:
         died_in_gc = _until_gc_bytes(trial)
+        report(step="walking")
         obs = observe(trial, options)
+        if not obs.candidates and obs.alive:
+            # Nothing the typed walk knows holds the live graph: look through everything.
+            obs.clear()
+            obs = observe(trial, options, generic=True)
         union: StorageMap = {}
         findings = [_describe(hit, trial, obs, union) for hit in obs.candidates]
         residual = alive_bytes(obs.alive_unexplained(), obs.excluded_storages) if not obs.candidates else {}
-        warnings = ["the holder walk stopped at --max-objects; some holders may be unnamed"] if obs.truncated else []
+        _note_walk(obs, warnings)
         obs.clear()
     finally:
         trial.close()
     if findings and options.confirm:
         findings = _confirm(spec, mode, options, findings)
-        residual = _residual_after_release(spec, mode, options)
+        more, residual = _residual_after_release(spec, mode, options, {f.path for f in findings}, union, warnings)
+        findings.extend(more)
     if sum(residual.values()) > 0:
-        findings.append(_unknown_finding(residual))
+        findings.append(unknown_finding(residual))
     if not findings and sum(died_in_gc.values()) > 0:
-        findings.append(_until_gc_finding(died_in_gc))
+        findings.append(cycle_finding(died_in_gc))
     growth = None
     held_bytes = 0  # retained after the last micro-batch, when only the growth run saw a leak
     if options.micro_batches > 1:
         from leakscope.diagnose.growth import measure_growth
 
+        report("growth")
         run = measure_growth(spec, mode, options)
         growth = run.growth
         # Graphs still held after the last micro-batch are a leak the single
@@ -84,6 +93,9 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
 
         projection = project(spec, mode, options, options.at)
     total = sum(bytes_by_cause(union).values()) + sum(residual.values()) + held_bytes if verdict is Verdict.LEAK else 0
+    inspection = INSPECTION.warning()
+    if inspection is not None:
+        warnings.append(inspection)
     return TargetResult(
         target=spec.name, mode=mode, verdict=verdict, findings=_anchored(findings, spec),
         retained_bytes=total, warnings=tuple(warnings), growth=growth, projection=projection,
@@ -112,18 +124,11 @@ def _until_gc_bytes(trial: Trial) -> dict[str, int]:
     return out
 
 
-def _graph_of(obj: Any) -> tuple[list[Any], list[tuple[str, Any]], str]:
-    """Graph roots, extra leaf tensors, and the grad_fn label for one held object."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        if obj.grad_fn is not None:
-            return [obj.grad_fn], [], node_name(obj.grad_fn)
-        extra = [(LEAF_GRAD, obj)]
-        if obj.grad is not None:
-            extra.append((LEAF_GRAD, obj.grad))
-        return [], extra, "AccumulateGrad (leaf)"
-    return [obj], [], node_name(obj)
+def _note_walk(obs: Observation, warnings: list[str]) -> None:
+    """Say when the walk stopped early or could not list some objects' children."""
+    if obs.truncated:
+        warnings.append("the holder walk stopped at --max-objects; some holders may be unnamed")
+    INSPECTION.add(obs.stats)
 
 
 def _anchored(findings: list[Finding], spec: EngineSpec) -> tuple[Finding, ...]:
@@ -182,45 +187,11 @@ def anchor_source(spec: EngineSpec) -> Source | None:
     return Source(display_path(file), line, getattr(fn, "__name__", "forward_step"))
 
 
-def _dominant(by_cause: dict[str, int]) -> str:
-    if not by_cause or sum(by_cause.values()) == 0:
-        return NODES_ONLY
-    return max(by_cause, key=lambda c: (by_cause[c], -CAUSE_ORDER.index(c) if c in CAUSE_ORDER else 0))
-
-
 def _describe(hit: Hit, trial: Trial, obs: Observation, union: StorageMap) -> Finding:
-    roots, extra, grad_fn = _graph_of(hit.obj)
-    nodes, found = graph_tensors(roots, after_seq=trial.seq_start)
-    items = [(g.cause, t) for g in found for t in g.tensors] + extra
-    storages = storage_map(items, obs.excluded_storages - _own_storage(hit.obj))
-    found.clear()
-    items.clear()
-    union.update(storages)
-    by_cause = bytes_by_cause(storages)
-    cause = _dominant(by_cause)
-    holder = holder_kind(hit.root.kind, hit.link.in_hook())
-    return Finding(
-        path=hit.path,
-        holder=holder,
-        grad_fn=grad_fn,
-        graph_nodes=nodes,
-        retained_bytes=sum(by_cause.values()),
-        confirmed=False,
-        hint=hint_for(holder, cause, hit.path),
-        cause=cause,
-        bytes_by_cause=dict(sorted(by_cause.items())),
-        source=_source_of(hit.obj, trial.spec, trial.modules),
+    return holder_finding(
+        hit.path, hit.obj, excluded=obs.excluded_storages, after_seq=trial.seq_start, union=union,
+        source=_source_of(hit.obj, trial.spec, trial.modules), adapter=trial.spec.adapter,
     )
-
-
-def _own_storage(obj: Any) -> set[tuple[str, int]]:
-    """A held leaf's own storage is what it retains; a held graph tensor's is not."""
-    import torch
-
-    if isinstance(obj, torch.Tensor) and obj.grad_fn is None:
-        key = storage_key(obj)
-        return {key} if key is not None else set()
-    return set()
 
 
 def _replacement(obj: Any) -> Any:
@@ -253,6 +224,7 @@ def _confirm(spec: EngineSpec, mode: Mode, options: CheckOptions, findings: list
         if i >= options.max_confirm:
             out.append(finding)
             continue
+        report(f"confirming {i + 1} of {min(len(findings), options.max_confirm)}")
         out.append(dataclasses.replace(finding, confirmed=_holds_alone(spec, mode, options, finding)))
     return out
 
@@ -262,12 +234,13 @@ def _holds_alone(spec: EngineSpec, mode: Mode, options: CheckOptions, finding: F
     trial = run_trial(spec, mode, options)
     try:
         obs = observe(trial, options)
-        mine = [h for h in obs.candidates if h.path == finding.path]
-        if not mine:
-            # State that outlives trials (a module-level registry) puts this
-            # run's entry at another index: the same slot, by path shape.
-            shape = path_shape(finding.path)
-            mine = [h for h in obs.candidates if path_shape(h.path) == shape]
+        mine = _matching(obs.candidates, finding.path)
+        generic = False
+        if not mine:  # a holder only the generic walk names (NOTE [Generic fallback])
+            obs.clear()
+            obs = observe(trial, options, generic=True)
+            generic = True
+            mine = _matching(obs.candidates, finding.path)
         if not mine:
             obs.clear()
             return False
@@ -279,7 +252,7 @@ def _holds_alone(spec: EngineSpec, mode: Mode, options: CheckOptions, finding: F
         obs.clear()
         if not released:
             return False
-        obs = observe(trial, options)
+        obs = observe(trial, options, generic=generic)
         still_held = any(h.path in my_paths for h in obs.candidates)
         alive = bool(obs.alive_unexplained() or obs.alive)
         obs.clear()
@@ -290,9 +263,15 @@ def _holds_alone(spec: EngineSpec, mode: Mode, options: CheckOptions, finding: F
         trial.close()
 
 
-def _residual_after_release(spec: EngineSpec, mode: Mode, options: CheckOptions) -> dict[str, int]:
-    """Bytes still alive once every named holder is released: held by something unnamed."""
+def _residual_after_release(
+    spec: EngineSpec, mode: Mode, options: CheckOptions, known: set[HolderPath], union: StorageMap,
+    warnings: list[str],
+) -> tuple[list[Finding], dict[str, int]]:
+    """Holders only the generic walk names (other than the ``known`` ones), and the bytes still
+    alive once every named holder is released (held by something unnamed)."""
+    report("releasing every holder")
     trial = run_trial(spec, mode, options)
+    more: list[Finding] = []
     try:
         obs = observe(trial, options)
         released = _release_all(obs.candidates)
@@ -300,39 +279,34 @@ def _residual_after_release(spec: EngineSpec, mode: Mode, options: CheckOptions)
         obs = observe(trial, options)
         if obs.candidates or not released:
             obs.clear()
-            return {}
+            return more, {}
+        if obs.alive:
+            # NOTE [Generic fallback]: something the typed walk does not enter
+            # (a library object the user owns: a logging handler's records, a
+            # threading.local, a torch.distributions object) holds the rest.
+            obs.clear()
+            obs = observe(trial, options, generic=True)
+            _note_walk(obs, warnings)
+            if obs.candidates:
+                more = [_describe(hit, trial, obs, union) for hit in obs.candidates if hit.path not in known]
+                released = _release_all(obs.candidates)
+                obs.clear()
+                obs = observe(trial, options, generic=True)
+                if not released:
+                    obs.clear()
+                    return more, {}
         residual = alive_bytes(obs.alive, obs.excluded_storages)
         obs.clear()
-        return residual
+        return more, residual
     finally:
         trial.close()
 
 
-def _unknown_finding(by_cause: dict[str, int]) -> Finding:
-    cause = _dominant(by_cause)
-    return Finding(
-        path=UNKNOWN_HOLDER,
-        holder="not found",
-        grad_fn="-",
-        graph_nodes=0,
-        retained_bytes=sum(by_cause.values()),
-        confirmed=True,
-        hint=hint_for("not found", cause, UNKNOWN_HOLDER),
-        cause=cause,
-        bytes_by_cause=dict(sorted(by_cause.items())),
-    )
-
-
-def _until_gc_finding(by_cause: dict[str, int]) -> Finding:
-    return Finding(
-        path="<reference cycle>",
-        holder="cycle",
-        grad_fn="-",
-        graph_nodes=0,
-        retained_bytes=sum(by_cause.values()),
-        confirmed=True,
-        hint=hint_for("cycle", UNTIL_GC, ""),
-        cause=UNTIL_GC,
-        bytes_by_cause=dict(sorted(by_cause.items())),
-        severity="warning",
-    )
+def _matching(candidates: list[Hit], path: HolderPath) -> list[Hit]:
+    """The candidates at ``path``; else at the same slot by shape (state that outlives trials,
+    a module-level registry, puts this run's entry at another index)."""
+    mine = [h for h in candidates if h.path == path]
+    if not mine:
+        shape = path.shape()
+        mine = [h for h in candidates if h.path.shape() == shape]
+    return mine

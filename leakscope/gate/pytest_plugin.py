@@ -85,7 +85,7 @@ def assert_no_graph_retention(
         pytest.fail(f"leakscope: error: {exc.message}", pytrace=False)
     code = exit_code(report, settings.effective_fail_on)
     if item is not None:
-        item.add_report_section("call", MARKER, render(report, "text"))
+        item.add_report_section("call", MARKER, render(report, "text", fail_on=settings.effective_fail_on))
     if code != 0:
         details = "\n".join(result_detail(r) for r in report.results)
         pytest.fail(f"{report_line(report, code)}\n{details}", pytrace=False)

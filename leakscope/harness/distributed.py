@@ -158,11 +158,11 @@ class Lockstep:
         return bool(flag.item())
 
     def _spare_step(self, mode: Any, options: Any) -> None:
-        from leakscope.harness.trial import build_subject, step_once
-        from leakscope.models.tiny import build_micro_batch
+        from leakscope.harness.trial import build_subject, make_micro_batch, step_once
 
         model, engine = build_subject(self.spec, options)
-        micro_batch = build_micro_batch(options.size, 0, options.device or "cpu")
+        # Through the adapter, as the rank's own steps are: a verl engine gets verl's micro-batch.
+        micro_batch = make_micro_batch(self.spec, options, 0)
         loss, output = step_once(self.spec, engine, micro_batch, mode)
         del loss, output, engine, model, micro_batch
 

@@ -9,49 +9,18 @@ from __future__ import annotations
 
 import os
 import re
-import sysconfig
 import traceback
 import types
 from pathlib import Path
 from typing import Any
 
+from leakscope.probe.library import is_library_file
 from leakscope.results import Source
-
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
-_USER_FILES_IN_PACKAGE = {str(Path(_PACKAGE_DIR, "reference.py"))}
-_STDLIB = {
-    str(Path(p).resolve())
-    for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")}
-    if p
-}
-_THIRD_PARTY_INTERNAL = (
-    f"{os.sep}torch{os.sep}",
-    f"{os.sep}tensordict{os.sep}",
-    f"{os.sep}typer{os.sep}",
-    f"{os.sep}click{os.sep}",
-    f"{os.sep}_pytest{os.sep}",
-    f"{os.sep}pluggy{os.sep}",
-    f"{os.sep}transformers{os.sep}",
-    f"{os.sep}peft{os.sep}",
-    f"{os.sep}accelerate{os.sep}",
-)
 
 
 def is_internal(filename: str) -> bool:
-    """True for frames the user cannot change: stdlib, torch, tensordict, leakscope itself."""
-    if not filename or filename.startswith("<"):
-        return True
-    try:
-        resolved = str(Path(filename).resolve())
-    except OSError:
-        resolved = filename
-    if resolved in _USER_FILES_IN_PACKAGE:
-        return False
-    if resolved.startswith(_PACKAGE_DIR + os.sep):
-        return True
-    if "site-packages" not in resolved and any(resolved.startswith(s + os.sep) for s in _STDLIB):
-        return True
-    return any(part in resolved for part in _THIRD_PARTY_INTERNAL)
+    """True for frames the user cannot change (the one policy: :mod:`leakscope.probe.library`)."""
+    return is_library_file(filename)
 
 
 def display_path(filename: str) -> str:

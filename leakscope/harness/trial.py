@@ -21,9 +21,10 @@ from leakscope.errors import EngineError
 from leakscope.harness.protocol import EngineSpec, build_engine, describe_exception
 from leakscope.harness.rng import seeded
 from leakscope.options import CheckOptions
+from leakscope.phase import report
 from leakscope.probe.autograd import UINT64_MAX, accumulated_leaf, sequence_nr, storage_key
 from leakscope.probe.liveness import Evidence, Item, collect_evidence, settle
-from leakscope.probe.references import Hit, Root, walk
+from leakscope.probe.references import Hit, Root, WalkStats, kinds, walk
 from leakscope.results import Mode
 
 ROOT_ORDER = ("output", "engine", "micro_batch", "module")
@@ -106,6 +107,9 @@ class Trial:
         ref = self.preexisting.get(id(t))
         return ref is not None and ref() is t
 
+    def is_node(self, obj: Any) -> bool:
+        return kinds().is_node(obj)
+
     def reserved_ids(self) -> set[int]:
         return {id(v) for v in self.roots.values()}
 
@@ -162,10 +166,12 @@ def _validate(result: Any, mode: Mode) -> tuple[Any, Any]:
 
 def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: bool = False) -> Trial:
     """Build, step (and backward in train mode), and return what a caller keeps."""
+    report(step="building")
     model, engine = build_subject(spec, options)
     micro_batch = make_micro_batch(spec, options, 0)
     trial = new_trial(spec, mode, options, model, engine, micro_batch)
     del engine, micro_batch
+    report(step="step")
     _step(trial, model, options, anomaly=anomaly)
     del model
     return trial
@@ -217,7 +223,7 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
     """
     import sys
 
-    from leakscope.probe.references import is_library_module
+    from leakscope.probe.library import is_library_module
 
     out = list(modules)
     for module in list(out):
@@ -250,10 +256,12 @@ def _same_project(a: types.ModuleType, b: types.ModuleType) -> bool:
 def _engine_modules(engine: Any) -> list[types.ModuleType]:
     import sys
 
+    from leakscope.probe.library import is_library_module
+
     out = []
     for klass in type(engine).__mro__:
         module = sys.modules.get(klass.__module__)
-        if module is not None and module.__name__ not in ("builtins",) and not module.__name__.startswith(("torch", "leakscope.models.tiny")):
+        if module is not None and not is_library_module(module.__name__):
             out.append(module)
     return out
 
@@ -315,6 +323,7 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
     if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
         graph_roots.append(loss.grad_fn)
     graph_roots.extend(_step_nodes(trial, options))
+    graph_roots.extend(heap_step_nodes(trial))
     trial.evidence = collect_evidence(
         graph_roots, list(getattr(model, "leakscope_probes", ())),
         is_preexisting=trial.is_preexisting, after_seq=trial.seq_start,
@@ -330,15 +339,87 @@ def _bounded(nodes: Any, limit: int) -> Any:
         yield node
 
 
-def _step_nodes(trial: Trial, options: CheckOptions) -> list[Any]:
+@dataclasses.dataclass
+class Collection:
+    """What the caller's roots reach of this run's graphs. Holds strong refs: clear it soon.
+
+    ``holders`` are references into a graph this run built: ``(hit, node)`` for a
+    tensor whose ``grad_fn`` (or a graph node) this run created, ``(hit, None)``
+    for a leaf of this run held directly (a step's input forced to require grad).
+    ``plain`` are the other tensors the roots hold.
+    """
+
+    holders: list[tuple[Hit, Any]]
+    plain: list[Hit]
+    stats: WalkStats
+
+    def nodes(self) -> list[Any]:
+        """The graph nodes held (graph roots for evidence and node counts)."""
+        return [node for _, node in self.holders if node is not None]
+
+    def clear(self) -> None:
+        self.holders.clear()
+        self.plain.clear()
+
+
+def collect(trial: Trial, options: CheckOptions, *, generic: bool = False) -> Collection:
+    """Walk the caller's roots and sort what they reach: references into this run's graphs, and
+    plain tensors. The one rule for "this step's graph reachable from these roots", used by the
+    single step, the growth run and the growth curve."""
     import torch
 
-    nodes = []
-    for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
-        node = hit.obj.grad_fn if isinstance(hit.obj, torch.Tensor) else hit.obj
-        if node is not None and trial.in_step(node):
-            nodes.append(node)
-    return nodes
+    stats = WalkStats()
+    holders: list[tuple[Hit, Any]] = []
+    plain: list[Hit] = []
+    for hit in walk(
+        trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects, stats=stats,
+        generic=generic,
+    ):
+        obj = hit.obj
+        if isinstance(obj, torch.Tensor):
+            node = obj.grad_fn
+            if node is not None and trial.in_step(node):
+                holders.append((hit, node))
+            elif node is None and obj.requires_grad and id(obj) in trial.evidence.leaf_ids:
+                holders.append((hit, None))
+            else:
+                plain.append(hit)
+        elif trial.in_step(obj):
+            holders.append((hit, obj))
+    return Collection(holders, plain, stats)
+
+
+def heap_step_nodes(trial: Trial) -> list[Any]:
+    """The graphs of every tensor of this run alive anywhere, reachable from the caller or not.
+
+    NOTE [Heap evidence]: the evidence (weakrefs on what a graph keeps) is taken
+    from graphs the caller's objects reach, and from these: a tensor held by
+    something outside the caller's reach (a C++ hook, another library's state)
+    keeps its own branch of the graph (an entropy over the logits), which no
+    reachable graph shares; without it, an unnamed holder's bytes would leave
+    that branch out. Cheap: during a check the heap that existed before it is
+    frozen (NOTE [Frozen heap]) and ``gc.get_objects()`` lists only what the
+    check created.
+    """
+    import gc
+
+    import torch
+
+    out = []
+    for obj in gc.get_objects():
+        if issubclass(type(obj), torch.Tensor):
+            node = obj.grad_fn
+            if node is not None and trial.in_step(node):
+                out.append(node)
+    return out
+
+
+def _step_nodes(trial: Trial, options: CheckOptions) -> list[Any]:
+    found = collect(trial, options)
+    try:
+        return found.nodes()
+    finally:
+        found.clear()
 
 
 @dataclasses.dataclass
@@ -348,7 +429,11 @@ class Observation:
     candidates: list[Hit]
     alive: list[tuple[Item, Any]]
     excluded_storages: set[tuple[str, int]]
-    truncated: bool = False
+    stats: WalkStats
+
+    @property
+    def truncated(self) -> bool:
+        return self.stats.truncated
 
     def alive_unexplained(self) -> list[tuple[Item, Any]]:
         """Alive evidence when no candidate explains it (used before any release)."""
@@ -359,34 +444,30 @@ class Observation:
         self.alive.clear()
 
 
-def observe(trial: Trial, options: CheckOptions) -> Observation:
-    """Settle, then walk the caller's roots for references into this step's graph."""
-    import torch
+def observe(trial: Trial, options: CheckOptions, *, generic: bool = False) -> Observation:
+    """Settle, then collect the references into this step's graph that the caller's roots reach.
 
-    from leakscope.probe.references import WalkStats
-
+    ``generic`` walks with the generic fallback (:func:`leakscope.probe.references.walk`).
+    """
     settle()
-    stats = WalkStats()
+    found = collect(trial, options, generic=generic)
     candidates: list[Hit] = []
-    plain_ids: set[int] = set()
     excluded = set(trial.excluded_storages)
-    for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects, stats=stats):
-        obj = hit.obj
-        if isinstance(obj, torch.Tensor):
-            node = obj.grad_fn
-            if node is not None and trial.in_step(node) and not trial.only_extends_older_graph(node):
-                candidates.append(hit)
-                key = storage_key(obj)
-                if key is not None:
-                    excluded.add(key)
-            elif node is None and obj.requires_grad and id(obj) in trial.evidence.leaf_ids:
-                candidates.append(hit)
-            else:
-                plain_ids.add(id(obj))
-                key = storage_key(obj)
-                if key is not None:
-                    excluded.add(key)
-        elif trial.in_step(obj):
-            candidates.append(hit)
+    for hit, node in found.holders:
+        if node is not None and trial.only_extends_older_graph(node):  # NOTE [Older graphs]
+            found.plain.append(hit)
+            continue
+        candidates.append(hit)
+        if node is not None:
+            key = storage_key(hit.obj) if not trial.is_node(hit.obj) else None
+            if key is not None:
+                excluded.add(key)
+    plain_ids: set[int] = set()
+    for hit in found.plain:
+        plain_ids.add(id(hit.obj))
+        key = storage_key(hit.obj) if not trial.is_node(hit.obj) else None
+        if key is not None:
+            excluded.add(key)
+    found.clear()
     alive = trial.evidence.alive(plain_ids)
-    return Observation(candidates, alive, excluded, stats.truncated)
+    return Observation(candidates, alive, excluded, found.stats)

@@ -5,7 +5,7 @@ with ``gradient_checkpointing_enable()`` (non-reentrant), a PEFT LoRA adapter
 on ``q_proj``/``v_proj`` and ``enable_input_require_grads()``: the frozen
 embedding's output becomes a leaf that requires grad, and every decoder layer
 runs through ``torch.utils.checkpoint``. This module is imported only when
-``hf-lora`` is chosen; it needs ``pip install 'leakscope[hf]'``.
+``hf-lora`` is chosen; it needs the ``hf`` extra (``pip install -e '.[hf]'`` in a checkout).
 
 The model follows leakscope's model contract (see docs/models.md):
 
@@ -32,7 +32,7 @@ from leakscope.options import ModelSize
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-INSTALL_HINT = "install the extra: pip install 'leakscope[hf]' (transformers and peft)"
+INSTALL_HINT = "install them: pip install 'transformers>=5' 'peft>=0.17' (the hf extra of leakscope-autograd)"
 
 
 def _imports() -> tuple[Any, Any, Any, Any]:

@@ -28,6 +28,8 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
+from leakscope.paths import shorten
+
 UINT64_MAX = 2**64 - 1
 
 # Cause classes, in the order a shared storage is attributed.
@@ -89,11 +91,51 @@ def _node_type(node: Any) -> _NodeType:
     return info
 
 
+class Inspection:
+    """Objects the probes could not read, counted (never silently skipped) and reported as one
+    warning line on the result: "3 objects could not be inspected; first: TypeError ... at engine.x"."""
+
+    def __init__(self) -> None:
+        self.errors = 0
+        self.first: str | None = None
+
+    def reset(self) -> None:
+        self.errors = 0
+        self.first = None
+
+    def note(self, exc: BaseException, where: str) -> None:
+        self.errors += 1
+        if self.first is None:
+            text = str(exc).strip().splitlines()
+            self.first = f"{type(exc).__name__}: {shorten(text[0]) if text else '(no message)'} at {where}"
+
+    def add(self, stats: Any) -> None:
+        """Fold in a walk's counts (:class:`leakscope.probe.references.WalkStats`)."""
+        if stats.errors:
+            self.errors += stats.errors
+            self.first = self.first or stats.first_error
+
+    def warning(self) -> str | None:
+        if not self.errors:
+            return None
+        noun = "object" if self.errors == 1 else "objects"
+        return f"{self.errors} {noun} could not be inspected; first: {self.first}"
+
+
+#: the running check's tally (a check judges one target and mode at a time per process)
+INSPECTION = Inspection()
+
+
 def sequence_nr(node: Any) -> int:
-    """The node's creation number (per thread); ``UINT64_MAX`` for AccumulateGrad."""
+    """The node's creation number (per thread); ``UINT64_MAX`` for AccumulateGrad.
+
+    A node whose number cannot be read is counted in :data:`INSPECTION` and
+    treated as not this step's.
+    """
     try:
         return int(node._sequence_nr())
-    except Exception:
+    except Exception as exc:
+        INSPECTION.note(exc, f"{node_name(node)}._sequence_nr()")
         return UINT64_MAX
 
 
@@ -239,7 +281,11 @@ def graph_tensors(
         for attr, slot, put in slots:
             try:
                 raw = getattr(node, attr)
-            except Exception:
+            except Exception as exc:
+                # A custom Function's saved tensors raise once backward freed them: nothing held.
+                # Anything else is counted: a slot we cannot read may hide retained bytes.
+                if not (isinstance(exc, RuntimeError) and "already been freed" in str(exc)):
+                    INSPECTION.note(exc, f"{info.name}.{attr}")
                 continue
             try:
                 data = raw.data  # a tuple of handles has no .data
@@ -250,7 +296,8 @@ def graph_tensors(
                         if data is not None and is_plain(data):
                             group(ACTIVATIONS, info.name, slot if len(raw) == 1 else f"{slot}[{i}]")(data)
                 continue
-            except Exception:
+            except Exception as exc:
+                INSPECTION.note(exc, f"{info.name}.{attr}.data")
                 continue
             if data is not None and is_plain(data):
                 put(data)

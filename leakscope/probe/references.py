@@ -19,14 +19,23 @@ chain it was reached through, so the reference can later be released (see
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
-import re
+import gc
+import threading
 import types
 import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
+
+from leakscope.paths import HolderPath, Segment, SegmentKind, key_segment
+from leakscope.probe.library import (
+    is_interpreter_internal,
+    is_library_module,
+    is_library_type,
+)
 
 # Segment kinds: how a child is reached from its parent, and how it can be
 # replaced there (see ``release``).
@@ -44,6 +53,7 @@ LRU = "lru"  # a functools.lru_cache result: released by cache_clear()
 FRAME = "frame"  # a local of a suspended generator's (or a traceback's) frame
 DICT_KEY = "dict-key"  # a tensor used as a dict key: re-keyed by its replacement
 EXC_ARG = "exc-arg"  # an exception's args[i]
+CONTEXT_VAR = "context-var"  # a ContextVar's value: var.set(value)
 READONLY = "readonly"  # reachable, but cannot be replaced
 
 
@@ -60,29 +70,25 @@ class Root:
 
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """How an object was reached: parent link, path segment, and the slot it sits in."""
+    """How an object was reached: parent link, path segment, and the slot it sits in.
+
+    A root's link has no parent and no segments; it carries the root's name.
+    """
 
     parent: Link | None
-    segment: str
+    segments: tuple[Segment, ...]
     kind: str
     container: Any
     key: Any
+    root: str = ""
 
-    def path(self) -> str:
-        parts: list[str] = []
-        link: Link | None = self
-        while link is not None:
-            parts.append(link.segment)
+    def path(self) -> HolderPath:
+        parts: list[Segment] = []
+        link: Link = self
+        while link.parent is not None:
+            parts.extend(reversed(link.segments))
             link = link.parent
-        return "".join(reversed(parts))
-
-    def in_hook(self) -> bool:
-        link: Link | None = self
-        while link is not None:
-            if "_hooks" in link.segment:
-                return True
-            link = link.parent
-        return False
+        return HolderPath(link.root, tuple(reversed(parts)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +100,7 @@ class Hit:
     root: Root
 
     @property
-    def path(self) -> str:
+    def path(self) -> HolderPath:
         return self.link.path()
 
 
@@ -104,51 +110,20 @@ _ATOMS: tuple[type, ...] = (
     types.BuiltinFunctionType, types.GetSetDescriptorType, types.MemberDescriptorType,
     types.WrapperDescriptorType, types.MethodWrapperType, memoryview, slice,
 )
-#: Top-level packages whose objects are library machinery, not engine state.
-#: Matched on the whole first component of ``__module__``: a user module
-#: ``reward_model`` or ``replay`` is not ``re``, and ``iox`` is not ``io``.
-_SKIP_PACKAGES = frozenset({
-    "torch", "leakscope", "logging", "threading", "_thread", "socket", "io", "_io", "ssl",
-    "asyncio", "multiprocessing", "concurrent", "subprocess", "re", "typing", "inspect",
-    "ast", "weakref", "_weakref", "numpy", "enum", "typer", "click", "rich", "_pytest", "pytest",
-    "pluggy", "builtins", "importlib", "tempfile", "contextlib",
-})
-
-
-# A per-entry segment of a path: a list index (or an lru_cache position), a set
-# element, an object key (``[<Tensor>]``, ``[<key Tensor>]``).
-ENTRY = re.compile(r"\[-?\d+\]|\{\}|\[<[^\]]*>\]")
-
-
-def path_shape(path: str) -> str:
-    """``engine.history[3].x`` -> ``engine.history[*].x``: the same slot of another run."""
-    return ENTRY.sub("[*]", path)
-
-
-def is_library_module(name: str) -> bool:
-    """A module of a skipped library package (by its whole top-level name)."""
-    return name.partition(".")[0] in _SKIP_PACKAGES
-
-
-def _is_skipped_type(tp: type) -> bool:
-    module = getattr(tp, "__module__", "") or ""
-    if module.startswith("torch.nn.modules"):
-        return False
-    return is_library_module(module)
-
-
 def _identifier(key: object) -> bool:
     return type(key) is str and key.isidentifier()
 
 
-def _key_segment(key: object) -> str:
-    if _identifier(key):
-        return f".{key}"
-    try:
-        text = repr(key) if type(key) in (str, int, float, bool, tuple, type(None)) else f"<{type(key).__name__}>"
-    except Exception:
-        text = "<key>"
-    return f"[{text}]"
+def _key(key: object) -> tuple[Segment, ...]:
+    return (key_segment(key),)
+
+
+def _attr(name: str) -> tuple[Segment, ...]:
+    return (Segment(SegmentKind.ATTR, name),)
+
+
+def _index(i: int) -> tuple[Segment, ...]:
+    return (Segment(SegmentKind.INDEX, i),)
 
 
 class _Kinds:
@@ -248,15 +223,15 @@ def _slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
                 continue
             try:
                 value = descr.__get__(obj, klass)
-            except Exception:
+            except AttributeError:  # an unset slot holds nothing
                 continue
             yield name, value, descr
 
 
-Child = tuple[str, str, Any, Any, Any]  # segment, kind, container, key, value
+Child = tuple[tuple[Segment, ...], str, Any, Any, Any]  # segments, kind, container, key, value
 
 
-def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
+def _children(obj: Any, k: _Kinds, generic: bool = False) -> Iterable[Child]:
     tp = type(obj)
     if tp is _HookDict:
         yield from obj.children()
@@ -264,35 +239,35 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
     if issubclass(tp, dict):
         items = list(dict.items(obj))
         for key, value in items:
-            yield _key_segment(key), ITEM, obj, key, value
+            yield _key(key), ITEM, obj, key, value
         for key, _ in items:
             # A tensor (or graph node) used as a key is held by the dict too.
             if issubclass(type(key), k.tensor) or k.is_node(key):
-                yield f"[<key {type(key).__name__}>]", DICT_KEY, obj, key, key
+                yield (Segment(SegmentKind.KEY_OBJECT, type(key).__name__),), DICT_KEY, obj, key, key
         seen = {id(v) for _, v in items}
         d = _instance_dict(obj)
         if d:
             for key, value in list(d.items()):
                 if id(value) not in seen:
-                    yield f".{key}", ATTR, d, key, value
+                    yield _attr(key), ATTR, d, key, value
         return
     if issubclass(tp, (list, deque)):
         values = list(list.__iter__(obj)) if issubclass(tp, list) else list(deque.__iter__(obj))
         for i, value in enumerate(values):
-            yield f"[{i}]", ITEM, obj, i, value
+            yield _index(i), ITEM, obj, i, value
         return
     if issubclass(tp, tuple):
         fields = getattr(tp, "_fields", None)
         values = list(tuple.__iter__(obj))
         names: tuple[Any, ...] = fields if isinstance(fields, tuple) and len(fields) == len(values) else ()
         for i, value in enumerate(values):
-            segment = f".{names[i]}" if names and _identifier(names[i]) else f"[{i}]"
+            segment = _attr(names[i]) if names and _identifier(names[i]) else _index(i)
             yield segment, TUPLE, obj, i, value
         return
     if issubclass(tp, (set, frozenset)):
         kind = SET if issubclass(tp, set) else READONLY
         for value in list(set.__iter__(obj) if issubclass(tp, set) else frozenset.__iter__(obj)):
-            yield "{}", kind, obj, value, value
+            yield (Segment(SegmentKind.MEMBER),), kind, obj, value, value
         return
     if k.tensordict is not None and issubclass(tp, k.tensordict):
         yield from _tensordict_children(obj)
@@ -304,24 +279,24 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
         yield from _function_children(obj)
         return
     if tp is types.MethodType:
-        yield ".__self__", READONLY, obj, "__self__", obj.__self__
-        yield ".__func__", READONLY, obj, "__func__", obj.__func__
+        yield _attr("__self__"), READONLY, obj, "__self__", obj.__self__
+        yield _attr("__func__"), READONLY, obj, "__func__", obj.__func__
         return
     if tp is types.BuiltinMethodType:
         owner = getattr(obj, "__self__", None)
         if owner is not None and not isinstance(owner, types.ModuleType):
-            yield ".__self__", READONLY, obj, "__self__", owner
+            yield _attr("__self__"), READONLY, obj, "__self__", owner
         return
     if tp is functools.partial:
-        yield ".func", READONLY, obj, "func", obj.func
+        yield _attr("func"), READONLY, obj, "func", obj.func
         for i, value in enumerate(obj.args):
-            yield f".args[{i}]", PARTIAL_ARG, obj, i, value
+            yield (*_attr("args"), *_index(i)), PARTIAL_ARG, obj, i, value
         for key, value in (obj.keywords or {}).items():
-            yield f".keywords{_key_segment(key)}", ITEM, obj.keywords, key, value
+            yield (*_attr("keywords"), *_key(key)), ITEM, obj.keywords, key, value
         return
     if tp is types.CellType:
         try:
-            yield "", CELL, obj, None, obj.cell_contents
+            yield (), CELL, obj, None, obj.cell_contents
         except ValueError:  # empty cell
             pass
         return
@@ -336,7 +311,28 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
         return
     if tp is _LRU_WRAPPER:
         yield from _lru_children(obj)  # then its __dict__ (``__wrapped__``), below
-    if _is_skipped_type(tp):
+    if tp is types.MappingProxyType:
+        # A read-only view: its entries are the mapping's (``output.stats['entropy']``).
+        mappings = [r for r in gc.get_referents(obj) if isinstance(r, dict)]
+        if mappings:
+            yield from _children(mappings[0], k, generic)
+        return
+    if tp is _THREAD_LOCAL:
+        # This thread's attributes of a ``threading.local()`` (the thread that ran the step):
+        # the C type's own getter picks the thread's dict; the generic one sees none.
+        d = _THREAD_LOCAL.__getattribute__(obj, "__dict__")
+        for key, value in list((d or {}).items()):
+            yield _key(key), ATTR, d, key, value
+        return
+    if tp is _CONTEXT_VAR:
+        value = obj.get(_NO_VALUE)
+        if value is not _NO_VALUE:
+            yield (Segment(SegmentKind.CALL, "get"),), CONTEXT_VAR, obj, None, value
+        return
+    if is_library_type(tp):
+        if not generic or is_interpreter_internal(tp):
+            return
+        yield from _generic_children(obj)
         return
     if getattr(tp, "_is_tensorclass", False):
         d = _instance_dict(obj) or {}
@@ -346,16 +342,47 @@ def _children(obj: Any, k: _Kinds) -> Iterable[Child]:
         extra = d.get("_non_tensordict")
         if type(extra) is dict:
             for key, value in list(extra.items()):
-                yield _key_segment(key), ITEM, extra, key, value
+                yield _key(key), ITEM, extra, key, value
         return
     d = _instance_dict(obj)
     if d:
         for key, value in list(d.items()):
-            yield _key_segment(key), ATTR, d, key, value
+            yield _key(key), ATTR, d, key, value
+    found = bool(d)
     for name, value, descr in _slot_values(obj):
-        yield f".{name}", SLOT, obj, descr, value
+        found = True
+        yield _attr(name), SLOT, obj, descr, value
+    if generic and not found and not is_interpreter_internal(tp):
+        yield from _referents(obj)
 
 
+def _generic_children(obj: Any) -> Iterable[Child]:
+    """A library object the user owns: its attributes, else what the interpreter says it refers to."""
+    d = _instance_dict(obj)
+    if d:
+        for key, value in list(d.items()):
+            yield _key(key), ATTR, d, key, value
+        return
+    slots = list(_slot_values(obj))
+    for name, value, descr in slots:
+        yield _attr(name), SLOT, obj, descr, value
+    if not slots:
+        yield from _referents(obj)
+
+
+def _referents(obj: Any) -> Iterable[Child]:
+    """What a C-level object (an iterator, a ``methodcaller``, a ``weakref.finalize`` record)
+    refers to, named by the referent's type (``engine.pending.<list>[0]``). Read through
+    ``gc.get_referents``: no user code runs."""
+    for value in gc.get_referents(obj):
+        if isinstance(value, (type, types.ModuleType, types.CodeType)):
+            continue
+        yield (Segment(SegmentKind.REFERENT, type(value).__name__),), READONLY, obj, None, value
+
+
+_THREAD_LOCAL = threading.local
+_CONTEXT_VAR = contextvars.ContextVar
+_NO_VALUE = object()
 _SUSPENDED = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame", types.AsyncGeneratorType: "ag_frame"}
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
 
@@ -367,7 +394,7 @@ def _weak_key_children(wkd: weakref.WeakKeyDictionary[Any, Any]) -> Iterable[Chi
         return
     for ref, value in list(dict.items(data)):
         key = ref() if isinstance(ref, weakref.ref) else None
-        yield (_key_segment(key) if key is not None else "[<dead key>]"), ITEM, data, ref, value
+        yield (_key(key) if key is not None else (Segment(SegmentKind.OBJECT_KEY, "dead key"),)), ITEM, data, ref, value
 
 
 def _frame_children(gen: Any) -> Iterable[Child]:
@@ -383,7 +410,7 @@ def _frame_children(gen: Any) -> Iterable[Child]:
     attr = _SUSPENDED[type(gen)]
     frame = getattr(gen, attr, None)
     if frame is not None:  # None: finished, holds nothing
-        yield from _frame_locals(frame, f".{attr}", follow_back=False)
+        yield from _frame_locals(frame, _attr(attr), follow_back=False)
 
 
 def _exception_children(exc: BaseException) -> Iterable[Child]:
@@ -391,47 +418,42 @@ def _exception_children(exc: BaseException) -> Iterable[Child]:
     every frame of its traceback (``self.last_error = e`` keeps the whole failed
     step's frames), and the exceptions it chains to."""
     for i, value in enumerate(exc.args):
-        yield f".args[{i}]", EXC_ARG, exc, i, value
+        yield (*_attr("args"), *_index(i)), EXC_ARG, exc, i, value
     d = _instance_dict(exc)
     if d:
         for key, value in list(d.items()):
-            yield _key_segment(key), ATTR, d, key, value
+            yield _key(key), ATTR, d, key, value
     tb = exc.__traceback__
-    segment = ".__traceback__"
+    segment = _attr("__traceback__")
     if tb is not None:
         # The frame that caught it (and, once they return, the frames that
         # called it: CPython links a finished frame to its caller's) ...
-        yield from _frame_locals(tb.tb_frame, segment + ".tb_frame", follow_back=True)
+        yield from _frame_locals(tb.tb_frame, (*segment, *_attr("tb_frame")), follow_back=True)
     while tb is not None:
         # ... and every frame between it and the raise.
-        if segment != ".__traceback__":
-            yield from _frame_locals(tb.tb_frame, segment + ".tb_frame", follow_back=False)
+        if len(segment) > 1:
+            yield from _frame_locals(tb.tb_frame, (*segment, *_attr("tb_frame")), follow_back=False)
         tb = tb.tb_next
-        segment += ".tb_next"
+        segment = (*segment, *_attr("tb_next"))
     for attr in ("__cause__", "__context__"):
         chained = getattr(exc, attr, None)
         if chained is not None:
-            yield f".{attr}", READONLY, exc, attr, chained
+            yield _attr(attr), READONLY, exc, attr, chained
 
 
-def _frame_locals(frame: Any, segment: str, *, follow_back: bool) -> Iterable[Child]:
+def _frame_locals(frame: Any, segment: tuple[Segment, ...], *, follow_back: bool) -> Iterable[Child]:
     """Locals of a finished frame, and with ``follow_back`` its callers' frames up to the
     first one of a library package (leakscope's own caller frames, torch, pytest), whose
     locals are not the engine's."""
     while frame is not None:
-        module = str(frame.f_globals.get("__name__", ""))
-        if module.partition(".")[0] in _SKIP_PACKAGES:
+        if is_library_module(str(frame.f_globals.get("__name__", ""))):
             return
-        try:
-            local_vars = list(frame.f_locals.items())
-        except Exception:
-            local_vars = []
-        for name, value in local_vars:
-            yield f"{segment}.f_locals[{name!r}]", FRAME, frame, name, value
+        for name, value in list(frame.f_locals.items()):
+            yield (*segment, Segment(SegmentKind.LOCAL, name)), FRAME, frame, name, value
         if not follow_back:
             return
         frame = frame.f_back
-        segment += ".f_back"
+        segment = (*segment, *_attr("f_back"))
 
 
 def _lru_children(wrapper: Any) -> Iterable[Child]:
@@ -461,7 +483,7 @@ def _lru_children(wrapper: Any) -> Iterable[Child]:
         results = [refs[i - 1] for i in range(2, len(refs)) if refs[i] is entry_type and id(refs[i - 2]) in keys]
     # Newest last: the entry a step just added is ``cache[-1]`` however old the cache is.
     for i, value in enumerate(results):
-        yield f".cache[{i - len(results)}]", LRU, wrapper, None, value
+        yield (Segment(SegmentKind.CACHE, "cache"), *_index(i - len(results))), LRU, wrapper, None, value
 
 
 def _tensordict_children(td: Any) -> Iterable[Child]:
@@ -469,19 +491,15 @@ def _tensordict_children(td: Any) -> Iterable[Child]:
     inner = d.get("_tensordict")
     if type(inner) is dict:
         for key, value in list(inner.items()):
-            yield _key_segment(key), TD, td, key, value
+            yield _key(key), TD, td, key, value
         return
     stacked = d.get("tensordicts")
     if type(stacked) is list:
         for i, value in enumerate(stacked):
-            yield f"[{i}]", READONLY, stacked, i, value
+            yield _index(i), READONLY, stacked, i, value
         return
-    try:
-        items = list(td.items())
-    except Exception:
-        return
-    for key, value in items:
-        yield _key_segment(key), TD, td, key, value
+    for key, value in list(td.items()):
+        yield _key(key), TD, td, key, value
 
 
 _MODULE_PLAIN_DICTS = ("_modules", "_buffers")
@@ -497,21 +515,21 @@ def _module_children(module: Any) -> Iterable[Child]:
                 k = kinds()
                 for name, param in list(value.items()):
                     if param is not None and (k.tensor_hooks(param) or k.tensor_attrs(param) is not None):
-                        yield f".{name}", READONLY, value, name, param
+                        yield _attr(name), READONLY, value, name, param
             continue
         if key in _MODULE_PLAIN_DICTS and type(value) is dict:
             for name, child in list(value.items()):
                 if child is not None:
-                    segment = f"[{name}]" if name.isdigit() else f".{name}"
+                    segment = _index(int(name)) if name.isdigit() else _attr(name)
                     yield segment, ITEM, value, name, child
             continue
         if key.endswith("_hooks") and isinstance(value, dict):
             # Hook dicts are keyed by global handle ids that differ from run to
             # run; name hooks by position so paths are stable.
             hooks = _HookDict(value)
-            yield f".{key}", READONLY, d, key, hooks
+            yield (Segment(SegmentKind.HOOKS, key),), READONLY, d, key, hooks
             continue
-        yield _key_segment(key), ATTR, d, key, value
+        yield _key(key), ATTR, d, key, value
 
 
 class _HookDict:
@@ -524,12 +542,11 @@ class _HookDict:
 
     def children(self) -> Iterable[Child]:
         for i, (key, value) in enumerate(list(dict.items(self.hooks))):
-            yield f"[{i}]", ITEM, self.hooks, key, value
+            yield _index(i), ITEM, self.hooks, key, value
 
 
 def _function_children(fn: types.FunctionType) -> Iterable[Child]:
-    module = fn.__module__ or ""
-    if module.startswith(("torch.", "leakscope.")) or module == "torch":
+    if is_library_module(fn.__module__ or ""):
         return
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -537,16 +554,16 @@ def _function_children(fn: types.FunctionType) -> Iterable[Child]:
                 value = cell.cell_contents
             except ValueError:
                 continue
-            yield f".{name}", CELL, cell, None, value
+            yield (Segment(SegmentKind.CELL, name),), CELL, cell, None, value
     if fn.__defaults__:
         for i, value in enumerate(fn.__defaults__):
-            yield f".__defaults__[{i}]", DEFAULTS, fn, i, value
+            yield (*_attr("__defaults__"), *_index(i)), DEFAULTS, fn, i, value
     if fn.__kwdefaults__:
         for key, value in list(fn.__kwdefaults__.items()):
-            yield f".__kwdefaults__{_key_segment(key)}", ITEM, fn.__kwdefaults__, key, value
+            yield (*_attr("__kwdefaults__"), *_key(key)), ITEM, fn.__kwdefaults__, key, value
     d = fn.__dict__
     for key, value in list(d.items()):
-        yield _key_segment(key), ITEM, d, key, value
+        yield _key(key), ITEM, d, key, value
 
 
 def class_children(cls: type) -> Iterable[Child]:
@@ -556,11 +573,12 @@ def class_children(cls: type) -> Iterable[Child]:
             continue
         if isinstance(value, (staticmethod, classmethod, property)):
             continue
-        yield f".{key}", CLASSATTR, cls, key, value
+        yield _attr(key), CLASSATTR, cls, key, value
 
 
-def module_globals(module: types.ModuleType) -> Iterable[Child]:
-    """The globals of a user module that can hold state: containers, objects, functions, classes."""
+def module_globals(module: types.ModuleType, generic: bool = False) -> Iterable[Child]:
+    """The globals of a user module that can hold state: containers, objects, functions, classes
+    (with ``generic``, objects of any type but modules and other modules' classes and functions)."""
     name = module.__name__
     d = module.__dict__
     for key, value in list(d.items()):
@@ -571,13 +589,13 @@ def module_globals(module: types.ModuleType) -> Iterable[Child]:
         if isinstance(value, type):
             if value.__module__ != name:
                 continue
-            yield f".{key}", READONLY, d, key, value
+            yield _attr(key), READONLY, d, key, value
             continue
         if isinstance(value, types.FunctionType) and value.__module__ != name:
             continue
-        if not _is_state(value, name):
+        if not (_is_state(value, name) or (generic and not is_interpreter_internal(type(value)))):
             continue
-        yield f".{key}", ITEM, d, key, value
+        yield _attr(key), ITEM, d, key, value
 
 
 def _is_state(value: Any, module_name: str) -> bool:
@@ -596,8 +614,20 @@ def _is_state(value: Any, module_name: str) -> bool:
 
 @dataclasses.dataclass
 class WalkStats:
+    """What a walk did: objects entered, whether it hit ``max_objects``, and the objects whose
+    children could not be listed (counted, never silently skipped)."""
+
     visited: int = 0
     truncated: bool = False
+    errors: int = 0
+    #: the first error: ``TypeError: ... at engine.x``
+    first_error: str | None = None
+
+    def note_error(self, exc: BaseException, where: str) -> None:
+        self.errors += 1
+        if self.first_error is None:
+            text = str(exc).strip().splitlines()
+            self.first_error = f"{type(exc).__name__}: {text[0] if text else '(no message)'} at {where}"
 
 
 def walk(
@@ -606,6 +636,7 @@ def walk(
     skip_ids: Iterable[int] = (),
     max_objects: int = 2_000_000,
     stats: WalkStats | None = None,
+    generic: bool = False,
 ) -> Iterator[Hit]:
     """Yield every tensor and autograd node reachable from ``roots``, depth first.
 
@@ -613,6 +644,12 @@ def walk(
     instance, is walked as its own root). Parameters are neither yielded nor
     entered. Roots are walked in order and share one visited set, so an object
     reachable from two roots is named under the first.
+
+    ``generic`` is the fallback for graphs the typed walk cannot name: it also
+    enters objects of library types the user owns (by their attributes, or
+    through ``gc.get_referents``) and every kind of module global, skipping only
+    leakscope's machinery and torch's internals (:mod:`leakscope.probe.library`).
+    An object whose children cannot be listed is counted in ``stats.errors``.
     """
     k = kinds()
     skip = set(skip_ids)
@@ -620,14 +657,14 @@ def walk(
     stats = stats if stats is not None else WalkStats()
     for root in roots:
         if root.holder is not None:
-            root_link = Link(None, root.name, ITEM, root.holder, root.name)
+            root_link = Link(None, (), ITEM, root.holder, root.name, root.name)
         else:
-            root_link = Link(None, root.name, READONLY, None, None)
+            root_link = Link(None, (), READONLY, None, None, root.name)
         stack: list[tuple[Any, Link]] = []
         if root.kind == "global":
             module = root.obj
             visited.add(id(module.__dict__))
-            for segment, kind, container, key, value in module_globals(module):
+            for segment, kind, container, key, value in module_globals(module, generic):
                 stack.append((value, Link(root_link, segment, kind, container, key)))
             stack.reverse()
         else:
@@ -646,13 +683,13 @@ def walk(
                 if not k.is_parameter(obj):
                     yield Hit(obj, link, root)
                 for name, hooks in k.tensor_hooks(obj):
-                    stack.append((_HookDict(hooks), Link(link, f".{name}", READONLY, None, None)))
+                    stack.append((_HookDict(hooks), Link(link, (Segment(SegmentKind.HOOKS, name),), READONLY, None, None)))
                 attrs = k.tensor_attrs(obj)
                 if attrs is not None and id(attrs) not in visited:
                     visited.add(id(attrs))
                     for key, value in list(attrs.items()):
                         if type(key) is str and not key.startswith("_"):
-                            stack.append((value, Link(link, _key_segment(key), ATTR, attrs, key)))
+                            stack.append((value, Link(link, _key(key), ATTR, attrs, key)))
                 continue
             if k.is_node(obj):
                 yield Hit(obj, link, root)
@@ -672,11 +709,12 @@ def walk(
                 if is_class:
                     children = list(class_children(obj))
                 else:
-                    children = list(_children(obj, k))
-            except Exception:
+                    children = list(_children(obj, k, generic))
+            except Exception as exc:
+                stats.note_error(exc, str(link.path()))
                 continue
             for segment, kind, container, key, value in reversed(children):
-                if kind == CELL and segment == "":
+                if kind == CELL and not segment:
                     stack.append((value, link))
                 else:
                     stack.append((value, Link(link, segment, kind, container, key)))
@@ -720,6 +758,8 @@ def release(link: Link, value: Any) -> None:
         setattr(container, key, value)
     elif kind == LRU:
         container.cache_clear()
+    elif kind == CONTEXT_VAR:
+        container.set(value)
     elif kind == FRAME:
         _set_frame_local(container, key, value)
     elif kind == DICT_KEY:

@@ -9,7 +9,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-FORMATS = ("text", "json", "junit", "sarif", "github")
+FORMATS = ("text", "json", "junit", "sarif", "github", "html")
 
 _MODULES = {
     "text": "leakscope.render.text",
@@ -17,6 +17,7 @@ _MODULES = {
     "junit": "leakscope.render.junit",
     "sarif": "leakscope.render.sarif",
     "github": "leakscope.render.github",
+    "html": "leakscope.render.html",
 }
 
 

@@ -77,7 +77,7 @@ _LEVEL = {"leak": "error", "warning": "warning", "allowed": "note"}
 
 
 def _rule(finding: Finding) -> tuple[str, str, str, str]:
-    return RULES.get(finding.holder, _OTHER)
+    return RULES.get(finding.holder.value, _OTHER)
 
 
 def _rule_dict(rule: tuple[str, str, str, str], level: str) -> dict[str, Any]:
@@ -115,10 +115,10 @@ def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str
         "properties": {
             "target": result.target,
             "mode": result.mode.value,
-            "path": finding.path,
-            "holder": finding.holder,
+            "path": str(finding.path),
+            "holder": finding.holder.value,
             "gradFn": finding.grad_fn,
-            "cause": finding.cause,
+            "cause": finding.cause.value,
             "retainedBytes": finding.retained_bytes,
             "bytesByCause": dict(finding.bytes_by_cause),
             "graphNodes": finding.graph_nodes,

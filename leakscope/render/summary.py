@@ -8,7 +8,7 @@ pull-request annotation.
 from __future__ import annotations
 
 from leakscope.render.text import human_bytes
-from leakscope.results import Finding, Report, TargetResult, Verdict
+from leakscope.results import Finding, Holder, Report, TargetResult, Verdict
 
 
 def label(result: TargetResult) -> str:
@@ -18,12 +18,17 @@ def label(result: TargetResult) -> str:
 
 def finding_line(finding: Finding) -> str:
     """What one finding retains, in one line (no fix hint)."""
+    size = human_bytes(finding.retained_bytes)
+    if finding.holder is Holder.STORAGE_GROWTH:
+        return (
+            f"{finding.path} (storage growth) grows by about {size} per micro-batch of tensors "
+            "without a graph (not a graph leak, but unbounded)"
+        )
     what = {
         "leak": "keeps this step's autograd graph alive",
         "warning": "keeps this step's autograd graph alive until the cyclic garbage collector runs",
         "allowed": "keeps this step's autograd graph alive (allowed)",
     }.get(finding.severity, "keeps this step's autograd graph alive")
-    size = human_bytes(finding.retained_bytes)
     return f"{finding.path} ({finding.holder}, {finding.grad_fn}) {what}: {size}, cause {finding.cause}"
 
 
@@ -69,7 +74,7 @@ def result_line(result: TargetResult) -> str:
     tail = f" ({', '.join(extras)})" if extras else ""
     if result.verdict is Verdict.CLEAN:
         return f"{label(result)}: clean{tail}"
-    paths = ", ".join(f.path for f in leaks) or "no named holder"
+    paths = ", ".join(str(f.path) for f in leaks) or "no named holder"
     count = f"{len(leaks)} reference{'s' if len(leaks) != 1 else ''}"
     return (
         f"{label(result)}: graph retained by {count}, {human_bytes(result.retained_bytes)} "

@@ -6,6 +6,7 @@ import io
 from typing import Any
 
 from leakscope.paths import shorten
+from leakscope.policy import exit_code
 from leakscope.results import Report, TargetResult, Verdict
 
 _STYLE = {Verdict.CLEAN: "bold green", Verdict.LEAK: "bold red", Verdict.ERROR: "bold yellow"}
@@ -78,12 +79,12 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
         for f in result.findings:
             severity = "" if f.severity == "leak" else f" ({f.severity})"
             table.add_row(
-                shorten(f.path), f.holder + severity, f.grad_fn, f.cause, human_bytes(f.retained_bytes),
+                shorten(str(f.path)), f.holder + severity, f.grad_fn, f.cause, human_bytes(f.retained_bytes),
                 "yes" if f.confirmed else "no",
             )
         blocks.append(table)
         for f in result.findings:
-            lines = [f"  {shorten(f.path)}"]
+            lines = [f"  {shorten(str(f.path))}"]
             if f.source:
                 lines.append(f"    created at {f.source}")
             if len(f.bytes_by_cause) > 1:
@@ -102,8 +103,11 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
     return blocks
 
 
-def render(report: Report, *, color: bool = False, width: int = 120, debug: bool = False, **_: Any) -> str:
-    """The report as terminal text (ANSI colours only when ``color``)."""
+def render(
+    report: Report, *, color: bool = False, width: int = 120, debug: bool = False, fail_on: str = "leak", **_: Any
+) -> str:
+    """The report as terminal text (ANSI colours only when ``color``); the footer's exit code is
+    :func:`leakscope.policy.exit_code` under ``fail_on``, the process's own."""
     from rich.console import Console
     from rich.text import Text
 
@@ -125,7 +129,7 @@ def render(report: Report, *, color: bool = False, width: int = 120, debug: bool
     console.print()
     console.print(Text(
         f"{counts[Verdict.LEAK]} leak, {counts[Verdict.CLEAN]} clean, {counts[Verdict.ERROR]} error "
-        f"(exit {report.exit_code})",
+        f"(exit {exit_code(report, fail_on)})",
         style="bold",
     ))
     return buffer.getvalue()

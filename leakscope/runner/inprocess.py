@@ -16,6 +16,7 @@ from typing import Any
 from leakscope.adapters.registry import resolve_spec, target_name
 from leakscope.errors import LeakscopeError
 from leakscope.options import CheckOptions
+from leakscope.phase import report
 from leakscope.results import Mode, TargetResult, Verdict
 
 
@@ -33,6 +34,7 @@ def check_target(
     from leakscope.probe.liveness import gc_paused
 
     name = target_name(target)
+    report("importing the target", target=name)
     try:
         spec = resolve_spec(target, options.factory)
     except LeakscopeError as exc:
@@ -50,6 +52,7 @@ def check_target(
     # forward-only step and reported there. Results keep the requested order.
     for mode in sorted(options.modes, key=lambda m: m is not Mode.FORWARD_ONLY):
         started = time.perf_counter()
+        report(mode=mode.value)
         changed: list[str] = []
         try:
             with torch_state(changed), process_group(options.device), gc_paused(), single_threaded():

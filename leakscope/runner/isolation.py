@@ -35,6 +35,7 @@ from typing import Any
 from leakscope import __version__
 from leakscope.errors import UsageError
 from leakscope.options import CheckOptions
+from leakscope.phase import listened, report
 from leakscope.results import Mode, Report, TargetResult, Verdict
 
 _FIX_EXIT = "an engine must return (loss, output) and never exit the process"
@@ -129,6 +130,9 @@ class _Job:
     returncode: int | None = None
     timed_out: bool = False
     seconds: float = 0.0
+    #: the target string, and how far its phase lines have been relayed (NOTE [Phases from the child])
+    target: str = ""
+    relayed: int = 0
 
     @property
     def done(self) -> bool:
@@ -247,7 +251,8 @@ class _Pool:
 
     def _start(self, index: int, target: str) -> None:
         tmp = tempfile.TemporaryDirectory(prefix="leakscope-")
-        job = _Job(index, tmp, Path(tmp.name, "request.json"), Path(tmp.name, "results.jsonl"))
+        job = _Job(index, tmp, Path(tmp.name, "request.json"), Path(tmp.name, "results.jsonl"), target=target)
+        report("starting a check process", target=target)
         from leakscope.serialize import to_data
 
         request = {"target": target, "options": to_data(self.options), "results": str(job.results)}
@@ -296,6 +301,8 @@ class _Pool:
         timeout: float | None = None
         if any(j.proc is not None and j.pidfd is None for j in self.running.values()):
             timeout = _POLL_S
+        if listened():
+            timeout = _RELAY_S if timeout is None else min(timeout, _RELAY_S)
         limit = self.options.timeout
         if limit:
             for job in self.running.values():
@@ -306,6 +313,9 @@ class _Pool:
             self.selector.select(timeout)
         if self.zygote is not None and self.zygote.alive:
             self._messages()
+        if listened():
+            for job in self.running.values():
+                job.relayed = _relay(job.results, job.relayed, job.target)
         for job in self.running.values():
             if job.proc is not None and not job.done:
                 self._poll_spawned(job)
@@ -392,6 +402,37 @@ def _collect(target: str, options: CheckOptions, job: _Job) -> tuple[list[Target
         results.extend(_error(target, mode, message, detail, job.seconds) for mode in missing)
     results.sort(key=lambda r: options.modes.index(r.mode) if r.mode in options.modes else len(options.modes))
     return results, version
+
+
+# NOTE [Phases from the child]
+# The child appends each phase it enters (leakscope.phase.report) to its
+# records file as {"phase": {...}}, next to its results. While children run,
+# the pool's loop wakes every 0.1 s and reports the new lines in this process
+# under the target's name, so the CLI's status line shows the phase even when a
+# child hangs in it: the last one read is where it hangs. Nothing is read when
+# nothing listens.
+_RELAY_S = 0.1
+
+
+def _relay(path: Path, offset: int, target: str) -> int:
+    """Report the phases in the complete lines after ``offset``; the offset after them."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return offset
+    end = data.rfind(b"\n") + 1
+    for line in data[:end].splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        event = record.get("phase") if isinstance(record, dict) else None
+        if isinstance(event, dict):
+            fields = {key: str(event[key]) for key in ("mode", "phase", "step") if key in event}
+            report(fields.get("phase"), step=fields.get("step"), mode=fields.get("mode"), target=target)
+    return offset + end
 
 
 def _stderr_fd() -> int:

@@ -23,6 +23,8 @@ import sys
 import traceback
 from typing import IO, Any, NoReturn
 
+from leakscope.phase import listening, report
+
 
 def _write(out: IO[str], record: dict[str, Any]) -> None:
     out.write(json.dumps(record) + "\n")
@@ -66,8 +68,9 @@ def run_request(request_path: str) -> NoReturn:
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
     status = 0
-    with open(request["results"], "a", encoding="utf-8") as out:
+    with open(request["results"], "a", encoding="utf-8") as out, listening(lambda e: _write(out, {"phase": e})):
         try:
+            report("importing torch and leakscope")  # the parent shows each phase live (NOTE [Phases from the child])
             _run(request, out)
         except BaseException as exc:  # noqa: B036 - the parent turns this line into an error result
             _write(out, {"fatal": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})

@@ -1,0 +1,111 @@
+"""What is library machinery and what is the user's: one policy for the walk, the trial and source lines.
+
+A holder is named from the user's objects. Library packages (torch, the
+standard library's machinery, leakscope itself) are not entered by the typed
+walk and their frames are never "the line to change". Two exceptions keep the
+policy honest:
+
+- leakscope's built-in engines (``leakscope.models.engines``) are engines like
+  any user's: their objects are walked and their lines are user lines;
+- the generic fallback of the walk (see :func:`leakscope.probe.references.walk`,
+  ``generic=True``) enters objects of library types a user owns (a logging
+  handler, a ``torch.distributions`` object, a ``threading.local``), and skips
+  only leakscope's machinery and :func:`is_interpreter_internal` objects.
+
+Matching is by the whole first component of a module name: a user module
+``reward_model`` or ``replay`` is not ``re``, and ``iox`` is not ``io``.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+from pathlib import Path
+
+#: Top-level packages whose objects are library machinery, not engine state.
+LIBRARY_PACKAGES = frozenset({
+    "torch", "tensordict", "leakscope", "logging", "threading", "_thread", "socket", "io", "_io", "ssl",
+    "asyncio", "multiprocessing", "concurrent", "subprocess", "re", "typing", "inspect", "ast",
+    "weakref", "_weakref", "numpy", "enum", "typer", "click", "rich", "_pytest", "pytest", "pluggy",
+    "builtins", "importlib", "tempfile", "contextlib", "transformers", "peft", "accelerate",
+})
+#: leakscope modules that are engines, checked like user code
+USER_MODULES_IN_LEAKSCOPE = frozenset({"leakscope.models.engines"})
+#: torch sub-packages whose objects a user creates and keeps (``self.dist = Categorical(logits=x)``):
+#: the generic walk enters them; every other torch object is torch's own machinery
+TORCH_USER_PACKAGES = ("torch.distributions", "torch.optim", "torch.nn.modules", "torch.utils.data")
+
+_LEAKSCOPE_DIR = str(Path(__file__).resolve().parent.parent)
+_USER_FILES_IN_LEAKSCOPE = {str(Path(_LEAKSCOPE_DIR, "models", "engines.py"))}
+_STDLIB = {
+    str(Path(p).resolve())
+    for p in {sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")}
+    if p
+}
+#: site-packages directories of library packages (frames there are not the user's)
+_LIBRARY_DIRS = tuple(f"{os.sep}{name}{os.sep}" for name in sorted(LIBRARY_PACKAGES) if not name.startswith("_"))
+
+
+def is_library_module(name: str) -> bool:
+    """A module of a library package (by its whole top-level name); leakscope's engines are not."""
+    if name in USER_MODULES_IN_LEAKSCOPE:
+        return False
+    return name.partition(".")[0] in LIBRARY_PACKAGES
+
+
+def is_library_type(tp: type) -> bool:
+    """Objects of this type are library machinery for the typed walk.
+
+    ``torch.nn`` modules are walked by their own rule (parameters, buffers, hooks).
+    """
+    module = getattr(tp, "__module__", "") or ""
+    if module.startswith("torch.nn.modules"):
+        return False
+    return is_library_module(module)
+
+
+def is_leakscope_machinery(tp: type) -> bool:
+    """leakscope's own objects (its trial, probes, evidence), never a holder; its engines are."""
+    module = getattr(tp, "__module__", "") or ""
+    return (module == "leakscope" or module.startswith("leakscope.")) and module not in USER_MODULES_IN_LEAKSCOPE
+
+
+def is_interpreter_internal(tp: type) -> bool:
+    """Objects a user cannot touch: torch's C++-backed machinery and leakscope's own.
+
+    The generic walk enters everything else, library types included.
+    """
+    if is_leakscope_machinery(tp):
+        return True
+    module = getattr(tp, "__module__", "") or ""
+    if module == "torch" or module.startswith("torch."):
+        return not module.startswith(TORCH_USER_PACKAGES)
+    return False
+
+
+def is_library_file(filename: str) -> bool:
+    """True for frames the user cannot change: stdlib, library packages, leakscope itself."""
+    if not filename or filename.startswith("<"):
+        return True
+    try:
+        resolved = str(Path(filename).resolve())
+    except OSError:
+        resolved = filename
+    if resolved in _USER_FILES_IN_LEAKSCOPE:
+        return False
+    if resolved.startswith(_LEAKSCOPE_DIR + os.sep):
+        return True
+    if "site-packages" not in resolved and any(resolved.startswith(s + os.sep) for s in _STDLIB):
+        return True
+    return "site-packages" in resolved and any(part in resolved for part in _LIBRARY_DIRS)
+
+
+__all__ = [
+    "LIBRARY_PACKAGES",
+    "TORCH_USER_PACKAGES",
+    "is_interpreter_internal",
+    "is_leakscope_machinery",
+    "is_library_file",
+    "is_library_module",
+    "is_library_type",
+]
