@@ -189,3 +189,14 @@ def test_zygote_will_not_fork_with_a_second_thread() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.stdout.splitlines() == ["None", "the zygote runs 2 threads"]
+
+
+def test_hf_lora_libraries_are_imported_once_too() -> None:
+    """``--model hf-lora``: the zygote also imports transformers and peft, seconds per target otherwise."""
+    targets = [f"{PROBE}:First", f"{PROBE}:Second"]
+    _, out = _cli(*targets, "--model", "hf-lora", "--mode", "train", "--no-confirm", "-f", "json",
+                  env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [r["verdict"] for r in json.loads(out.stdout)["results"]] == ["clean", "clean"]
+    assert len(re.findall(r"^import time:.*\|\s+transformers$", out.stderr, re.M)) == 1
+    assert len(TORCH_IMPORT.findall(out.stderr)) == 1

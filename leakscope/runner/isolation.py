@@ -142,9 +142,9 @@ class _Job:
 class _Zygote:
     """The parent's handle on the fork server (``leakscope.runner.zygote``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, model: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leakscope.runner.zygote"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            [sys.executable, "-m", "leakscope.runner.zygote", model], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=_stderr_fd(), start_new_session=True,
         )
         assert self.proc.stdout is not None and self.proc.stdin is not None
@@ -268,7 +268,7 @@ class _Pool:
         if not self.fork:
             return None
         if self.zygote is None:
-            self.zygote = _Zygote()
+            self.zygote = _Zygote(self.options.model)
             if not self.zygote.wait_ready(_ZYGOTE_START_S):
                 self.fork = False  # it could not import, or may not fork: spawn every target
                 self.zygote.close()

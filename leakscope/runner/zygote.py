@@ -1,7 +1,8 @@
-"""The fork server of an isolated check: ``python -m leakscope.runner.zygote``.
+"""The fork server of an isolated check: ``python -m leakscope.runner.zygote [MODEL]``.
 
 Started by :mod:`leakscope.runner.isolation`, once per check. It imports torch,
-tensordict and leakscope's check machinery, then forks one fresh child per
+tensordict and leakscope's check machinery (and transformers and peft for
+``MODEL`` ``hf-lora``), then forks one fresh child per
 target; the child runs the target exactly as ``python -m leakscope.runner.worker``
 does (:func:`leakscope.runner.worker.run_request`). See NOTE [Zygote].
 
@@ -51,6 +52,7 @@ a signal). End of its stdin: kill every child's group, reap them, exit.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import faulthandler
 import gc
@@ -148,8 +150,8 @@ def _fresh_signals() -> dict[int, Any]:
     return handlers
 
 
-def _load() -> _Fresh:
-    """Import the check's modules without starting a thread or running an op."""
+def _load(model: str | None) -> _Fresh:
+    """Import the check's modules (and ``model``'s libraries) without starting a thread or running an op."""
     fresh_signals = _fresh_signals()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     environ = {name: os.environ.get(name) for name in _QUIET_THREADS}
@@ -165,6 +167,12 @@ def _load() -> _Fresh:
     from leakscope.adapters.registry import _entry_points
 
     _entry_points()  # every check lists the adapter entry points (metadata only: nothing is imported)
+    if model == "hf-lora":  # transformers and peft: seconds per child otherwise
+        from leakscope.errors import UsageError
+        from leakscope.models.hf import _imports
+
+        with contextlib.suppress(UsageError):  # not installed: each child says so
+            _imports()
     return _Fresh(signals=fresh_signals, mask=mask, environ=environ, torch_threads=threads)
 
 
@@ -317,7 +325,7 @@ def main() -> None:
     sys.stdout = sys.stderr
     faulthandler.enable(file=sys.__stderr__ or sys.stderr)
     try:
-        fresh = _load()
+        fresh = _load(sys.argv[1] if len(sys.argv) > 1 else None)
     except BaseException as exc:  # noqa: B036 - the parent spawns instead; the child will name the cause
         _send(control, {"ready": False, "reason": f"importing failed: {type(exc).__name__}: {exc}"})
         os._exit(0)
