@@ -47,7 +47,7 @@ def test_text_report_has_table_and_fix() -> None:
     assert result.exit_code == 1
     assert "LEAK" in result.stdout
     assert "output.model_output.entropy" in result.stdout
-    assert "fix: detach the returned tree" in result.stdout
+    assert 'fix: detach output["model_output"]["entropy"] before it is returned' in result.stdout
 
 
 def test_missing_module_is_exit_3_one_line_and_valid_json() -> None:

@@ -135,9 +135,11 @@ def resolver(path: str, roots: dict[str, Any]) -> Callable[[], Any] | None:
 def store_op(path: str, line: str) -> str:
     """How the line stored the tensor, from the line's text and the holder path."""
     text = line.strip()
+    if path == "output" or path.startswith(("output.", "output[")):
+        return "return"
     if "_hooks" in path:
         return "hook"
-    if "_forward_cache" in path or re.search(r"\.update\(|\bmetric", text):
+    if "_forward_cache" in path or re.search(r"\.update\(|metric\w*\(", text):
         return "metric"
     if re.search(r"register_buffer\(", text):
         return "buffer"
