@@ -120,7 +120,7 @@ def store_op(path: HolderPath, line: str) -> str:
     if path.in_hook():
         return "hook"
     metric_cache = bool(path.segments) and path.segments[-1].name == "_forward_cache"
-    if metric_cache or re.search(r"\.update\(|\bmetric", text):
+    if metric_cache or re.search(r"\.update\(|metric\w*\(", text):
         return "metric"
     if re.search(r"register_buffer\(", text):
         return "buffer"
