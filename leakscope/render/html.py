@@ -157,7 +157,7 @@ def _result_section(index: int, result: TargetResult, root: Path, debug: bool) -
 
 
 def _nice_ceiling(value: float) -> float:
-    """The smallest 1-2-5 step (in B, KiB, MiB, ...) at or above ``value``."""
+    """The smallest round number of B, KiB, MiB, ... at or above ``value`` (the plot's top gridline)."""
     if value <= 0:
         return 1.0
     unit = 1024.0 ** max(0, int(math.log(value, 1024)))
@@ -190,7 +190,7 @@ def _growth_figure(result: TargetResult) -> str:
         f'role="img" aria-label="retained bytes after each micro-batch">',
         f"<title>{_e(growth_line(result).strip())}</title>",
     ]
-    for k in range(5):
+    for k in range(5 if max(values + storage + [0]) > 0 else 1):  # flat at zero: one gridline, "0 B"
         v = ymax * k / 4
         yy = y(v)
         out.append(f'<line class="grid" x1="{left}" y1="{yy:.1f}" x2="{width - right}" y2="{yy:.1f}"/>')
