@@ -12,6 +12,9 @@ HOLDERS = {
     "micro_batch": "micro-batch",
     "module": "model attribute",
     "global": "module global",
+    # leakscope watch: the loop that called the step, and the step's arguments
+    "caller": "caller's frame",
+    "argument": "argument",
 }
 
 
@@ -131,6 +134,18 @@ def hint_for(holder: str, cause: str, path: str) -> str:
         return "detach inside the hook before storing: store.append(output.detach()), or use torch.no_grad() there"
     if holder == "model attribute":
         return f"keep only detached tensors on the model: {_store(path, 'module', 'model')}"
+    if holder == "caller's frame":
+        # caller:train.py:main.output_lst[0].x -> output_lst (the file name has dots too)
+        head, bracket, _ = path.partition("[")
+        ref = head.rsplit(".", 1)[-1] if "." in head.rsplit(":", 1)[-1] else "it"
+        if bracket:
+            return (
+                f"the loop that calls the step keeps every call's result in {ref}: store detached values there "
+                "(out.detach(), .item() for metrics), or return detached outputs from the step"
+            )
+        return f"the loop that calls the step keeps {ref} across calls: rebind it to a detached value (or del it) after backward"
+    if holder == "argument":
+        return f"the step's argument keeps a tensor of an earlier call: write only detached tensors into it ({shorten(path)})"
     if holder == "module global":
         ref, _ = _reference(path, "global:", "")
         return f"module-level state must hold detached tensors: put value.detach() into {ref or 'it'}, never the attached tensor"

@@ -226,7 +226,7 @@ class _Curve:
                 stored.append(("storage", obj))
                 paths.append(hit.path)
         union: StorageMap = {}
-        self.held = [_held_finding(hit, node, excluded, trial.seq_start, union) for hit, node in held]
+        self.held = [held_finding(hit, node, excluded, trial.seq_start, union) for hit, node in held]
         self.held_bytes = sum(nbytes for _, nbytes in union.values())
         union.clear()
         held.clear()
@@ -300,10 +300,12 @@ def _bounded(hit: Any) -> bool:
     return isinstance(container, deque) and container.maxlen is not None
 
 
-def _held_finding(
+def held_finding(
     hit: Any, node: Any, excluded: set[tuple[str, int]], after_seq: int, union: StorageMap
 ) -> Finding:
     """A reference still holding the graph of a micro-batch whose step has returned.
+
+    Shared by the growth run and ``leakscope watch`` (one finding factory for a held graph).
 
     Holding a tensor (or node) holds its graph, so the reference retains it on
     its own: the finding is confirmed by construction.

@@ -59,7 +59,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         findings = _confirm(spec, mode, options, findings)
         residual = _residual_after_release(spec, mode, options)
     if sum(residual.values()) > 0:
-        findings.append(_unknown_finding(residual))
+        findings.append(unknown_finding(residual))
     if not findings and sum(died_in_gc.values()) > 0:
         findings.append(_until_gc_finding(died_in_gc))
     growth = None
@@ -142,6 +142,14 @@ def _anchored(findings: list[Finding], spec: EngineSpec) -> tuple[Finding, ...]:
 
 
 def _source_of(obj: Any, spec: EngineSpec, modules: Any = ()) -> Source | None:
+    return created_at(obj, modules)
+
+
+def created_at(obj: Any, modules: Any = ()) -> Source | None:
+    """The user line that created ``obj``'s graph node (needs anomaly-mode stack traces).
+
+    Lines in ``modules``' files are preferred. Shared with ``leakscope watch``.
+    """
     node = getattr(obj, "grad_fn", None) if not _is_node(obj) else obj
     if node is not None:
         try:
@@ -308,7 +316,8 @@ def _residual_after_release(spec: EngineSpec, mode: Mode, options: CheckOptions)
         trial.close()
 
 
-def _unknown_finding(by_cause: dict[str, int]) -> Finding:
+def unknown_finding(by_cause: dict[str, int]) -> Finding:
+    """Retention proven (bytes per cause alive) but no holder named. Shared with ``leakscope watch``."""
     cause = _dominant(by_cause)
     return Finding(
         path=UNKNOWN_HOLDER,
