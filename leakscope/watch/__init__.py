@@ -15,3 +15,25 @@ from __future__ import annotations
 from leakscope.watch.session import Watch, WatchOptions, watch
 
 __all__ = ["Watch", "WatchOptions", "watch"]
+
+
+# NOTE [A callable package]
+# ``leakscope.watch("pkg.mod:Class.method")`` is the library API (issue 14), and
+# ``leakscope.watch`` is also this package: once any ``leakscope.watch.*`` module
+# is imported, Python binds the package as the ``watch`` attribute of
+# ``leakscope``, shadowing a lazily exported function. So the package itself is
+# callable: calling it calls :func:`leakscope.watch.session.watch`.
+def _install_call() -> None:
+    import sys
+    import types
+    from typing import Any
+
+    class _WatchPackage(types.ModuleType):
+        def __call__(self, *args: Any, **kwargs: Any) -> Watch:
+            return watch(*args, **kwargs)
+
+    sys.modules[__name__].__class__ = _WatchPackage
+
+
+_install_call()
+del _install_call

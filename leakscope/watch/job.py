@@ -82,6 +82,10 @@ def _across_ranks(report: Report, ranks: tuple[int, int], outcome: Outcome) -> J
     parts = read_reports(directory, expect=world, wait_s=RANK_WAIT_S)
     ordered = [r for _, r in parts]
     merged = merge_reports(ordered) if ordered else report
+    watch_extra = dict(merged.extra.get("watch", {}))
+    watch_extra["processes"] = [p for r in ordered for p in r.extra.get("watch", {}).get("processes", [])]
+    watch_extra["calls"] = [c for r in ordered for c in r.extra.get("watch", {}).get("calls", [])]
+    merged = dataclasses.replace(merged, extra={**merged.extra, "watch": watch_extra})
     if len(parts) < world:
         missing = TargetResult(
             target="the job", mode=Mode.TRAIN, verdict=Verdict.ERROR,

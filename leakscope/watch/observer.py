@@ -290,7 +290,7 @@ class Observer:
                         roots.append(Root(f"global:{_module_label(module)}", module, "global"))
                         seen_modules.add(name)
                 else:
-                    roots.append(Root(_caller_root_name(frame), dict(frame.f_locals), "caller"))
+                    roots.append(Root(_caller_root_name(frame), _locals_of(frame), "caller"))
                     self._add_module(name)
             frame = frame.f_back
         for module in [*extra_modules, *self._modules()]:
@@ -355,6 +355,25 @@ class Observer:
              "seconds": round(c.seconds, 4)}
             for c in self.calls
         ]
+
+
+def _locals_of(frame: types.FrameType) -> dict[str, Any]:
+    """A running function's locals, without leaving a snapshot behind.
+
+    # NOTE [Stale locals snapshot]
+    # Before Python 3.13, reading ``frame.f_locals`` of a running function
+    # fills a dict that the frame keeps until it returns, and that dict is not
+    # updated when the function later does ``del x``: the snapshot would keep
+    # ``x`` (the model, a step's output) alive for the rest of the function, a
+    # reference made by leakscope. The snapshot is emptied once copied; writing
+    # locals back (``PyFrame_LocalsToFast`` without ``clear``, which only
+    # tracers call) skips names that are missing, so nothing is lost.
+    """
+    snapshot = frame.f_locals
+    out = dict(snapshot)
+    if sys.version_info < (3, 13) and snapshot is not frame.f_globals and type(snapshot) is dict:
+        snapshot.clear()
+    return out
 
 
 def _module_label(module: types.ModuleType) -> str:
