@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import sys
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -423,9 +423,11 @@ def watch(
     from leakscope.watch.session import WatchOptions
 
     argv = list(args or [])
+    if module is not None and script is not None:  # -m MODULE takes the rest as the module's arguments
+        argv, script = [script, *argv], None
     try:
-        if (script is None) == (module is None):
-            raise UsageError("give a script to run (leakscope watch train.py ...) or -m MODULE, not both")
+        if script is None and module is None:
+            raise UsageError("give a script to run (leakscope watch train.py ...) or -m MODULE")
         for text in method or []:
             parse_method(text)
         if timeout is not None and (timeout < 0 or timeout != timeout):

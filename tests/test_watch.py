@@ -190,14 +190,14 @@ def test_library_api_leaves_nothing_behind() -> None:
     trainer.keep_item = False
     metric_engine.METRICS.clear()
 
-    def train() -> None:
+    def train(t: Any) -> None:
         for _ in range(6):
             x = torch.randn(4, 16)
-            trainer.train_step(x, x.sum(-1, keepdim=True))
+            t.train_step(x, x.sum(-1, keepdim=True))
 
     with leakscope.watch("fixtures.watch.metric_engine:Trainer.train_step", micro_batches=2) as w:
         assert metric_engine.Trainer.train_step is not original
-        train()
+        train(trainer)
     report = w.report
     assert report is not None and report.exit_code == 1
     assert [f.path for f in report.results[0].findings] == ["global:fixtures.watch.metric_engine.METRICS[0]"]

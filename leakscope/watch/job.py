@@ -50,8 +50,9 @@ def watch_job(
         if outcome.error is not None:
             session.job_error = outcome.error
             session.job_traceback = outcome.traceback
-        own = session.stop(extra_modules=[outcome.module] if outcome.module is not None else [])
+        own = session.stop(extra_modules=[outcome.module] if outcome.module is not None else [], frames=outcome.frames)
         outcome.module = None
+        outcome.frames.clear()
         others = read_reports(report_dir)
     _remove(report_dir)
     if others and not session.observer.calls:

@@ -29,6 +29,8 @@ class Outcome:
     exit_code: int = 0
     interrupted: bool = False
     stopped: bool = False
+    #: the frames of the job's traceback when it raised: the loop's locals, for the look at the end
+    frames: list[types.FrameType] = dataclasses.field(default_factory=list)
 
 
 def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
@@ -37,12 +39,17 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
 
     from leakscope.watch.observer import WatchStop
 
+    saved_path = list(sys.path)
     if as_module:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as python -m: the working directory first
         try:
             mod_name, spec, code = runpy._get_module_details(target)  # type: ignore[attr-defined]
         except ImportError as exc:
+            sys.path[:] = saved_path
             raise UsageError(f"cannot run module {target!r}: {exc}; check the name, or run its file instead") from None
         except Exception as exc:
+            sys.path[:] = saved_path
             raise UsageError(f"cannot run module {target!r}: {type(exc).__name__}: {exc}") from None
         file = spec.origin
         path0 = os.getcwd()
@@ -63,7 +70,7 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
     if spec is not None:
         module.__dict__["__loader__"] = spec.loader
         module.__dict__["__package__"] = spec.parent
-    saved_main, saved_argv, saved_path0 = sys.modules.get("__main__"), sys.argv, list(sys.path)
+    saved_main, saved_argv = sys.modules.get("__main__"), sys.argv
     sys.modules["__main__"] = module
     sys.argv = [file if not as_module else (file or target), *argv]
     sys.path.insert(0, path0)
@@ -90,10 +97,14 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
         outcome.exit_code = 1
         outcome.error = f"the job raised {type(exc).__name__}: {exc}" + (f" at {where}" if where else "")
         outcome.traceback = traceback.format_exc()
-        del exc
+        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # below this frame
+        while tb is not None:
+            outcome.frames.insert(0, tb.tb_frame)  # innermost first
+            tb = tb.tb_next
+        del exc, tb
     finally:
         sys.argv = saved_argv
-        sys.path[:] = saved_path0
+        sys.path[:] = saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
     return outcome

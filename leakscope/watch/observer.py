@@ -174,7 +174,7 @@ class Observer:
     # -- the look -----------------------------------------------------------------
     def look(
         self, frame: types.FrameType | None, args: tuple[Any, ...] = (), *, final: bool = False,
-        extra_modules: Sequence[types.ModuleType] = (),
+        extra_modules: Sequence[types.ModuleType] = (), extra_frames: Sequence[types.FrameType] = (),
     ) -> None:
         """Settle, walk the holders, and record which earlier call's graph each one keeps."""
         import torch
@@ -186,8 +186,8 @@ class Observer:
         from leakscope.probe.references import WalkStats, path_shape, walk
 
         settle()
-        roots = self._roots(frame, args, extra_modules)
-        latest = len(self.calls) - 1 if frame is not None else -1
+        roots = self._roots(frame, args, extra_modules, extra_frames)
+        latest = len(self.calls) - 1 if frame is not None or extra_frames else -1
         held: dict[str, list[tuple[Any, Any, Call]]] = {}  # by path shape
         touched: set[int] = set()
         plain_ids: set[int] = set()
@@ -208,7 +208,7 @@ class Observer:
             if hit.root.kind == "caller" and hit.link.parent is not None and hit.link.parent.parent is None and call.index == latest:
                 continue  # NOTE [The loop's latest result]
             held.setdefault(path_shape(hit.path), []).append((hit, node, call))
-        hit = obj = node = None
+        hit = obj = node = None  # type: ignore[assignment]  # no reference to the job's objects stays here
         roots.clear()
         union: StorageMap = {}  # every held call's graph: the growth curve
         per_call: StorageMap = {}  # the earliest held call's: bytes per call
@@ -243,7 +243,7 @@ class Observer:
             if c is not None:
                 counts[c.index] += 1
         node_roots.clear()
-        cuda = int(torch.cuda.memory_allocated()) if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+        cuda = int(torch.cuda.memory_allocated()) if torch.cuda.is_available() and torch.cuda.is_initialized() else None  # type: ignore[no-untyped-call]
         self.looks.append(Look(
             sum(n for _, n in union.values()), total, cuda, findings, tuple(counts), sum(n for _, n in per_call.values())
         ))
@@ -269,7 +269,8 @@ class Observer:
         return [m for m in (sys.modules.get(name) for name in self.modules) if m is not None]
 
     def _roots(
-        self, frame: types.FrameType | None, args: tuple[Any, ...], extra_modules: Sequence[types.ModuleType] = ()
+        self, frame: types.FrameType | None, args: tuple[Any, ...], extra_modules: Sequence[types.ModuleType] = (),
+        extra_frames: Sequence[types.FrameType] = (),
     ) -> list[Any]:
         """The holders a look walks, named as reports show them (NOTE [When watch looks])."""
         from leakscope.probe.references import Root
@@ -281,7 +282,11 @@ class Observer:
         for i, value in enumerate(args[1:]):
             roots.append(Root(f"args[{i}]", value, "argument"))
         seen_modules: set[str] = set()
+        frames: list[types.FrameType] = []
         while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+        for frame in [*frames, *extra_frames]:
             if not _is_leakscope_or_library(frame):
                 name = str(frame.f_globals.get("__name__", ""))
                 if frame.f_code.co_name == "<module>":
@@ -292,7 +297,8 @@ class Observer:
                 else:
                     roots.append(Root(_caller_root_name(frame), _locals_of(frame), "caller"))
                     self._add_module(name)
-            frame = frame.f_back
+        frames.clear()
+        frame = None
         for module in [*extra_modules, *self._modules()]:
             if module.__name__ not in seen_modules:
                 seen_modules.add(module.__name__)

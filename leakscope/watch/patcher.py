@@ -41,6 +41,8 @@ class Patcher:
         self.wrap = wrap
         self.pending: dict[str, list[MethodSpec]] = {}
         self.patched: list[_Patched] = []
+        #: every method patched so far (``pkg.mod:Class.method``), kept after restore
+        self.history: list[str] = []
         #: one line per spec whose module was imported but has no such method
         self.errors: list[str] = []
         self._finder: _PatchOnImport | None = None
@@ -63,8 +65,8 @@ class Patcher:
             self._patch(spec, module)
 
     def found(self) -> list[str]:
-        """The specs patched (as ``pkg.mod:Class.method``)."""
-        return [f"{p.cls.__module__}:{p.cls.__qualname__}.{p.name}" for p in self.patched]
+        """The methods patched so far (as ``pkg.mod:Class.method``), restored or not."""
+        return list(self.history)
 
     def _patch(self, spec: MethodSpec, module: types.ModuleType) -> None:
         owner: Any = module
@@ -82,6 +84,7 @@ class Patcher:
             return
         setattr(owner, spec.name, self.wrap(spec, original))
         self.patched.append(_Patched(owner, spec.name, own))
+        self.history.append(f"{owner.__module__}:{owner.__qualname__}.{spec.name}")
 
     def restore(self) -> None:
         """Every patched method back to its original object; the import hook removed."""

@@ -108,11 +108,16 @@ class Watch:
         self.stop()
         return tp is not None and issubclass(tp, WatchStop)
 
-    def stop(self, extra_modules: Sequence[types.ModuleType] = ()) -> Report:
-        """Look once more (when the job ended before the call after the last watched one), restore, report."""
+    def stop(
+        self, extra_modules: Sequence[types.ModuleType] = (), frames: Sequence[types.FrameType] = ()
+    ) -> Report:
+        """Look once more (when the job ended before the call after the last watched one), restore, report.
+
+        ``frames``: the frames of the job's traceback when it raised, walked as the caller's.
+        """
         observer = self.observer
         if not observer.done and observer.calls:
-            observer.look(None, final=True, extra_modules=extra_modules)
+            observer.look(None, final=True, extra_modules=extra_modules, extra_frames=frames)
         observer.finish()  # calls _detach once
         self._detach()
         assert self.report is not None
@@ -137,7 +142,7 @@ class Watch:
         if not self.observer.calls:
             if self.patcher.errors:
                 message = "; ".join(self.patcher.errors) + "; check --method"
-            elif not self.patcher.patched:
+            elif not self.patcher.history:
                 message = (
                     f"the job never imported {name}; name the step to watch with --method pkg.module:Class.method"
                 )
