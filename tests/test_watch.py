@@ -232,3 +232,34 @@ def test_library_api_patches_a_module_on_import_and_removes_the_hook() -> None:
     assert module.ActorEngine.forward_step is patched.__wrapped__
     assert w.report is not None and w.report.results[0].verdict.value == "error"
     assert "never called" in (w.report.results[0].error or "")
+
+
+@pytest.mark.parametrize(
+    ("version", "verdict", "paths"),
+    [
+        ("0.8.0", "leak", [
+            "caller:transformer_impl.py:FSDPEngine.forward_backward_batch.output_lst[0].model_output.log_probs",
+            "caller:transformer_impl.py:FSDPEngine.forward_backward_batch.output_lst[0].model_output.entropy",
+        ]),
+        ("0.9.1", "clean", []),
+    ],
+)
+def test_real_verl_engine_default_method(version: str, verdict: str, paths: list[str]) -> None:
+    """verl's real FSDP actor through its own forward_backward_batch, watched with no --method (patched on import)."""
+    from tests.test_verl import _env, venv_python
+
+    python = venv_python(version)
+    done = subprocess.run(
+        [str(python.parent / "leakscope"), "watch", "-f", "json", "fixtures/watch/verl_real.py"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+    )
+    doc = _doc(done)
+    target = "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead.forward_step"
+    assert _verdicts(doc) == [(target, "train", verdict, paths)]
+    if verdict == "leak":
+        log_probs, entropy = doc["results"][0]["findings"]
+        assert (log_probs["cause"], entropy["cause"]) == ("leaf+grad", "activations")
+        assert entropy["source"]["file"].endswith("verl/workers/engine/fsdp/transformer_impl.py")
+        assert doc["results"][0]["growth"]["retained_bytes"][0] > 0
+    assert done.returncode == (1 if verdict == "leak" else 0)
+    assert "Started a local Ray instance" not in done.stderr  # naming the process must not start Ray

@@ -42,7 +42,8 @@ def process_label() -> str:
         if value is not None and value.isdigit():
             return f"rank {value}"
     ray = sys.modules.get("ray")
-    if ray is not None:
+    # Only in a process where Ray is initialised: asking elsewhere would start a local Ray instance.
+    if ray is not None and getattr(ray, "is_initialized", lambda: False)():
         try:
             name = ray.get_runtime_context().get_actor_name()
         except Exception:
