@@ -15,9 +15,11 @@ if TYPE_CHECKING:
     from leakscope.api import check
     from leakscope.options import CheckOptions, MicroBatchKey, ModelSize
     from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
+    from leakscope.watch.session import Watch
 
 _LAZY = {
     "check": "leakscope.api",
+    "Watch": "leakscope.watch.session",
     "CheckOptions": "leakscope.options",
     "ModelSize": "leakscope.options",
     "MicroBatchKey": "leakscope.options",
@@ -39,8 +41,10 @@ __all__ = [
     "Source",
     "TargetResult",
     "Verdict",
+    "Watch",
     "__version__",
     "check",
+    "watch",
 ]
 
 
@@ -50,6 +54,10 @@ def __dir__() -> list[str]:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "watch":  # the package is callable: NOTE [A callable package]
+        import importlib
+
+        return importlib.import_module("leakscope.watch")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'leakscope' has no attribute {name!r}")

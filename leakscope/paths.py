@@ -100,34 +100,33 @@ class HolderPath:
 
     root: str
     segments: tuple[Segment, ...] = ()
+    #: the root's kind when its name does not say it (``args[0]`` is an ``argument``)
+    kind: str = ""
 
     def __str__(self) -> str:
         return self.root + "".join(str(s) for s in self.segments)
 
-    def child(self, segment: Segment) -> HolderPath:
-        return HolderPath(self.root, (*self.segments, segment))
-
     @property
     def root_kind(self) -> str:
-        """``output``, ``engine``, ``micro_batch``, ``module``, ``global`` or ``caller``."""
-        return self.root.partition(":")[0]
+        """``output``, ``engine``, ``micro_batch``, ``module``, ``global``, ``caller`` or ``argument``."""
+        return self.kind or self.root.partition(":")[0]
 
     def shape(self) -> HolderPath:
         """The same slot in another run: every container entry as ``*``
         (``engine.history[3].x`` -> ``engine.history[*].x``)."""
         return HolderPath(self.root, tuple(
             Segment(s.kind, WILDCARD) if s.kind in ENTRY_KINDS else s for s in self.segments
-        ))
+        ), self.kind)
 
     def container(self) -> HolderPath:
         """The path without its trailing container entries (``engine.history[0]`` -> ``engine.history``)."""
         segments = list(self.segments)
         while segments and (segments[-1].kind in ENTRY_KINDS or str(segments[-1]).startswith("[")):
             segments.pop()
-        return HolderPath(self.root, tuple(segments))
+        return HolderPath(self.root, tuple(segments), self.kind)
 
     def prefix(self, length: int) -> HolderPath:
-        return HolderPath(self.root, self.segments[:length])
+        return HolderPath(self.root, self.segments[:length], self.kind)
 
     def in_hook(self) -> bool:
         return any(s.kind is SegmentKind.HOOKS for s in self.segments)

@@ -45,6 +45,10 @@ class Holder(str, enum.Enum):
     CYCLE = "cycle"
     #: graph-free storage growing every micro-batch
     STORAGE_GROWTH = "storage growth"
+    #: ``leakscope watch``: a local of the loop that called the step
+    CALLER = "caller's frame"
+    #: ``leakscope watch``: one of the step's arguments
+    ARGUMENT = "argument"
 
     def __str__(self) -> str:
         return self.value
@@ -168,6 +172,19 @@ class TargetResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class WatchSummary:
+    """What ``leakscope watch`` watched: the step methods, each watched call, the processes."""
+
+    methods: tuple[str, ...] = ()
+    #: one entry per watched call (its method, mode, process, sequence range, bytes)
+    calls: tuple[Mapping[str, Any], ...] = ()
+    #: the processes whose reports were merged (``rank 1``, ``pid 4242``, a Ray actor)
+    processes: tuple[str, ...] = ()
+    skip: int = 0
+    micro_batches: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
     """Everything one ``check`` produced, plus the environment it ran in."""
 
@@ -175,6 +192,8 @@ class Report:
     leakscope_version: str
     torch_version: str
     python_version: str
+    #: ``leakscope watch`` only: what was watched
+    watch: WatchSummary | None = None
 
 
 # The retained graph below one held reference, as `leakscope explain` describes it.

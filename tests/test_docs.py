@@ -14,21 +14,39 @@ DOCS = Path(__file__).resolve().parent.parent / "docs"
 OPTION = re.compile(r"(?<![\w-])(--?[a-z][a-z-]*)")
 
 
-def _help_options() -> set[str]:
-    result = CliRunner().invoke(app, ["check", "--help"], env={"COLUMNS": "250"})
+def _help_options(command: str = "check") -> set[str]:
+    result = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
     return set(OPTION.findall(result.stdout))
+
+
+def _section(doc: str, command: str) -> str:
+    """The options table section of ``command`` in docs/cli.md (up to the next ``## `` heading)."""
+    start = doc.index(f"## `leakscope {command}` options")
+    end = doc.find("\n## ", start + 1)
+    return doc[start:] if end < 0 else doc[start:end]
 
 
 def test_cli_reference_lists_every_option_of_check_help() -> None:
     helped = _help_options()
     assert {"--mode", "--format", "--config", "--fail-on", "--quiet", "-q", "--progress", "--no-progress"} <= helped
-    doc = (DOCS / "cli.md").read_text(encoding="utf-8")
+    doc = _section((DOCS / "cli.md").read_text(encoding="utf-8"), "check")
     missing = sorted(o for o in helped if f"`{o}`" not in doc)
     assert missing == [], f"docs/cli.md does not document {missing}"
     table = [line for line in doc.splitlines() if line.startswith("| `-")]
     documented = {o for line in table for o in OPTION.findall(line.split("|")[1])}
     assert sorted(documented - helped) == [], "docs/cli.md documents options that check --help does not have"
+
+
+def test_cli_reference_lists_every_option_of_watch_help() -> None:
+    helped = _help_options("watch")
+    assert {"--method", "--micro-batches", "--skip", "--then", "-m"} <= helped
+    doc = _section((DOCS / "cli.md").read_text(encoding="utf-8"), "watch")
+    missing = sorted(o for o in helped if f"`{o}`" not in doc)
+    assert missing == [], f"docs/cli.md does not document {missing}"
+    table = [line for line in doc.splitlines() if line.startswith("| `-")]
+    documented = {o for line in table for o in OPTION.findall(line.split("|")[1])}
+    assert sorted(documented - helped) == [], "docs/cli.md documents options that watch --help does not have"
 
 
 def test_formats_doc_names_every_registered_format() -> None:

@@ -30,6 +30,8 @@ _HOLDER_OF_ROOT = {
     "micro_batch": Holder.MICRO_BATCH,
     "module": Holder.MODEL,
     "global": Holder.GLOBAL,
+    "caller": Holder.CALLER,
+    "argument": Holder.ARGUMENT,
 }
 
 
@@ -71,6 +73,14 @@ def own_storage(obj: Any) -> set[tuple[str, int]]:
         key = storage_key(obj)
         return {key} if key is not None else set()
     return set()
+
+
+def held_bytes(obj: Any, *, excluded: set[tuple[str, int]], after_seq: int, union: StorageMap) -> None:
+    """Add the storages of the graph below ``obj`` (after ``after_seq``) to ``union``: its bytes only."""
+    roots, extra, _ = graph_of(obj)
+    _, found = graph_tensors(roots, after_seq=after_seq)
+    union.update(storage_map([(g.cause, t) for g in found for t in g.tensors] + extra, excluded - own_storage(obj)))
+    found.clear()
 
 
 def holder_finding(
@@ -167,6 +177,7 @@ def storage_growth_finding(container: HolderPath, rate: int) -> Finding:
 
 __all__ = [
     "cycle_finding",
+    "held_bytes",
     "dominant",
     "graph_of",
     "holder_finding",

@@ -127,6 +127,17 @@ def hint_for(
         return f"keep only detached tensors on the model: {_store(path)}"
     if holder is Holder.GLOBAL:
         return f"module-level state must hold detached tensors: {_store(path)}, never the attached tensor"
+    if holder is Holder.CALLER:
+        # caller:train.py:main.output_lst[0].x -> output_lst
+        name = str(path.segments[0].name) if path.segments else "it"
+        if any(s.kind is SegmentKind.INDEX for s in path.segments[1:2]):
+            return (
+                f"the loop that calls the step keeps every call's result in {name}: store detached values there "
+                "(out.detach(), .item() for metrics), or return detached outputs from the step"
+            )
+        return f"the loop that calls the step keeps {name} across calls: rebind it to a detached value (or del it) after backward"
+    if holder is Holder.ARGUMENT:
+        return f"the step's argument keeps a tensor of an earlier call: write only detached tensors into it ({path.code()})"
     if holder is Holder.CYCLE:
         return "break the reference cycle that holds the graph (often a tensor stored on an object that points back at it)"
     if holder is Holder.STORAGE_GROWTH:

@@ -161,7 +161,11 @@ def _anchored(findings: list[Finding], spec: EngineSpec) -> tuple[Finding, ...]:
     return tuple(f if f.source is not None else dataclasses.replace(f, source=anchor) for f in findings)
 
 
-def _source_of(obj: Any, spec: EngineSpec, modules: Any = ()) -> Source | None:
+def created_at(obj: Any, modules: Any = ()) -> Source | None:
+    """The user line that created ``obj``'s graph node (needs anomaly-mode stack traces).
+
+    Lines in ``modules``' files are preferred. Shared with ``leakscope watch``.
+    """
     node = getattr(obj, "grad_fn", None) if not _is_node(obj) else obj
     if node is not None:
         try:
@@ -251,7 +255,7 @@ def anchor_source(spec: EngineSpec) -> Source | None:
 
 
 def _describe(hit: Hit, trial: Trial, obs: Observation, union: StorageMap) -> Finding:
-    source = _source_of(hit.obj, trial.spec, trial.modules)
+    source = created_at(hit.obj, trial.modules)
     return holder_finding(
         hit.path, hit.obj, excluded=obs.excluded_storages, after_seq=trial.seq_start, union=union,
         source=source, called_from=_called_from(hit.obj, source, trial.spec.modules), adapter=trial.spec.adapter,

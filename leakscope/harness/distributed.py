@@ -182,21 +182,31 @@ def _comparable(result: TargetResult) -> TargetResult:
     return dataclasses.replace(result, seconds=0.0, rank=None, traceback=None)
 
 
-def merge_reports(reports: Sequence[Report]) -> Report:
-    """One report from one per rank (same targets and modes, in the same order).
+def merge_reports(reports: Sequence[Report], labels: Sequence[str] | None = None) -> Report:
+    """One report from one per rank (or per process: ``leakscope watch``).
 
-    A result every rank agrees on appears once (``rank`` None, the slowest
-    rank's seconds); where ranks differ, each rank's result appears with its
-    ``rank``. The exit code is therefore the worst over ranks.
+    Results are matched by target and mode, in order of first appearance. A
+    result every report that has it agrees on appears once (``rank`` None, the
+    slowest one's seconds); where they differ, each report's result appears,
+    with its ``rank`` (its index), or with ``labels`` its target suffixed
+    ``@ label`` (``@ rank 1``, ``@ pid 4242``). The exit code is therefore the
+    worst over ranks.
     """
     first = reports[0]
+    keys: dict[tuple[str, Any], None] = {}
+    for report in reports:
+        for r in report.results:
+            keys.setdefault((r.target, r.mode), None)
     merged: list[TargetResult] = []
-    for i, result in enumerate(first.results):
-        per_rank = [r.results[i] for r in reports]
-        if all(_comparable(r) == _comparable(result) for r in per_rank[1:]):
-            merged.append(dataclasses.replace(result, seconds=max(r.seconds for r in per_rank)))
+    for key in keys:
+        per_rank = [(i, r) for i, report in enumerate(reports) for r in report.results if (r.target, r.mode) == key]
+        result = per_rank[0][1]
+        if len(per_rank) == len(reports) and all(_comparable(r) == _comparable(result) for _, r in per_rank[1:]):
+            merged.append(dataclasses.replace(result, seconds=max(r.seconds for _, r in per_rank)))
+        elif labels is None:
+            merged.extend(dataclasses.replace(r, rank=rank) for rank, r in per_rank)
         else:
-            merged.extend(dataclasses.replace(r, rank=rank) for rank, r in enumerate(per_rank))
+            merged.extend(dataclasses.replace(r, target=f"{r.target} @ {labels[i]}") for i, r in per_rank)
     return dataclasses.replace(first, results=tuple(merged))
 
 

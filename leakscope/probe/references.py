@@ -81,6 +81,7 @@ class Link:
     container: Any
     key: Any
     root: str = ""
+    root_kind: str = ""
 
     def path(self) -> HolderPath:
         parts: list[Segment] = []
@@ -88,7 +89,8 @@ class Link:
         while link.parent is not None:
             parts.extend(reversed(link.segments))
             link = link.parent
-        return HolderPath(link.root, tuple(reversed(parts)))
+        kind = link.root_kind if link.root_kind != link.root.partition(":")[0] else ""
+        return HolderPath(link.root, tuple(reversed(parts)), kind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -657,9 +659,9 @@ def walk(
     stats = stats if stats is not None else WalkStats()
     for root in roots:
         if root.holder is not None:
-            root_link = Link(None, (), ITEM, root.holder, root.name, root.name)
+            root_link = Link(None, (), ITEM, root.holder, root.name, root.name, root.kind)
         else:
-            root_link = Link(None, (), READONLY, None, None, root.name)
+            root_link = Link(None, (), READONLY, None, None, root.name, root.kind)
         stack: list[tuple[Any, Link]] = []
         if root.kind == "global":
             module = root.obj

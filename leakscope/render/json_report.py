@@ -138,6 +138,14 @@ def report_dict(report: Report, *, debug: bool = False) -> dict[str, Any]:
         "python_version": report.python_version,
         "results": [result_dict(r, debug=debug) for r in report.results],
     }
+    if report.watch is not None:  # leakscope watch: what was watched (docs/watch.md)
+        doc["watch"] = {
+            "methods": list(report.watch.methods),
+            "calls": [dict(c) for c in report.watch.calls],
+            "processes": list(report.watch.processes),
+            "skip": report.watch.skip,
+            "micro_batches": report.watch.micro_batches,
+        }
     return doc
 
 

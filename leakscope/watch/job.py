@@ -1,0 +1,135 @@
+"""``leakscope watch SCRIPT``: run a job under a watch, in every process, and return one report.
+
+The CLI only parses options and renders what :func:`watch_job` returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Sequence
+
+from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
+from leakscope.watch.launcher import Outcome
+from leakscope.watch.session import Watch, WatchOptions
+
+#: how long rank 0 waits for the other ranks' reports under torchrun
+RANK_WAIT_S = 120.0
+
+
+@dataclasses.dataclass(frozen=True)
+class JobResult:
+    report: Report
+    #: the job's own exit status (0 when it ran to its end or was stopped by the watch)
+    job_exit_code: int
+    #: False on every rank but 0 under torchrun: that rank prints nothing
+    reporting: bool = True
+
+
+def watch_job(
+    target: str, argv: Sequence[str], options: WatchOptions, *, as_module: bool = False, timeout: float | None = None
+) -> JobResult:
+    """Run ``target`` as ``__main__`` under a watch; merge the reports of every process of the job."""
+    from leakscope.harness.distributed import launcher_env
+    from leakscope.watch import launcher
+    from leakscope.watch.processes import children_watched, merged, process_label, read_reports
+
+    session = Watch(options)  # usage errors raise here, before the job starts
+    session.job_name = target
+    timer = _Timeout(timeout)
+    with children_watched(options) as report_dir:
+        session.start()
+        try:
+            with timer:
+                outcome = launcher.run(target, argv, as_module=as_module)
+        finally:
+            session.patcher.restore()
+        if timer.fired:
+            outcome.error = f"the job ran past --timeout {timeout:g}s and was interrupted; the report covers the calls before"
+        if outcome.error is not None:
+            session.job_error = outcome.error
+            session.job_traceback = outcome.traceback
+        own = session.stop(extra_modules=[outcome.module] if outcome.module is not None else [], frames=outcome.frames)
+        outcome.module = None
+        outcome.frames.clear()
+        others = read_reports(report_dir)
+    _remove(report_dir)
+    if others and not session.observer.calls:
+        # The children ran the step, this process did not: only the job's own failure is news.
+        own = dataclasses.replace(own, results=tuple(r for r in own.results if r.target == session.job_name))
+    report = merged(own, process_label(), others)
+    ranks = launcher_env()
+    if ranks is not None and ranks[1] > 1:
+        return _across_ranks(report, ranks, outcome)
+    return JobResult(report, outcome.exit_code if not outcome.stopped else 0)
+
+
+def _across_ranks(report: Report, ranks: tuple[int, int], outcome: Outcome) -> JobResult:
+    """Under torchrun: every rank writes its report to a directory they share; rank 0 merges them."""
+    import tempfile
+
+    from leakscope.harness.distributed import merge_reports
+    from leakscope.watch.processes import read_reports, write_report
+
+    rank, world = ranks
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT", "local")
+    directory = os.path.join(tempfile.gettempdir(), f"leakscope-watch-ranks-{run_id}")
+    os.makedirs(directory, exist_ok=True)
+    write_report(report, directory, f"rank {rank}", name=f"rank{rank:05d}")
+    job_code = outcome.exit_code if not outcome.stopped else 0
+    if rank != 0:
+        return JobResult(report, job_code, reporting=False)
+    parts = read_reports(directory, expect=world, wait_s=RANK_WAIT_S)
+    ordered = [r for _, r in parts]
+    merged = merge_reports(ordered) if ordered else report
+    summary = merged.watch or WatchSummary()
+    merged = dataclasses.replace(merged, watch=dataclasses.replace(
+        summary,
+        processes=tuple(p for r in ordered for p in (r.watch.processes if r.watch else ())),
+        calls=tuple(c for r in ordered for c in (r.watch.calls if r.watch else ())),
+    ))
+    if len(parts) < world:
+        missing = TargetResult(
+            target="the job", mode=Mode.TRAIN, verdict=Verdict.ERROR,
+            error=f"only {len(parts)} of {world} ranks wrote a report within {RANK_WAIT_S:g}s",
+        )
+        merged = dataclasses.replace(merged, results=(*merged.results, missing))
+    _remove(directory)
+    return JobResult(merged, job_code)
+
+
+def _remove(directory: str) -> None:
+    import shutil
+
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+class _Timeout:
+    """Interrupt the job's main thread after ``seconds`` (the report is still written)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.seconds = seconds
+        self.fired = False
+        self._timer: threading.Timer | None = None
+
+    def _fire(self) -> None:
+        import _thread
+
+        self.fired = True
+        _thread.interrupt_main()
+
+    def __enter__(self) -> _Timeout:
+        if self.seconds:
+            self._timer = threading.Timer(self.seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+__all__ = ["JobResult", "watch_job"]

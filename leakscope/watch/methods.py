@@ -1,0 +1,51 @@
+"""Which methods ``watch`` patches: ``pkg.mod:Class.method`` specs and the built-in defaults.
+
+Torch-free: the CLI parses ``--method`` before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from leakscope.errors import UsageError
+
+#: The step methods of the frameworks leakscope knows, watched when the job imports
+#: them and no ``--method`` is given. Lightning's ``training_step`` is the user's own
+#: override, so the framework's call site (the strategy's ``training_step``) is watched.
+DEFAULT_METHODS = (
+    "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead.forward_step",
+    "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithValueHead.forward_step",
+    "verl.workers.engine.megatron.transformer_impl:MegatronEngineWithLMHead.forward_step",
+    "transformers.trainer:Trainer.training_step",
+    "lightning.pytorch.strategies.strategy:Strategy.training_step",
+    "pytorch_lightning.strategies.strategy:Strategy.training_step",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodSpec:
+    """``pkg.mod:Class.method``: a method to watch, by where it is defined."""
+
+    module: str
+    cls: tuple[str, ...]
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.module}:{'.'.join((*self.cls, self.name))}"
+
+
+def parse_method(text: str) -> MethodSpec:
+    """Parse ``pkg.mod:Class.method``; a usage error names the expected shape."""
+    module, sep, qualname = text.partition(":")
+    parts = qualname.split(".") if qualname else []
+    if not sep or not module or len(parts) < 2 or not all(p.isidentifier() for p in parts) or not all(
+        p.isidentifier() for p in module.split(".")
+    ):
+        raise UsageError(
+            f"--method {text!r} is not 'pkg.module:Class.method'; name the step method by its module, "
+            "class and name, e.g. --method my_pkg.engine:Engine.forward_step"
+        )
+    return MethodSpec(module, tuple(parts[:-1]), parts[-1])
+
+
+__all__ = ["DEFAULT_METHODS", "MethodSpec", "parse_method"]

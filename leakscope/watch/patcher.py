@@ -1,0 +1,159 @@
+"""Patch step methods in place, now or when their module is imported, and put them back.
+
+# NOTE [Patching on import]
+# A script imports its framework after ``watch`` starts, so a method whose module
+# is not imported yet is patched the moment its module finishes executing: a
+# finder at the front of ``sys.meta_path`` answers only for those module names,
+# asks the finders behind it for the real spec, and wraps the loader so that
+# ``exec_module`` patches right after the module body ran. The module's
+# ``__loader__`` and ``__spec__.loader`` are then set back to the real loader,
+# so nothing of leakscope stays reachable from the module. The finder removes
+# itself from ``sys.meta_path`` in :meth:`Patcher.restore`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from leakscope.watch.methods import MethodSpec
+
+#: builds the replacement function from (spec, original function)
+WrapperFactory = Callable[[MethodSpec, Callable[..., Any]], Callable[..., Any]]
+
+
+@dataclasses.dataclass
+class _Patched:
+    cls: type
+    name: str
+    #: what ``cls.__dict__`` held before (None: the method was inherited)
+    own: Any
+
+
+class Patcher:
+    """Patch each spec's method with the wrapper the factory builds; restore exactly."""
+
+    def __init__(self, specs: Sequence[MethodSpec], wrap: WrapperFactory) -> None:
+        self.specs = tuple(specs)
+        self.wrap = wrap
+        self.pending: dict[str, list[MethodSpec]] = {}
+        self.patched: list[_Patched] = []
+        #: every method patched so far (``pkg.mod:Class.method``), kept after restore
+        self.history: list[str] = []
+        #: one line per spec whose module was imported but has no such method
+        self.errors: list[str] = []
+        self._finder: _PatchOnImport | None = None
+
+    def install(self) -> None:
+        """Patch what is imported; hook the import of the rest."""
+        for spec in self.specs:
+            module = sys.modules.get(spec.module)
+            if module is not None:
+                self._patch(spec, module)
+            else:
+                self.pending.setdefault(spec.module, []).append(spec)
+        if self.pending:
+            self._finder = _PatchOnImport(self)
+            sys.meta_path.insert(0, self._finder)
+
+    def loaded(self, module: types.ModuleType) -> None:
+        """A hooked module finished executing: patch its methods."""
+        for spec in self.pending.pop(module.__name__, []):
+            self._patch(spec, module)
+
+    def found(self) -> list[str]:
+        """The methods patched so far (as ``pkg.mod:Class.method``), restored or not."""
+        return list(self.history)
+
+    def _patch(self, spec: MethodSpec, module: types.ModuleType) -> None:
+        owner: Any = module
+        for part in spec.cls:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                break
+        if not isinstance(owner, type):
+            self.errors.append(f"{spec.module} has no class {'.'.join(spec.cls)}")
+            return
+        original = getattr(owner, spec.name, None)
+        own = owner.__dict__.get(spec.name)
+        if not isinstance(original, types.FunctionType) or isinstance(own, (staticmethod, classmethod)):
+            self.errors.append(f"{spec} is not a plain method")
+            return
+        setattr(owner, spec.name, self.wrap(spec, original))
+        self.patched.append(_Patched(owner, spec.name, own))
+        self.history.append(f"{owner.__module__}:{owner.__qualname__}.{spec.name}")
+
+    def restore(self) -> None:
+        """Every patched method back to its original object; the import hook removed."""
+        for p in reversed(self.patched):
+            if p.own is None:
+                try:
+                    delattr(p.cls, p.name)
+                except AttributeError:
+                    pass
+            else:
+                setattr(p.cls, p.name, p.own)
+        self.patched.clear()
+        if self._finder is not None:
+            try:
+                sys.meta_path.remove(self._finder)
+            except ValueError:
+                pass
+            self._finder.patcher = None
+            self._finder = None
+
+
+class _PatchOnImport:
+    """A ``sys.meta_path`` finder for the modules whose methods wait to be patched."""
+
+    def __init__(self, patcher: Patcher) -> None:
+        self.patcher: Patcher | None = patcher
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        patcher = self.patcher
+        if patcher is None or fullname not in patcher.pending:
+            return None
+        for finder in list(sys.meta_path):
+            if finder is self:
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _PatchingLoader(spec.loader, patcher)
+        return spec
+
+    def invalidate_caches(self) -> None:
+        """Nothing cached."""
+
+
+class _PatchingLoader:
+    """The real loader, plus a patch once the module body ran (NOTE [Patching on import])."""
+
+    def __init__(self, inner: Any, patcher: Patcher) -> None:
+        self.inner = inner
+        self.patcher = patcher
+
+    def create_module(self, spec: Any) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__loader__ = self.inner
+        if module.__spec__ is not None:
+            module.__spec__.loader = self.inner
+        self.inner.exec_module(module)
+        self.patcher.loaded(module)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+__all__ = ["Patcher", "WrapperFactory"]

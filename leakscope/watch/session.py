@@ -1,0 +1,205 @@
+"""One watch: patch the step methods, observe the watched calls, restore, report.
+
+``leakscope.watch(...)`` (the library API) and ``leakscope watch`` (the CLI,
+through :mod:`leakscope.watch.launcher`) both drive a :class:`Watch`. Importing
+this module imports no torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import types
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from leakscope.errors import TargetError, UsageError
+from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
+from leakscope.watch.methods import DEFAULT_METHODS, MethodSpec, parse_method
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchOptions:
+    """How to watch a job. Every field has the CLI's default."""
+
+    #: ``pkg.mod:Class.method`` specs; empty: the built-in adapters' step methods
+    methods: tuple[str, ...] = ()
+    #: watched calls (after ``skip``)
+    micro_batches: int = 3
+    #: calls let through unwatched first (warm-up)
+    skip: int = 0
+    #: "stop" ends the job after the report; "continue" detaches and lets it run
+    then: str = "stop"
+    #: record where retaining tensors were created (anomaly-mode stack traces on the watched calls)
+    source: bool = True
+    max_objects: int = 2_000_000
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> WatchOptions:
+        data = json.loads(text)
+        data["methods"] = tuple(data.get("methods", ()))
+        return cls(**data)
+
+    def specs(self) -> list[MethodSpec]:
+        if self.then not in ("stop", "continue"):
+            raise UsageError(f"--then {self.then!r} is not stop or continue")
+        if self.micro_batches < 1 or self.skip < 0:
+            raise UsageError("--micro-batches must be >= 1 and --skip >= 0")
+        return [parse_method(m) for m in (self.methods or DEFAULT_METHODS)]
+
+
+class Watch:
+    """Patches the step methods on :meth:`start`; :attr:`report` once it has looked for the last time.
+
+    Use it as a context manager (``with leakscope.watch(...) as w: train()``):
+    on exit it looks once more if it has not yet, puts every method back,
+    drops every reference to the job's objects and sets :attr:`report`. With
+    ``then="stop"`` the call after the last watched one raises
+    :class:`~leakscope.watch.observer.WatchStop`, which ends ``train()``; the
+    context manager swallows it.
+    """
+
+    def __init__(self, options: WatchOptions, *, stop_in_this_process: bool = True) -> None:
+        from leakscope.watch.observer import Observer, ObserverOptions
+        from leakscope.watch.patcher import Patcher
+
+        self.options = options
+        specs = options.specs()
+        self.observer = Observer(ObserverOptions(
+            micro_batches=options.micro_batches, skip=options.skip,
+            stop=options.then == "stop" and stop_in_this_process, source=options.source,
+            max_objects=options.max_objects,
+        ))
+        self.observer.on_done = self._detach
+        self.patcher = Patcher(specs, self._wrap)
+        self.report: Report | None = None
+        #: the job's own failure, one line, when it raised or exited non-zero
+        self.job_error: str | None = None
+        self.job_traceback: str | None = None
+        #: called with the report as soon as it is made (a child process writes it out)
+        self.on_report: Callable[[Report], None] | None = None
+        self._explicit = bool(options.methods)
+        #: the target name of the job's own error result (the script or module)
+        self.job_name = "the job"
+
+    def _wrap(self, spec: MethodSpec, original: Callable[..., Any]) -> Callable[..., Any]:
+        observer = self.observer
+
+        @functools.wraps(original)
+        def leakscope_watched(*args: Any, **kwargs: Any) -> Any:
+            return observer.call(spec, original, args, kwargs)
+
+        return leakscope_watched
+
+    def start(self) -> Watch:
+        self.patcher.install()
+        return self
+
+    def __enter__(self) -> Watch:
+        return self.start()
+
+    def __exit__(self, tp: Any, exc: Any, tb: Any) -> bool:
+        from leakscope.watch.observer import WatchStop
+
+        self.stop()
+        return tp is not None and issubclass(tp, WatchStop)
+
+    def stop(
+        self, extra_modules: Sequence[types.ModuleType] = (), frames: Sequence[types.FrameType] = ()
+    ) -> Report:
+        """Look once more (when the job ended before the call after the last watched one), restore, report.
+
+        ``frames``: the frames of the job's traceback when it raised, walked as the caller's.
+        """
+        observer = self.observer
+        if not observer.done and observer.calls:
+            observer.look(None, final=True, extra_modules=extra_modules, extra_frames=frames)
+        observer.finish()  # calls _detach once
+        self._detach()
+        assert self.report is not None
+        return self.report
+
+    def _detach(self) -> None:
+        """Put the methods back, make the report, drop the job's objects."""
+        self.patcher.restore()
+        if self.report is None or self.job_error is not None:
+            self.report = self._make_report()
+            self.observer.clear()
+            if self.on_report is not None:
+                self.on_report(self.report)
+
+    def _make_report(self) -> Report:
+        import platform
+
+        from leakscope import __version__
+
+        results = self.observer.results()
+        name = ", ".join(str(s) for s in self.patcher.specs) if self._explicit else "the built-in step methods"
+        if not self.observer.calls:
+            if self.patcher.errors:
+                message = "; ".join(self.patcher.errors) + "; check --method"
+            elif not self.patcher.history:
+                message = (
+                    f"the job never imported {name}; name the step to watch with --method pkg.module:Class.method"
+                )
+            else:
+                message = f"the job never called {', '.join(self.patcher.found())}; is it the step the loop calls?"
+            results = [TargetResult(target=name, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=message)]
+        elif len(self.observer.calls) < self.options.micro_batches:
+            note = (
+                f"the job made {len(self.observer.calls)} watched calls of the {self.options.micro_batches} asked "
+                f"(after --skip {self.options.skip}); the verdict covers those"
+            )
+            results = [dataclasses.replace(r, warnings=(*r.warnings, note)) for r in results]
+        if self.job_error is not None:
+            results.append(TargetResult(
+                target=self.job_name, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=self.job_error,
+                traceback=self.job_traceback,
+            ))
+        return Report(
+            results=tuple(results),
+            leakscope_version=__version__,
+            torch_version=_torch_version(),
+            python_version=platform.python_version(),
+            watch=WatchSummary(
+                methods=tuple(self.patcher.found() or [str(s) for s in self.patcher.specs]),
+                calls=tuple(self.observer.call_summaries()),
+                skip=self.options.skip,
+                micro_batches=self.options.micro_batches,
+            ),
+        )
+
+
+def _torch_version() -> str:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return str(getattr(torch, "__version__", "")) if torch is not None else ""
+
+
+def watch(
+    methods: str | Sequence[str] = (), *, micro_batches: int = 3, skip: int = 0, then: str = "stop",
+    source: bool = True,
+) -> Watch:
+    """Watch a job's step method in this process: ``with leakscope.watch("pkg.mod:Class.method") as w: train()``.
+
+    After the block, ``w.report`` is a :class:`~leakscope.results.Report` with
+    one result per watched method and grad mode. Bad arguments raise
+    :class:`~leakscope.errors.UsageError`; a method that was never imported or
+    never called is an ``error`` result.
+    """
+    if isinstance(methods, str):
+        methods = (methods,)
+    try:
+        return Watch(WatchOptions(tuple(methods), micro_batches, skip, then, source))
+    except UsageError:
+        raise
+    except Exception as exc:  # pragma: no cover - defensive: one line
+        raise TargetError(f"cannot watch {methods}: {exc}") from None
+
+
+__all__ = ["Watch", "WatchOptions", "watch"]

@@ -1,0 +1,265 @@
+"""`leakscope watch`: real training scripts in fixtures/watch/, driven through the CLI in a subprocess.
+
+Each leaky script is reported with its caller-side, engine-side or global path;
+each clean twin is clean. The library API is tested in this process, with what
+must be left behind after it: nothing.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import weakref
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+
+ACTOR = "actor_engine:ActorEngine.forward_step"
+METRIC = "metric_engine:Trainer.train_step"
+VERL_UPDATE = "fixtures/watch/verl_update.py"
+
+
+def _watch(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+    full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **(env or {}))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        full_env.pop(name, None)
+    return subprocess.run(
+        [sys.executable, "-m", "leakscope", "watch", *args],
+        cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def _doc(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    try:
+        doc: dict[str, Any] = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"no JSON on stdout (rc {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}") from None
+    return doc
+
+
+def _verdicts(doc: dict[str, Any]) -> list[tuple[str, str, str, list[str]]]:
+    return [(r["target"], r["mode"], r["verdict"], [f["path"] for f in r["findings"]]) for r in doc["results"]]
+
+
+def test_verl_shaped_update_keeping_output_lst_is_named_caller_side() -> None:
+    done = _watch("-f", "json", "--method", ACTOR, VERL_UPDATE)
+    doc = _doc(done)
+    assert _verdicts(doc) == [(ACTOR, "train", "leak", [
+        "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
+        "caller:verl_update.py:main.output_lst[0].model_output.entropy",
+    ])]
+    result = doc["results"][0]
+    entropy = result["findings"][1]
+    assert entropy["holder"] == "caller's frame"
+    assert entropy["source"]["file"].endswith("fixtures/watch/actor_engine.py") and entropy["source"]["line"] == 23
+    assert entropy["hint"].startswith("growing: keeps a graph of every call (3 of 3 watched calls)")
+    assert "output_lst" in entropy["hint"]
+    # Bytes measured on the real tensors: each call's graph adds the same, the curve grows.
+    growth = result["growth"]["retained_bytes"]
+    assert len(growth) == 3 and growth[0] > 0 and growth == [growth[0] * k for k in (1, 2, 3)]
+    assert result["retained_bytes"] == growth[0]
+    assert [c["mode"] for c in doc["watch"]["calls"]] == ["train"] * 3
+    assert done.returncode == 1
+    # --then stop (the default) ended the job before its end: it never printed its last line.
+    assert "update done" not in done.stderr
+
+
+def test_verl_shaped_update_with_detached_outputs_is_clean_and_continue_runs_to_the_end() -> None:
+    done = _watch("-f", "json", "--then", "continue", "--method", ACTOR, VERL_UPDATE, "--detach")
+    assert _verdicts(_doc(done)) == [(ACTOR, "train", "clean", [])]
+    assert done.returncode == 0
+    assert "update done: 6 micro-batches" in done.stderr  # the job's stdout goes to stderr; stdout is the report
+
+
+def test_module_run_with_skip_and_global_metric() -> None:
+    done = _watch(
+        "-f", "json", "--skip", "2", "--micro-batches", "2", "--method", "fixtures.watch.metric_engine:Trainer.train_step",
+        "-m", "fixtures.watch.metric_global",
+    )
+    doc = _doc(done)
+    assert _verdicts(doc) == [
+        ("fixtures.watch.metric_engine:Trainer.train_step", "train", "leak", ["global:fixtures.watch.metric_engine.METRICS[2]"])
+    ]
+    finding = doc["results"][0]["findings"][0]
+    assert finding["holder"] == "module global" and finding["retained_bytes"] > 0 and finding["cause"] == "activations"
+    assert done.returncode == 1
+
+
+def test_global_metric_kept_as_item_is_clean() -> None:
+    done = _watch("-f", "json", "--method", METRIC, "fixtures/watch/metric_global.py", env={"METRIC_ITEM": "1"})
+    assert _verdicts(_doc(done)) == [(METRIC, "train", "clean", [])]
+    assert done.returncode == 0
+
+
+def test_the_jobs_own_failure_is_reported_with_what_was_watched() -> None:
+    done = _watch("-f", "json", "--method", ACTOR, VERL_UPDATE, "--steps", "2", "--fail")
+    doc = _doc(done)
+    verdicts = _verdicts(doc)
+    assert verdicts[0][:3] == (ACTOR, "train", "leak")
+    assert doc["results"][0]["warnings"] == [
+        "the job made 2 watched calls of the 3 asked (after --skip 0); the verdict covers those"
+    ]
+    job = doc["results"][1]
+    assert (job["target"], job["verdict"]) == (VERL_UPDATE, "error")
+    assert job["error"].startswith("the job raised RuntimeError: the optimizer diverged at fixtures/watch/verl_update.py:")
+    assert done.returncode == 3
+    assert "leakscope: fixtures/watch/verl_update.py: the job raised RuntimeError" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--method", "nocolon", VERL_UPDATE], 2, "--method 'nocolon' is not 'pkg.module:Class.method'"),
+        ([], 2, "give a script to run"),
+        (["fixtures/watch/nope.py"], 2, "no such script: fixtures/watch/nope.py"),
+        (["--method", "actor_engine:Missing.forward_step", VERL_UPDATE], 3, "actor_engine has no class Missing"),
+        # No --method: none of the built-in step methods is imported by this job.
+        ([VERL_UPDATE, "--steps", "1"], 3, "the job never imported the built-in step methods"),
+    ],
+)
+def test_bad_input_is_one_line_with_its_exit_code(args: list[str], code: int, message: str) -> None:
+    done = _watch("-f", "json", *args)
+    assert done.returncode == code, done.stderr[-2000:]
+    assert message in done.stderr
+    assert "Traceback" not in done.stderr
+    _doc(done)  # valid JSON when JSON was asked
+
+
+def test_spawned_processes_report_and_are_merged_by_process() -> None:
+    done = _watch("-f", "json", "--method", METRIC, "fixtures/watch/spawn_workers.py")
+    doc = _doc(done)
+    by_verdict = {r["verdict"]: r for r in doc["results"]}
+    assert sorted(by_verdict) == ["clean", "leak"]
+    assert [f["path"] for f in by_verdict["leak"]["findings"]] == ["global:metric_engine.METRICS[0]"]
+    for r in doc["results"]:
+        assert r["target"].startswith(f"{METRIC} @ pid ")  # they differ: each names its process
+    assert len(doc["watch"]["processes"]) == 2
+    assert done.returncode == 1
+
+
+def test_torchrun_ranks_merged() -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "leakscope", "watch", "-f", "json", "--method", ACTOR, VERL_UPDATE],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    doc = _doc(done)  # one document: only rank 0 wrote stdout
+    # Both ranks leak the same way: one result, no rank.
+    assert _verdicts(doc) == [(ACTOR, "train", "leak", [
+        "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
+        "caller:verl_update.py:main.output_lst[0].model_output.entropy",
+    ])]
+    assert "rank" not in doc["results"][0]
+    assert sorted(doc["watch"]["processes"]) == ["rank 0", "rank 1"]
+    assert done.returncode == 1
+
+
+@pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="needs leakscope[hf]")
+@pytest.mark.parametrize(("leaky", "expected"), [("1", ("leak", ["engine.last_logits[0]"])), ("0", ("clean", []))])
+def test_transformers_trainer_with_peft_and_checkpointing_default_method(leaky: str, expected: tuple[str, list[str]]) -> None:
+    done = _watch("-f", "json", "fixtures/watch/hf_peft_trainer.py", env={"LEAKY": leaky}, timeout=600)
+    doc = _doc(done)
+    assert _verdicts(doc) == [("transformers.trainer:Trainer.training_step", "train", *expected)]
+    if leaky == "1":
+        finding = doc["results"][0]["findings"][0]
+        # The embedding output is a leaf that requires grad (enable_input_require_grads): its grad is kept.
+        assert finding["holder"] == "engine attribute" and finding["cause"] == "leaf+grad" and finding["retained_bytes"] > 0
+        assert finding["source"]["file"].endswith("fixtures/watch/hf_peft_trainer.py")
+
+
+def test_library_api_leaves_nothing_behind() -> None:
+    import torch
+
+    import leakscope
+    from fixtures.watch import metric_engine
+
+    original = metric_engine.Trainer.train_step
+    meta_path, trace, profile = list(sys.meta_path), sys.gettrace(), sys.getprofile()
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
+    trainer = metric_engine.Trainer(model)
+    trainer.keep_item = False
+    metric_engine.METRICS.clear()
+
+    def train(t: Any) -> None:
+        for _ in range(6):
+            x = torch.randn(4, 16)
+            t.train_step(x, x.sum(-1, keepdim=True))
+
+    with leakscope.watch("fixtures.watch.metric_engine:Trainer.train_step", micro_batches=2) as w:
+        assert metric_engine.Trainer.train_step is not original
+        train(trainer)
+    report = w.report
+    assert report is not None and report.exit_code == 1
+    assert [f.path for f in report.results[0].findings] == ["global:fixtures.watch.metric_engine.METRICS[0]"]
+    assert len(metric_engine.METRICS) == 2  # --then stop: the third call never ran
+    # Restored: the original function object, no import hook, no tracer.
+    assert metric_engine.Trainer.train_step is original
+    assert sys.meta_path == meta_path and sys.gettrace() is trace and sys.getprofile() is profile
+    # No reference from leakscope to the job's objects: drop the job's own, and they die.
+    kept = metric_engine.METRICS[0]
+    referrers = [type(r).__module__ for r in gc.get_referrers(kept)]
+    assert not any(m.startswith("leakscope") for m in referrers), referrers
+    refs = [weakref.ref(t) for t in metric_engine.METRICS] + [weakref.ref(model), weakref.ref(trainer)]
+    del kept, trainer, model, train
+    metric_engine.METRICS.clear()
+    gc.collect()
+    assert [r() for r in refs] == [None] * len(refs)
+
+
+def test_library_api_patches_a_module_on_import_and_removes_the_hook() -> None:
+    import leakscope
+
+    name = "fixtures.watch.actor_engine"
+    sys.modules.pop(name, None)
+    meta_path = list(sys.meta_path)
+    with leakscope.watch(f"{name}:ActorEngine.forward_step") as w:
+        assert len(sys.meta_path) == len(meta_path) + 1
+        module = importlib.import_module(name)
+        patched = module.ActorEngine.forward_step
+        assert patched.__wrapped__.__module__ == name
+        assert type(module.__loader__).__name__ == "SourceFileLoader"  # the real loader again, not leakscope's
+    assert sys.meta_path == meta_path
+    assert module.ActorEngine.forward_step is patched.__wrapped__
+    assert w.report is not None and w.report.results[0].verdict.value == "error"
+    assert "never called" in (w.report.results[0].error or "")
+
+
+@pytest.mark.parametrize(
+    ("version", "verdict", "paths"),
+    [
+        ("0.8.0", "leak", [
+            "caller:transformer_impl.py:FSDPEngine.forward_backward_batch.output_lst[0].model_output.log_probs",
+            "caller:transformer_impl.py:FSDPEngine.forward_backward_batch.output_lst[0].model_output.entropy",
+        ]),
+        ("0.9.1", "clean", []),
+    ],
+)
+def test_real_verl_engine_default_method(version: str, verdict: str, paths: list[str]) -> None:
+    """verl's real FSDP actor through its own forward_backward_batch, watched with no --method (patched on import)."""
+    from tests.test_verl import _env, venv_python
+
+    python = venv_python(version)
+    done = subprocess.run(
+        [str(python.parent / "leakscope"), "watch", "-f", "json", "fixtures/watch/verl_real.py"],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+    )
+    doc = _doc(done)
+    target = "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead.forward_step"
+    assert _verdicts(doc) == [(target, "train", verdict, paths)]
+    if verdict == "leak":
+        log_probs, entropy = doc["results"][0]["findings"]
+        assert (log_probs["cause"], entropy["cause"]) == ("leaf+grad", "activations")
+        assert entropy["source"]["file"].endswith("verl/workers/engine/fsdp/transformer_impl.py")
+        assert doc["results"][0]["growth"]["retained_bytes"][0] > 0
+    assert done.returncode == (1 if verdict == "leak" else 0)
+    assert "Started a local Ray instance" not in done.stderr  # naming the process must not start Ray
