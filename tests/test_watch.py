@@ -181,6 +181,7 @@ def test_library_api_leaves_nothing_behind() -> None:
     import torch
 
     import leakscope
+    from leakscope.policy import exit_code
     from fixtures.watch import metric_engine
 
     original = metric_engine.Trainer.train_step
@@ -199,7 +200,7 @@ def test_library_api_leaves_nothing_behind() -> None:
         assert metric_engine.Trainer.train_step is not original
         train(trainer)
     report = w.report
-    assert report is not None and report.exit_code == 1
+    assert report is not None and exit_code(report) == 1
     assert [f.path for f in report.results[0].findings] == ["global:fixtures.watch.metric_engine.METRICS[0]"]
     assert len(metric_engine.METRICS) == 2  # --then stop: the third call never ran
     # Restored: the original function object, no import hook, no tracer.
