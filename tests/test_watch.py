@@ -181,8 +181,8 @@ def test_library_api_leaves_nothing_behind() -> None:
     import torch
 
     import leakscope
-    from leakscope.policy import exit_code
     from fixtures.watch import metric_engine
+    from leakscope.policy import exit_code
 
     original = metric_engine.Trainer.train_step
     meta_path, trace, profile = list(sys.meta_path), sys.gettrace(), sys.getprofile()
@@ -201,7 +201,7 @@ def test_library_api_leaves_nothing_behind() -> None:
         train(trainer)
     report = w.report
     assert report is not None and exit_code(report) == 1
-    assert [f.path for f in report.results[0].findings] == ["global:fixtures.watch.metric_engine.METRICS[0]"]
+    assert [str(f.path) for f in report.results[0].findings] == ["global:fixtures.watch.metric_engine.METRICS[0]"]
     assert len(metric_engine.METRICS) == 2  # --then stop: the third call never ran
     # Restored: the original function object, no import hook, no tracer.
     assert metric_engine.Trainer.train_step is original
