@@ -6,6 +6,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,3 +58,39 @@ def holder_path(root: str, *steps: str | int) -> HolderPath:
     return HolderPath(root, tuple(
         Segment(SegmentKind.INDEX, s) if isinstance(s, int) else Segment(SegmentKind.KEY, s) for s in steps
     ))
+
+
+def framework_python(venv: Path, setup: str, required_by: tuple[str, ...] = ("LEAKSCOPE_REQUIRE_FRAMEWORKS", "LEAKSCOPE_REQUIRE_VERL")) -> Path:
+    """A framework venv's interpreter, or a skip; a failure when CI requires the frameworks
+    (any of ``required_by`` set to 1). ``setup`` is the script that creates the venv."""
+    python = venv / "bin" / "python"
+    if not python.exists():
+        message = f"{venv.name} is missing; create it with {setup}"
+        flags = [name for name in required_by if os.environ.get(name) == "1"]
+        if flags:
+            pytest.fail(f"{message} ({' or '.join(f'{name}=1' for name in required_by)})")
+        pytest.skip(message)
+    return python
+
+
+def venv_env() -> dict[str, str]:
+    """The environment a framework venv's leakscope runs in: the venv's own packages only."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def run_venv_check(python: Path, *args: str, timeout: float = 900) -> tuple[int, dict[str, Any]]:
+    """``leakscope check ARGS --format json`` with a framework venv's leakscope: exit code and report."""
+    import json
+    import subprocess
+
+    proc = subprocess.run(
+        [str(python.parent / "leakscope"), "check", *args, "--format", "json"],
+        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=timeout,
+    )
+    try:
+        doc = json.loads(proc.stdout)
+    except json.JSONDecodeError:
+        pytest.fail(f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
+    return proc.returncode, doc

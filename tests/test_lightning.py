@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, ROOT
+from tests.conftest import FIXTURES, ROOT, framework_python, run_venv_check, venv_env
 
 VENV = ROOT / ".venv-lightning"
 #: every Lightning fixture, and the factory it is built with (None: ``Cls(model)``)
@@ -39,20 +38,7 @@ LEAF_AND_GRAD_BYTES = 2 * 2 * 8 * 32 * 4
 
 
 def venv_python() -> Path:
-    """The venv's interpreter, or a skip (a failure when CI requires the frameworks)."""
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        message = f"{VENV.name} is missing; create it with .ci/setup-lightning.sh"
-        if os.environ.get("LEAKSCOPE_REQUIRE_FRAMEWORKS") == "1" or os.environ.get("LEAKSCOPE_REQUIRE_VERL") == "1":
-            pytest.fail(message + " (LEAKSCOPE_REQUIRE_FRAMEWORKS=1 or LEAKSCOPE_REQUIRE_VERL=1)")
-        pytest.skip(message)
-    return python
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    env.pop("PYTHONPATH", None)
-    return env
+    return framework_python(VENV, ".ci/setup-lightning.sh")
 
 
 def _target(name: str) -> str:
@@ -75,16 +61,7 @@ def _line_of(name: str, text: str) -> int:
 
 
 def run_check(*args: str) -> tuple[int, dict[str, Any]]:
-    python = venv_python()
-    proc = subprocess.run(
-        [str(python.parent / "leakscope"), "check", *args, "--format", "json"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
-    )
-    try:
-        doc = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
-    return proc.returncode, doc
+    return run_venv_check(venv_python(), *args, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +164,7 @@ def test_a_lightning_check_leaves_nothing_behind() -> None:
             _target("lightning_epoch_outputs"), _target("lightning_unified"), _target("lightning_manual_clean"),
             f"{_target('lightning_metric')}=fixtures.lightning_metric:make_module",
         ],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -11,9 +11,7 @@ here in the main venv, which has no TRL.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 import types
 from pathlib import Path
@@ -21,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, framework_python, run_venv_check
 
 VENV = ROOT / ".venv-trl"
 STOCK = (
@@ -39,29 +37,11 @@ LEAKY = {
 
 
 def venv_python() -> Path:
-    """The venv's interpreter, or a skip (a failure when CI requires the frameworks)."""
-    python = VENV / "bin" / "python"
-    if not python.exists():
-        message = f"{VENV.name} is missing; create it with .ci/setup-trl.sh"
-        if os.environ.get("LEAKSCOPE_REQUIRE_FRAMEWORKS") == "1" or os.environ.get("LEAKSCOPE_REQUIRE_VERL") == "1":
-            pytest.fail(message + " (LEAKSCOPE_REQUIRE_FRAMEWORKS=1 or LEAKSCOPE_REQUIRE_VERL=1)")
-        pytest.skip(message)
-    return python
+    return framework_python(VENV, ".ci/setup-trl.sh")
 
 
 def run_check(*args: str) -> tuple[int, dict[str, Any]]:
-    python = venv_python()
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(
-        [str(python.parent / "leakscope"), "check", *args, "--format", "json"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900,
-    )
-    try:
-        doc = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
-    return proc.returncode, doc
+    return run_venv_check(venv_python(), *args)
 
 
 def _by_target(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:

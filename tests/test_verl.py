@@ -9,7 +9,6 @@ tests skip, unless ``LEAKSCOPE_REQUIRE_VERL=1`` (CI) turns that into a failure.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 import pytest
 
 from leakscope.options import ModelSize
-from tests.conftest import ROOT
+from tests.conftest import ROOT, framework_python, run_venv_check, venv_env
 
 IMPL = "verl.workers.engine.fsdp.transformer_impl"
 ACTOR = f"{IMPL}:FSDPEngineWithLMHead"
@@ -34,33 +33,11 @@ LEAF_AND_GRAD_BYTES = 2 * CHECKPOINT_INPUT_BYTES
 
 
 def venv_python(version: str) -> Path:
-    """The venv's interpreter, or a skip (a failure under LEAKSCOPE_REQUIRE_VERL=1)."""
-    python = VENVS[version] / "bin" / "python"
-    if not python.exists():
-        message = f"{VENVS[version].name} is missing; create it with .ci/setup-verl.sh"
-        if os.environ.get("LEAKSCOPE_REQUIRE_VERL") == "1":
-            pytest.fail(message + " (LEAKSCOPE_REQUIRE_VERL=1)")
-        pytest.skip(message)
-    return python
-
-
-def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    env.pop("PYTHONPATH", None)
-    return env
+    return framework_python(VENVS[version], ".ci/setup-verl.sh", required_by=("LEAKSCOPE_REQUIRE_VERL",))
 
 
 def run_check(version: str, *args: str) -> tuple[int, dict[str, Any]]:
-    python = venv_python(version)
-    proc = subprocess.run(
-        [str(python.parent / "leakscope"), "check", *args, "--format", "json"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
-    )
-    try:
-        doc = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        pytest.fail(f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
-    return proc.returncode, doc
+    return run_venv_check(venv_python(version), *args, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +116,7 @@ def test_forward_backward_batch_through_the_adapter(version: str, alive: int) ->
     python = venv_python(version)
     proc = subprocess.run(
         [str(python), str(ROOT / "tests" / "data" / "verl_micro_batches.py"), ACTOR, "3"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -193,7 +170,7 @@ def test_estimate_verl_080_default_job_matches_upstream_027_gib() -> None:
     proc = subprocess.run(
         [str(python.parent / "leakscope"), "estimate", ACTOR, "--format", "json",
          "--at", "hidden=4096,tokens=17700,vocab=151936,dtype=bf16"],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     (result,) = json.loads(proc.stdout)["results"]
