@@ -107,7 +107,7 @@ def test_epoch_output_list_grows_every_batch_of_the_epoch(results: dict[tuple[st
         # the line that created the kept tensor: the loss
         line = _line_of(name, "loss = next_token_loss(self.net, batch)")
         assert finding["source"] == {"file": f"fixtures/{name}.py", "line": line, "function": "training_step"}
-        assert "value.detach()" in finding["hint"]
+        assert ".append(loss.detach())" in finding["hint"]  # derived from the storing line
         growth = result["growth"]
         assert growth["retained_bytes"] == [LEAF_AND_GRAD_BYTES * k for k in (1, 2, 3)]
         assert growth["slope_bytes"] == LEAF_AND_GRAD_BYTES

@@ -35,16 +35,16 @@ DIFFERENT = {
             "module.cache",
         ],
     ),
-    # Cannot show: a holder the walk cannot see is proven only by weakref
-    # evidence (checkpoint inputs, non-parameter leaves). A full fine-tune has
-    # no checkpoint and no input leaf, so its graph holds nothing but nodes and
-    # parameters, and nothing is left to prove the unnamed holder with.
-    ("full-finetune", "unknown_holder", "train"): ("clean", []),
-    # Cannot show, for the same reason: the until-gc warning weighs what the
-    # step's graph kept alive until the cyclic GC ran, seen through probes and
-    # input leaves; a garbage cycle is reachable from none of the caller's roots.
-    ("full-finetune", "cycle_until_gc", "train"): ("clean", []),
-    # Cannot show the unnamed caller frame the stored traceback pins, for the reason above.
+    # Cannot show: a holder only the generic pass names is looked for when weakref evidence
+    # (checkpoint inputs, input leaves, saved activations) outlives the step. A full fine-tune
+    # has no checkpoint and no input leaf, and backward frees the kept log-probs' saved tensors,
+    # so nothing is left to prove the thread-local holds a graph (nodes and parameters only).
+    ("full-finetune", "library_thread_local", "train"): ("clean", []),
+    # Nothing to show: under reentrant checkpointing the kept entropy's graph does not reach the
+    # block parameters, so nothing keeps the hooked gradient accumulator (or its hook) alive.
+    ("reentrant-checkpoint", "unknown_holder", "train"): ("clean", []),
+    # Cannot show the unnamed caller frame the stored traceback pins: a full fine-tune has no
+    # checkpoint input or input leaf, and that frame keeps no tensor of its own to weigh.
     ("full-finetune", "stored_exception", "train"): (
         "leak",
         [p for p in importlib.import_module("fixtures.stored_exception").EXPECTED["train"][1] if p != "<unknown holder>"],

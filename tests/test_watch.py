@@ -238,9 +238,10 @@ def test_library_api_patches_a_module_on_import_and_removes_the_hook() -> None:
 @pytest.mark.parametrize(
     ("version", "verdict", "paths"),
     [
+        # verl 0.8.0's default actor update computes no entropy (leakscope's verl adapter runs its
+        # defaults): the returned log_probs keep the input leaf and its grad, as upstream measured.
         ("0.8.0", "leak", [
             "caller:transformer_impl.py:FSDPEngine.forward_backward_batch.output_lst[0].model_output.log_probs",
-            "caller:transformer_impl.py:FSDPEngine.forward_backward_batch.output_lst[0].model_output.entropy",
         ]),
         ("0.9.1", "clean", []),
     ],
@@ -259,9 +260,8 @@ def test_real_verl_engine_default_method(version: str, verdict: str, paths: list
     target = "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead.forward_step"
     assert _verdicts(doc) == [(target, "train", verdict, paths)]
     if verdict == "leak":
-        log_probs, entropy = doc["results"][0]["findings"]
-        assert (log_probs["cause"], entropy["cause"]) == ("leaf+grad", "activations")
-        assert entropy["source"]["file"].endswith("verl/workers/engine/fsdp/transformer_impl.py")
+        (log_probs,) = doc["results"][0]["findings"]
+        assert log_probs["cause"] == "leaf+grad"
         assert doc["results"][0]["growth"]["retained_bytes"][0] > 0
     assert done.returncode == (1 if verdict == "leak" else 0)
     assert "Started a local Ray instance" not in done.stderr  # naming the process must not start Ray

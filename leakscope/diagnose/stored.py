@@ -250,6 +250,8 @@ def add_store_sites(spec: Any, mode: Any, options: Any, findings: list[Finding])
         return findings  # the untraced verdict stands; stored-at is an extra
     finally:
         result.clear()
+        if spec.close_engine is not None:  # end what the adapter started (a paused framework loop)
+            spec.close_engine(roots["engine"])
         roots.clear()
     return [_with_site(f, sites.get(f.path), spec.adapter) for f in findings]
 

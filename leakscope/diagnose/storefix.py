@@ -31,6 +31,20 @@ class StoreSite:
     where: Source
 
 
+def _without_comment(code: str) -> str:
+    """The line without a trailing ``# comment`` (a ``#`` inside a string literal is kept)."""
+    quote: str | None = None
+    for i, ch in enumerate(code):
+        if quote is not None:
+            if ch == quote:
+                quote = None
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            return code[:i].rstrip()
+    return code
+
+
 def _detached(expr: str) -> str:
     expr = expr.strip()
     if re.fullmatch(r"[\w.\[\]'\"]+", expr):
@@ -92,7 +106,7 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
         return text
     if store is None:
         return None
-    code, at = store.code, store.where
+    code, at = _without_comment(store.code), store.where
     rewritten: str | None = None
     if store.op in ("append", "buffer", "metric", "hook"):
         rewritten = _call_detached(code) if "(" in code else _assignment_detached(code, False)

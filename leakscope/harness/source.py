@@ -14,7 +14,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from leakscope.probe.library import is_library_file
+from leakscope.probe.library import is_leakscope_machinery_file, is_library_file
 from leakscope.results import Source
 
 
@@ -62,14 +62,25 @@ def user_frame_in_stack_text(text: str, prefer: frozenset[str] = frozenset()) ->
 
 
 def user_frames_in_stack_text(text: str) -> list[Source]:
-    """Every user frame of a formatted stack, innermost first."""
-    out = [
-        Source(display_path(m.group("file")), int(m.group("line")), m.group("func").strip())
-        for m in _FRAME_RE.finditer(text)
-        if not is_internal(m.group("file"))
-    ]
+    """Every user frame of a formatted stack inside the step, innermost first.
+
+    Frames outside the step (the test or script that called leakscope, above
+    leakscope's own harness frames) are not the engine's and are left out.
+    """
+    out: list[Source] = []
+    for m in _FRAME_RE.finditer(text):
+        file = m.group("file")
+        if is_leakscope_machinery_file(file) and not _is_model_file(file):
+            out.clear()  # leakscope drives the step from here: what called it is not the engine's
+        elif not is_internal(file):
+            out.append(Source(display_path(file), int(m.group("line")), m.group("func").strip()))
     out.reverse()
     return out
+
+
+def _is_model_file(file: str) -> bool:
+    """leakscope's models run inside the step (the engine calls them)."""
+    return f"{os.sep}leakscope{os.sep}models{os.sep}" in _resolved(file)
 
 
 def _resolved(file: str) -> str:

@@ -43,7 +43,7 @@ _STDLIB = {
     if p
 }
 #: site-packages directories of library packages (frames there are not the user's)
-_LIBRARY_DIRS = tuple(f"{os.sep}{name}{os.sep}" for name in sorted(LIBRARY_PACKAGES) if not name.startswith("_"))
+_LIBRARY_DIRS = tuple(f"{os.sep}{name}{os.sep}" for name in sorted(LIBRARY_PACKAGES))
 
 
 def is_library_module(name: str) -> bool:
@@ -83,6 +83,15 @@ def is_interpreter_internal(tp: type) -> bool:
     return False
 
 
+def is_leakscope_machinery_file(filename: str) -> bool:
+    """A file of leakscope's own machinery (not its built-in engines)."""
+    try:
+        resolved = str(Path(filename).resolve())
+    except OSError:
+        resolved = filename
+    return resolved.startswith(_LEAKSCOPE_DIR + os.sep) and resolved not in _USER_FILES_IN_LEAKSCOPE
+
+
 def is_library_file(filename: str) -> bool:
     """True for frames the user cannot change: stdlib, library packages, leakscope itself."""
     if not filename or filename.startswith("<"):
@@ -105,6 +114,7 @@ __all__ = [
     "TORCH_USER_PACKAGES",
     "is_interpreter_internal",
     "is_leakscope_machinery",
+    "is_leakscope_machinery_file",
     "is_library_file",
     "is_library_module",
     "is_library_type",

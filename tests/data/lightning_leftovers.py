@@ -65,7 +65,7 @@ def main() -> None:
     for arg in sys.argv[1:]:
         target, _, factory = arg.partition("=")
         report = leakscope.check([target], CheckOptions(isolate=False, factory=factory or None))
-        verdicts += [[r.target, r.mode.value, r.verdict.value, [f.path for f in r.findings]] for r in report.results]
+        verdicts += [[r.target, r.mode.value, r.verdict.value, [str(f.path) for f in r.findings]] for r in report.results]
     left = {
         "trainers": _alive("Trainer"),
         "modules": _alive("LightningModule"),
