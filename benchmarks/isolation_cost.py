@@ -10,10 +10,9 @@ spawned children (``LEAKSCOPE_START_METHOD=spawn``), the cost before the zygote.
 
 from __future__ import annotations
 
-import importlib
 import os
 
-from benchmarks._common import ROOT, Row, Run, child_env, leakscope_cmd, median, run_timed
+from benchmarks._common import Row, Run, child_env, leakscope_cmd, median, run_timed
 
 TARGET_ISOLATION = 1.5
 TARGET_JOBS = 0.7
@@ -21,16 +20,10 @@ COUNT = 20
 
 
 def targets() -> list[str]:
-    """The first :data:`COUNT` fixture engines, as ``fixtures.name:Attr``."""
-    found = []
-    for path in sorted((ROOT / "fixtures").glob("*.py")):
-        if path.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"fixtures.{path.stem}")
-        if hasattr(module, "EXPECTED"):
-            attr = getattr(module, "TARGET_ATTR", "Engine" if hasattr(module, "Engine") else "step")
-            found.append(f"fixtures.{path.stem}:{attr}")
-    return found[:COUNT]
+    """The first :data:`COUNT` engines of the fixture corpus, as ``fixtures.name:Attr``."""
+    import fixtures  # the repository root is on sys.path (benchmarks/run.py)
+
+    return [fixtures.target(name) for name in fixtures.corpus()[:COUNT]]
 
 
 def _check(names: list[str], *flags: str, **env: str) -> Run:

@@ -4,7 +4,9 @@ Sections (``--only`` picks some): ``cli-start``, ``check``, ``graph``,
 ``probes``, ``memory``, ``isolation``. ``--short`` (CI, about two minutes) uses fewer
 repetitions and graphs up to 100k nodes; the full run adds 1M-node graphs and
 the stricter no-FSDP baseline. Exit status: 0 when every target is met, 1
-otherwise (0 with ``--no-fail``). Results and method: docs/performance.md.
+otherwise (0 with ``--no-fail``), 2 when a section itself failed to run (its
+error is printed and the other sections still run; ``--no-fail`` does not
+excuse it). Results and method: docs/performance.md.
 """
 
 from __future__ import annotations
@@ -37,33 +39,46 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[Row] = []
     rss: dict[str, float] = {}
     started = time.perf_counter()
+    errors: list[str] = []
     for section in chosen:
         t0 = time.perf_counter()
-        if section == "cli-start":
-            new = startup.run(args.short)
-        elif section == "check":
-            new, rss = check_cost.run(args.short)
-        elif section == "graph":
-            new = graph_scan.run(args.short)
-        elif section == "isolation":
-            new = isolation_cost.run(args.short)
-        elif section == "probes":
-            new = probe_overhead.run(args.short)
-        else:
-            new = memory.run(args.short, rss)
+        try:
+            new, rss = _run_section(section, args.short, rss)
+        except Exception as exc:  # a broken benchmark is a defect: counted, named, and it fails the run
+            errors.append(f"{section}: {type(exc).__name__}: {exc}")
+            print(f"  ERROR [{section}] {type(exc).__name__}: {exc}", flush=True)
+            new = []
         for row in new:
             print(f"  {row.status:4}  [{row.section}] {row.name}: {row.value}"
                   + (f"  (target {row.target})" if row.target else ""), flush=True)
         print(f"        ({section}: {time.perf_counter() - t0:.0f} s)", flush=True)
         rows.extend(new)
     failed = [r for r in rows if r.ok is False]
-    print(f"{len(rows) - len(failed)} ok, {len(failed)} failed, {time.perf_counter() - started:.0f} s"
+    print(f"{len(rows) - len(failed)} ok, {len(failed)} failed, {len(errors)} errors,"
+          f" {time.perf_counter() - started:.0f} s"
           + (": " + "; ".join(f"{r.section} {r.name}" for r in failed) if failed else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(
             {"machine": machine(), "short": args.short,
-             "rows": [dict(r.__dict__, status=r.status) for r in rows]}, indent=2) + "\n")
+             "rows": [dict(r.__dict__, status=r.status) for r in rows], "errors": errors}, indent=2) + "\n")
+    if errors:
+        return 2
     return 1 if failed and not args.no_fail else 0
+
+
+def _run_section(section: str, short: bool, rss: dict[str, float]) -> tuple[list[Row], dict[str, float]]:
+    """One section's rows; ``check`` also measures the peak RSS that ``memory`` compares against."""
+    if section == "cli-start":
+        return startup.run(short), rss
+    if section == "check":
+        return check_cost.run(short)
+    if section == "graph":
+        return graph_scan.run(short), rss
+    if section == "isolation":
+        return isolation_cost.run(short), rss
+    if section == "probes":
+        return probe_overhead.run(short), rss
+    return memory.run(short, rss), rss
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from pathlib import Path
@@ -19,32 +18,12 @@ FIXTURES = ROOT / "fixtures"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# The fixture corpus and its targets: one rule, shared with benchmarks/isolation_cost.py.
+from fixtures import corpus as fixture_modules  # noqa: E402,F401
+
 # Two-core CI machines stall with competing intra-op threads; the tiny models
 # gain nothing from them.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
-
-
-#: fixtures that import a framework leakscope does not depend on; each is checked in its
-#: own venv by its integration test (lightning_*: tests/test_lightning.py)
-FRAMEWORK_FIXTURES = ("lightning_",)
-
-
-def fixture_modules() -> list[str]:
-    """Every fixture module that declares EXPECTED verdicts (framework fixtures excepted)."""
-    names = []
-    for path in sorted(FIXTURES.glob("*.py")):
-        if path.name.startswith(("_", *FRAMEWORK_FIXTURES)):
-            continue
-        module = importlib.import_module(f"fixtures.{path.stem}")
-        if hasattr(module, "EXPECTED"):
-            names.append(path.stem)
-    return names
-
-
-def fixture_target(name: str) -> str:
-    module = importlib.import_module(f"fixtures.{name}")
-    attr = getattr(module, "TARGET_ATTR", "Engine" if hasattr(module, "Engine") else "step")
-    return f"fixtures.{name}:{attr}"
 
 
 @pytest.fixture(autouse=True)
