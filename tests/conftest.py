@@ -20,6 +20,7 @@ if str(ROOT) not in sys.path:
 
 # The fixture corpus and its targets: one rule, shared with benchmarks/isolation_cost.py.
 from fixtures import corpus as fixture_modules  # noqa: E402,F401
+from fixtures import target as fixture_target  # noqa: E402,F401
 
 # Two-core CI machines stall with competing intra-op threads; the tiny models
 # gain nothing from them.
