@@ -1,7 +1,7 @@
 """Run leakscope's benchmarks and print each number with its target: ``python benchmarks/run.py [--short]``.
 
 Sections (``--only`` picks some): ``cli-start``, ``check``, ``graph``,
-``probes``, ``memory``, ``isolation``. ``--short`` (CI, about two minutes) uses fewer
+``probes``, ``memory``, ``isolation``, ``watch``. ``--short`` (CI, about two minutes) uses fewer
 repetitions and graphs up to 100k nodes; the full run adds 1M-node graphs and
 the stricter no-FSDP baseline. Exit status: 0 when every target is met, 1
 otherwise (0 with ``--no-fail``), 2 when a section itself failed to run (its
@@ -21,10 +21,18 @@ if __package__ in (None, ""):
     # `python benchmarks/run.py`: make `benchmarks` and `leakscope` importable.
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks import check_cost, graph_scan, isolation_cost, memory, probe_overhead, startup  # noqa: E402
+from benchmarks import (  # noqa: E402
+    check_cost,
+    graph_scan,
+    isolation_cost,
+    memory,
+    probe_overhead,
+    startup,
+    watch_cost,
+)
 from benchmarks._common import Row, machine  # noqa: E402
 
-SECTIONS = ("cli-start", "check", "graph", "probes", "memory", "isolation")
+SECTIONS = ("cli-start", "check", "graph", "probes", "memory", "isolation", "watch")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,6 +86,8 @@ def _run_section(section: str, short: bool, rss: dict[str, float]) -> tuple[list
         return isolation_cost.run(short), rss
     if section == "probes":
         return probe_overhead.run(short), rss
+    if section == "watch":
+        return watch_cost.run(short), rss
     return memory.run(short, rss), rss
 
 

@@ -78,6 +78,17 @@ def test_fix_for_each_storing_operation() -> None:
     assert fix_for(None, holder_path("output", "model_output", "log_probs"), returned, Cause.LEAF_GRAD, "verl-fsdp").endswith(  # type: ignore[union-attr]
         "(verl's fix, verl#6698: detach every model_output tensor that has a grad_fn in forward_step)"
     )
+    # A container is stored and the graph is inside it: the fix names the tensor, not the container.
+    assert fix_for(StoreSite("append", "output_lst.append(output)", at),
+                   holder_path("caller:t.py:main", "output_lst", 0, "model_output", "log_probs"), Holder.CALLER,
+                   Cause.LEAF_GRAD, None) == (
+        'at e.py:3 in keep: output_lst.append(output) keeps output["model_output"]["log_probs"] with its graph:'
+        ' detach it before it is stored (output["model_output"]["log_probs"] ='
+        ' output["model_output"]["log_probs"].detach()), or store only the detached values needed')
+    # The outermost call's last argument, whole; a branch that is already a number stays as it is.
+    assert fix_for(StoreSite("append", "METRICS.append(mae.item() if keep_item else mae)", at),
+                   holder_path("global:m", "METRICS", 0), Holder.GLOBAL, Cause.LEAF_GRAD, None) == (
+        "at e.py:3 in keep: METRICS.append(mae.item() if keep_item else mae.detach())")
     assert store_op(holder_path("engine", "x"), "self.register_buffer('x', t)") == "buffer"
     assert store_op(holder_path("engine", "d", "'k k'"), "self.d['k k'] = t") == "item"
     assert store_op(holder_path("output", "model_output"), 'return loss, {"metrics": m}') == "return"

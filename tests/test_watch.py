@@ -59,7 +59,13 @@ def test_verl_shaped_update_keeping_output_lst_is_named_caller_side() -> None:
     assert entropy["holder"] == "caller's frame"
     assert entropy["source"]["file"].endswith("fixtures/watch/actor_engine.py") and entropy["source"]["line"] == 23
     assert entropy["hint"].startswith("growing: keeps a graph of every call (3 of 3 watched calls)")
-    assert "output_lst" in entropy["hint"]
+    # Stored at: the loop's append, seen while the job was traced after the first leaky look;
+    # the fix is derived from it and names the tensor inside the stored output.
+    for finding in result["findings"]:
+        assert finding["stored_at"]["file"].endswith("verl_update.py") and finding["stored_at"]["line"] == 38
+        assert finding["store_op"] == "append"
+    assert 'output_lst.append(output) keeps output["model_output"]["entropy"] with its graph' in entropy["hint"]
+    assert 'output["model_output"]["entropy"].detach()' in entropy["hint"]
     # Bytes measured on the real tensors: each call's graph adds the same, the curve grows.
     growth = result["growth"]["retained_bytes"]
     assert len(growth) == 3 and growth[0] > 0 and growth == [growth[0] * k for k in (1, 2, 3)]
@@ -202,6 +208,11 @@ def test_library_api_leaves_nothing_behind() -> None:
     report = w.report
     assert report is not None and exit_code(report) == 1
     assert [str(f.path) for f in report.results[0].findings] == ["global:fixtures.watch.metric_engine.METRICS[0]"]
+    finding = report.results[0].findings[0]
+    # Stored at: the step's own line in the engine's module (traced between the two looks).
+    assert finding.stored_at is not None and finding.stored_at.file.endswith("metric_engine.py")
+    assert finding.stored_at.line == 26 and finding.store_op == "append"
+    assert "METRICS.append(mae.item() if self.keep_item else mae" in (finding.hint or "")
     assert len(metric_engine.METRICS) == 2  # --then stop: the third call never ran
     # Restored: the original function object, no import hook, no tracer.
     assert metric_engine.Trainer.train_step is original

@@ -88,16 +88,16 @@ def _step(obj: Any, segment: Segment) -> Any:
 
 def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
     """A function returning the object at ``path`` now (``_MISSING`` when absent), or None."""
-    if path.root_kind == "global":
-        module_name = path.root.partition(":")[2]
-
-        def root() -> Any:
-            return sys.modules.get(module_name, _MISSING)
-    elif path.root in roots:
+    if path.root in roots:
         obj = roots[path.root]
 
         def root() -> Any:
             return obj
+    elif path.root_kind == "global":
+        module_name = path.root.partition(":")[2]
+
+        def root() -> Any:
+            return sys.modules.get(module_name, _MISSING)
     else:
         return None
 
@@ -110,6 +110,32 @@ def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | Non
         return current
 
     return resolve
+
+
+def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callable[[], tuple[int, ...]] | None:
+    """A function returning what changes when something is stored at ``path``: the identity of the
+    object there and, with ``growth``, the length of every list the path indexes (an append to
+    ``output_lst`` changes ``len(output_lst)``, not ``output_lst[0]``)."""
+    full = resolver(path, roots)
+    if full is None:
+        return None
+    prefixes = [
+        resolver(HolderPath(path.root, path.segments[:i], path.kind), roots)
+        for i, s in enumerate(path.segments) if growth and s.kind is SegmentKind.INDEX
+    ]
+
+    def signature() -> tuple[int, ...]:
+        now = full()
+        lengths = []
+        for prefix in prefixes:
+            container = prefix() if prefix is not None else _MISSING
+            try:
+                lengths.append(len(container) if container is not _MISSING else -1)
+            except Exception:
+                lengths.append(-1)
+        return (-1 if now is _MISSING else id(now), *lengths)
+
+    return signature
 
 
 def store_op(path: HolderPath, line: str) -> str:
@@ -140,82 +166,124 @@ def store_op(path: HolderPath, line: str) -> str:
 @dataclasses.dataclass
 class _Watch:
     finding: Finding
-    resolve: Callable[[], Any] | None
-    last: int
+    signature: Callable[[], tuple[int, ...]] | None
+    last: tuple[int, ...]
     site: Source | None = None
+
+
+class StoreTracer:
+    """Finds the line that stores each finding's tensor into its holder (NOTE [Stored at]).
+
+    :meth:`install` traces every frame in a user file that starts from then on
+    (and, given ``frames``, the running ones too); :meth:`remove` stops it and
+    gives ``{finding path: (stored-at line, store op, code)}``. ``growth``: an
+    append to a list the path indexes counts as a store (a running job whose
+    container already holds earlier entries).
+    """
+
+    def __init__(
+        self, findings: Sequence[Finding], roots: dict[str, Any], is_user_file: Callable[[str], bool],
+        *, growth: bool = False,
+    ) -> None:
+        from leakscope.harness.source import display_path
+
+        self._display = display_path
+        self.watches = []
+        for f in findings:
+            signature = None if f.path.root == "output" else _signature(f.path, roots, growth)
+            self.watches.append(_Watch(f, signature, signature() if signature is not None else ()))
+        self.is_user_file = is_user_file
+        self.last_line: Source | None = None
+        self.outer_return: Source | None = None
+        self.depth = 0
+        self._user: dict[str, bool] = {}
+        self._returns: dict[int, Source] = {}  # per frame: its last `return` line (3.11 reports a
+        # with-block's exit line on the return event of a return inside `with`)
+        self._previous: Any = None
+        self._running: list[types.FrameType] = []
+
+    def _check(self) -> None:
+        where = self.last_line
+        if where is None:
+            return
+        for w in self.watches:
+            if w.site is not None or w.signature is None:
+                continue
+            now = w.signature()
+            if now[0] != -1 and now != w.last:
+                w.site = where
+            w.last = now
+
+    def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if event in ("line", "return"):
+            self._check()
+            where = Source(self._display(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name)
+            if event == "line":
+                self.last_line = where
+                text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip()
+                if text.startswith("return"):
+                    self._returns[id(frame)] = where
+            else:
+                self.depth -= 1
+                if self.depth == 0 and self.outer_return is None:  # the step's own return, not a later hook's
+                    self.outer_return = self._returns.get(id(frame), where)
+                self._returns.pop(id(frame), None)
+        return self._local
+
+    def _is_user(self, frame: types.FrameType) -> bool:
+        file = frame.f_code.co_filename
+        user = self._user.get(file)
+        if user is None:
+            user = self._user[file] = self.is_user_file(file)
+        return user
+
+    def _global(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+        if not self._is_user(frame):
+            return None
+        self.depth += 1
+        return self._local
+
+    def install(self, frames: Sequence[types.FrameType] = ()) -> None:
+        """Trace new frames in user files; ``frames`` (a running stack, innermost first) from their next line."""
+        self._previous = sys.gettrace()
+        sys.settrace(self._global)
+        for frame in frames:
+            if self._is_user(frame) and frame.f_trace is None:
+                frame.f_trace = self._local
+                self.depth += 1
+                self._running.append(frame)
+
+    def remove(self) -> dict[HolderPath, tuple[Source, str, str]]:
+        """Stop tracing; the stored-at line, store op and code of each finding whose store was seen."""
+        sys.settrace(self._previous)
+        self._previous = None
+        for frame in self._running:
+            if frame.f_trace == self._local:
+                frame.f_trace = None
+        self._running.clear()
+        self._returns.clear()
+        out = {}
+        for w in self.watches:
+            site = self.outer_return if w.finding.path.root == "output" else w.site
+            if site is None:
+                continue
+            code = linecache.getline(_absolute(site.file), site.line).strip()
+            out[w.finding.path] = (site, store_op(w.finding.path, code), code)
+        self.watches.clear()
+        return out
 
 
 def trace_stores(
     findings: Sequence[Finding], roots: dict[str, Any], is_user_file: Callable[[str], bool], run: Callable[[], Any]
 ) -> dict[HolderPath, tuple[Source, str, str]]:
-    """Run ``run()`` traced; ``{finding path: (stored-at line, store op)}`` (NOTE [Stored at])."""
-    from leakscope.harness.source import display_path
-
-    watches = []
-    for f in findings:
-        resolve = None if f.path.root == "output" else resolver(f.path, roots)
-        last = id(resolve()) if resolve is not None else 0
-        watches.append(_Watch(f, resolve, last))
-    last_line: list[Source | None] = [None]
-    outer_return: list[Source | None] = [None]
-    depth = [0]
-    user_cache: dict[str, bool] = {}
-
-    def check() -> None:
-        where = last_line[0]
-        if where is None:
-            return
-        for w in watches:
-            if w.site is not None or w.resolve is None:
-                continue
-            now = w.resolve()
-            if now is not _MISSING and id(now) != w.last:
-                w.site = where
-            w.last = id(now)
-
-    returns: dict[int, Source] = {}  # per frame: its last `return` line (3.11 reports a with-block's
-    # exit line on the return event of a return inside `with`)
-
-    def local(frame: types.FrameType, event: str, arg: Any) -> Any:
-        if event in ("line", "return"):
-            check()
-            where = Source(display_path(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name)
-            if event == "line":
-                last_line[0] = where
-                text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip()
-                if text.startswith("return"):
-                    returns[id(frame)] = where
-            else:
-                depth[0] -= 1
-                if depth[0] == 0 and outer_return[0] is None:  # the step's own return, not a later hook's
-                    outer_return[0] = returns.get(id(frame), where)
-                returns.pop(id(frame), None)
-        return local
-
-    def global_trace(frame: types.FrameType, event: str, arg: Any) -> Any:
-        file = frame.f_code.co_filename
-        user = user_cache.get(file)
-        if user is None:
-            user = user_cache[file] = is_user_file(file)
-        if not user:
-            return None
-        depth[0] += 1
-        return local
-
-    previous = sys.gettrace()
-    sys.settrace(global_trace)
+    """Run ``run()`` traced; ``{finding path: (stored-at line, store op, code)}`` (NOTE [Stored at])."""
+    tracer = StoreTracer(findings, roots, is_user_file)
+    tracer.install()
     try:
         run()
     finally:
-        sys.settrace(previous)
-    out = {}
-    for w in watches:
-        site = outer_return[0] if w.finding.path.root == "output" else w.site
-        if site is None:
-            continue
-        code = linecache.getline(_absolute(site.file), site.line).strip()
-        out[w.finding.path] = (site, store_op(w.finding.path, code), code)
-    return out
+        sites = tracer.remove()
+    return sites
 
 
 def _absolute(file: str) -> str:
@@ -253,10 +321,10 @@ def add_store_sites(spec: Any, mode: Any, options: Any, findings: list[Finding])
         if spec.close_engine is not None:  # end what the adapter started (a paused framework loop)
             spec.close_engine(roots["engine"])
         roots.clear()
-    return [_with_site(f, sites.get(f.path), spec.adapter) for f in findings]
+    return [with_site(f, sites.get(f.path), spec.adapter) for f in findings]
 
 
-def _with_site(f: Finding, site: tuple[Source, str, str] | None, adapter: str | None) -> Finding:
+def with_site(f: Finding, site: tuple[Source, str, str] | None, adapter: str | None) -> Finding:
     """The finding with its stored-at line and the fix derived from it (leakscope.diagnose.storefix)."""
     from leakscope.diagnose.storefix import StoreSite, fix_for
 
@@ -268,4 +336,4 @@ def _with_site(f: Finding, site: tuple[Source, str, str] | None, adapter: str | 
     return dataclasses.replace(f, **changes) if changes else f
 
 
-__all__ = ["add_store_sites", "resolver", "store_op", "trace_stores"]
+__all__ = ["StoreTracer", "add_store_sites", "resolver", "store_op", "trace_stores", "with_site"]

@@ -45,24 +45,51 @@ def _without_comment(code: str) -> str:
     return code
 
 
+def _top_level_split(text: str, sep: str) -> list[str]:
+    """``text`` split at ``sep`` outside brackets and string literals."""
+    parts, depth, quote, start, i = [], 0, None, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if quote is not None:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif depth == 0 and text.startswith(sep, i):
+            parts.append(text[start:i])
+            start = i + len(sep)
+            i = start
+            continue
+        i += 1
+    parts.append(text[start:])
+    return parts
+
+
 def _detached(expr: str) -> str:
     expr = expr.strip()
+    if expr.endswith((".item()", ".tolist()")) or expr.startswith(("float(", "int(")):
+        return expr  # already a Python number
+    branches = _top_level_split(expr, " else ")
+    if len(branches) == 2 and len(_top_level_split(branches[0], " if ")) == 2:
+        value, condition = _top_level_split(branches[0], " if ")
+        return f"{_detached(value)} if {condition.strip()} else {_detached(branches[1])}"
     if re.fullmatch(r"[\w.\[\]'\"]+", expr):
         return f"{expr}.detach()"
     return f"({expr}).detach()"
 
 
 def _call_detached(code: str) -> str | None:
-    """``obj.append(x)`` -> ``obj.append(x.detach())`` (the last argument)."""
-    m = re.fullmatch(r"(?P<pre>.*\()(?P<args>.*)\)\s*", code)
+    """``obj.append(x)`` -> ``obj.append(x.detach())`` (the last argument of the outermost call)."""
+    m = re.fullmatch(r"(?P<pre>[\w.\[\]'\"]+\()(?P<args>.*)\)\s*", code)
     if not m:
         return None
-    args = m.group("args")
-    head, comma, last = args.rpartition(",")
+    *head, last = _top_level_split(m.group("args"), ",")
     if not last.strip():
         return None
-    new_last = _detached(last)
-    return f"{m.group('pre')}{head}{comma}{' ' if comma else ''}{new_last})"
+    return f"{m.group('pre')}{','.join(head)}{', ' if head else ''}{_detached(last)})"
 
 
 def _assignment_detached(code: str, accumulate: bool) -> str | None:
@@ -90,6 +117,43 @@ def returned_keys(path: HolderPath) -> str:
     return shorten(out)
 
 
+def _stored_expr(code: str, op: str) -> tuple[str, str] | None:
+    """``(holder name, stored expression)`` of a storing line: ``output_lst.append(output)`` ->
+    ``("output_lst", "output")``, ``self.last = out`` -> ``("last", "out")``."""
+    if op == "append":
+        m = re.fullmatch(r"(?:[\w.]+\.)?(?P<name>\w+)\.\w+\((?:.*,\s*)?(?P<expr>[^,()]+?)\s*\)", code)
+    elif op in ("attribute", "item", "assignment"):
+        m = re.fullmatch(r"(?:[\w.]+\.)?(?P<name>\w+)(?:\[[^\]]*\])?\s*=\s*(?P<expr>.+)", code)
+    else:
+        return None
+    if m is None or not re.fullmatch(r"[\w.]+", m.group("expr")):
+        return None
+    return m.group("name"), m.group("expr")
+
+
+def _inner_tensor(path: HolderPath, name: str, op: str) -> str | None:
+    """The segments of ``path`` below the stored object, as code: the stored value is a container
+    and the tensor with the graph is inside it (``output_lst[0].model_output.log_probs`` stored by
+    ``output_lst.append(output)`` -> ``["model_output"]["log_probs"]``). None when the path ends at
+    the stored object or does not go through ``name``."""
+    segments = path.segments
+    for i, segment in enumerate(segments):
+        if segment.name == name and segment.kind in (SegmentKind.ATTR, SegmentKind.KEY):
+            rest = segments[i + 1:]
+            if rest and op in ("append", "item") and rest[0].kind in (SegmentKind.INDEX, SegmentKind.KEY):
+                rest = rest[1:]
+            if not rest or any(s.kind not in (SegmentKind.ATTR, SegmentKind.KEY, SegmentKind.INDEX) for s in rest):
+                return None
+            out = ""
+            for s in rest:
+                if s.kind is SegmentKind.KEY:
+                    out += f'["{s.name}"]' if isinstance(s.name, str) and s.name.isidentifier() else str(s)
+                else:
+                    out += str(s)
+            return out
+    return None
+
+
 def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Cause, adapter: str | None) -> str | None:
     """One sentence: the change at the stored-at line that stops the caller holding this step's graph.
 
@@ -107,6 +171,14 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
     if store is None:
         return None
     code, at = _without_comment(store.code), store.where
+    stored = _stored_expr(code, store.op)
+    inner = _inner_tensor(path, stored[0], store.op) if stored is not None else None
+    if stored is not None and inner is not None:  # a container is stored; the graph is inside it
+        tensor = f"{stored[1]}{inner}"
+        return (
+            f"at {at}: {code} keeps {tensor} with its graph: detach it before it is stored"
+            f" ({tensor} = {tensor}.detach()), or store only the detached values needed{graph_note}"
+        )
     rewritten: str | None = None
     if store.op in ("append", "buffer", "metric", "hook"):
         rewritten = _call_detached(code) if "(" in code else _assignment_detached(code, False)

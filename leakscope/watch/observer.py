@@ -17,6 +17,39 @@
 # local of a caller frame holding only the latest call's graph is not a finding.
 # Anything else is: an engine attribute, a global, a container in the loop
 # (``output_lst[0]``), or a local still holding an older call's graph.
+#
+# NOTE [Stored at, in a running job]
+# ``check`` re-runs the step traced to find the line that stored a retaining
+# tensor (NOTE [Stored at]); a real job cannot be re-run, but it repeats
+# itself. When a look finds a leak and another watched call follows, the
+# holder paths are resolved live (the caller frames' locals, the engine, the
+# arguments, the globals) and the job is traced, in user files only, from the
+# look to the next one: the running frames of the loop from their next line,
+# and every frame that starts. The line after which the object at a path, or
+# the length of a list the path indexes (``output_lst`` when the loop appends
+# to it), changes is the stored-at line; the fix is derived from it as
+# ``check`` derives it. Only a job with a leak pays for the tracing, for one
+# call; ``--no-source`` turns it off with the created-at traces.
+#
+# NOTE [Created at, in a running job]
+# The line that created a retaining tensor comes from anomaly mode's stack
+# trace on its graph node, which costs about a third of a millisecond per node
+# created (a fifth of a ~50M-parameter model's forward). The first watched
+# call records them; a look that finds a leak reads the line from the held
+# call's nodes and keeps it by holder path shape, so a later look that sees
+# the same holder keep a later call's graph (a bounded leak) reuses it. A leak
+# whose held call was not recorded (it first appeared later) turns recording
+# on for the next watched call only. A clean job pays for one call.
+#
+# NOTE [Frozen heap, in a running job]
+# A look settles the GC first, and after ``import torch`` one full collection
+# walks millions of objects (about 0.4 s on a small CPU), several times per
+# look. As ``check`` does (NOTE [Frozen heap]), the heap is frozen before the
+# first watched call: nothing that existed then belongs to a watched call's
+# graph, and the collections scan only what the job made since. Frozen
+# objects that become garbage meanwhile are collected after the last look,
+# when the heap is unfrozen (a job that froze its heap itself is left as it is,
+# and its looks cost the full collections).
 """
 
 from __future__ import annotations
@@ -30,7 +63,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from leakscope.paths import HolderPath
+from leakscope.paths import CYCLE, UNKNOWN, HolderPath
 from leakscope.results import Finding, Growth, Mode, TargetResult, Verdict
 from leakscope.watch.methods import MethodSpec
 
@@ -94,6 +127,16 @@ class Observer:
 
     def __init__(self, options: ObserverOptions) -> None:
         self.options = options
+        #: tracing the job between two looks (NOTE [Stored at, in a running job])
+        self.tracer: Any = None
+        #: stored-at line, store op and code, by holder path shape
+        self.sites: dict[HolderPath, tuple[Any, str, str]] = {}
+        #: created-at lines by holder path shape, and whether the next watched call records them
+        #: (NOTE [Created at, in a running job])
+        self.sources: dict[HolderPath, Any] = {}
+        self.anomaly_next = True
+        #: whether this observer froze the heap (NOTE [Frozen heap, in a running job])
+        self.frozen = False
         self.seen = 0
         self.depth = 0
         self.calls: list[Call] = []
@@ -127,7 +170,25 @@ class Observer:
         finally:
             del frame
         self._remember(args, original)
+        if not self.calls:
+            self._freeze()
         return self._watched_call(spec, original, args, kwargs)
+
+    def _freeze(self) -> None:
+        """NOTE [Frozen heap, in a running job]"""
+        import gc
+
+        if gc.get_freeze_count() == 0:  # the job's own freeze, if any, is left as it is
+            gc.collect()
+            gc.freeze()
+            self.frozen = True
+
+    def _unfreeze(self) -> None:
+        import gc
+
+        if self.frozen:
+            self.frozen = False
+            gc.unfreeze()
 
     def _watched_call(self, spec: MethodSpec, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         import contextlib
@@ -137,9 +198,9 @@ class Observer:
         from leakscope.harness.trial import next_sequence_nr
 
         mode = Mode.TRAIN if torch.is_grad_enabled() else Mode.FORWARD_ONLY
-        anomaly = (
-            torch.autograd.set_detect_anomaly(True, check_nan=False) if self.options.source else contextlib.nullcontext()
-        )
+        record = self.options.source and self.anomaly_next
+        self.anomaly_next = False
+        anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False) if record else contextlib.nullcontext()
         started = time.perf_counter()
         start = next_sequence_nr()
         self.depth += 1
@@ -181,11 +242,13 @@ class Observer:
         import torch
 
         from leakscope.diagnose.findings import held_bytes, holder_finding, unknown_finding
+        from leakscope.diagnose.stored import with_site
         from leakscope.diagnose.verdict import created_at
         from leakscope.probe.autograd import StorageMap, iter_nodes, storage_key
         from leakscope.probe.liveness import alive_bytes, settle
         from leakscope.probe.references import WalkStats, walk
 
+        self._stop_tracing()
         settle()
         roots = self._roots(frame, args, extra_modules, extra_frames)
         latest = len(self.calls) - 1 if frame is not None or extra_frames else -1
@@ -226,7 +289,16 @@ class Observer:
                 node_roots.append(node)
                 held_bytes(hit.obj, excluded=excluded, after_seq=call.start, union=union)
             calls = sorted({c.index for _, _, c in hits})
-            finding = _with_kind(finding, calls, len(self.calls), created_at(first_node, self._modules()))
+            site = self.sites.get(first_hit.path.shape())
+            if site is not None:
+                finding = with_site(finding, site, None)
+            shape = first_hit.path.shape()
+            source = created_at(first_node, self._modules()) or self.sources.get(shape)
+            if source is not None:
+                self.sources.setdefault(shape, source)
+            elif finding.severity == "leak" and not final:
+                self.anomaly_next = True  # NOTE [Created at, in a running job]
+            finding = _with_kind(finding, calls, len(self.calls), source)
             findings.setdefault((first_call.target, first_call.mode), []).append(finding)
         held.clear()
         if final:
@@ -255,6 +327,60 @@ class Observer:
         union.clear()
         per_call.clear()
         self.truncated = stats.truncated
+        if not final and frame is not None and self.options.source:
+            self._start_tracing(findings, frame, args)
+
+    def _start_tracing(
+        self, findings: dict[tuple[str, Mode], list[Finding]], frame: types.FrameType, args: tuple[Any, ...]
+    ) -> None:
+        """Trace the job until the next look, for the leaks whose stored-at line is not known yet."""
+        from leakscope.diagnose.stored import StoreTracer
+        from leakscope.probe.library import is_library_file
+
+        wanted = [
+            f for found in findings.values() for f in found
+            if f.severity == "leak" and f.path.shape() not in self.sites and f.path not in (UNKNOWN, CYCLE)
+        ]
+        if not wanted:
+            return
+        frames: list[types.FrameType] = []
+        current: types.FrameType | None = frame
+        while current is not None:
+            frames.append(current)
+            current = current.f_back
+        roots = self._live_roots(frames, args)
+        try:
+            self.tracer = StoreTracer(wanted, roots, lambda file: not is_library_file(file), growth=True)
+            self.tracer.install(frames)
+        finally:
+            roots.clear()
+            frames.clear()
+            frame = current = None  # type: ignore[assignment]
+
+    def _stop_tracing(self) -> None:
+        tracer, self.tracer = self.tracer, None
+        if tracer is not None:
+            for path, site in tracer.remove().items():
+                self.sites.setdefault(path.shape(), site)
+
+    def _live_roots(self, frames: Sequence[types.FrameType], args: tuple[Any, ...]) -> dict[str, Any]:
+        """The roots of a look by name, read live: a caller root reads its frame's locals when resolved."""
+        roots: dict[str, Any] = {}
+        if args:
+            roots["engine"] = args[0]
+        for i, value in enumerate(args[1:]):
+            roots[f"args[{i}]"] = value
+        for frame in frames:
+            if not _is_leakscope_or_library(frame):
+                if frame.f_code.co_name == "<module>":
+                    module = sys.modules.get(str(frame.f_globals.get("__name__", "")))
+                    if module is not None:
+                        roots.setdefault(f"global:{_module_label(module)}", module)
+                else:
+                    roots.setdefault(_caller_root_name(frame), _LiveLocals(frame))
+        for module in self._modules():
+            roots.setdefault(f"global:{_module_label(module)}", module)
+        return roots
 
     def _call_of(self, node: Any) -> Call | None:
         from leakscope.probe.autograd import UINT64_MAX, sequence_nr
@@ -316,11 +442,15 @@ class Observer:
         if self.done:
             return
         self.done = True
+        self._stop_tracing()
+        self._unfreeze()
         if self.on_done is not None:
             self.on_done()
 
     def clear(self) -> None:
         """Drop every reference to the job's objects (weakrefs included)."""
+        self._stop_tracing()
+        self._unfreeze()
         for call in self.calls:
             call.evidence = None
         self.engines.clear()
@@ -346,6 +476,8 @@ class Observer:
                 ),
             ) if self.looks else None
             leak = any(f.severity == "leak" for f in findings)
+            kinds = {f.kind for f in findings if f.severity == "leak"}
+            kind = "growing" if "growing" in kinds else "bounded" if "bounded" in kinds else None
             warnings: list[str] = []
             if self.truncated:
                 warnings.append("the holder walk stopped at its object limit; some holders may be unnamed")
@@ -354,7 +486,7 @@ class Observer:
                 findings=findings,
                 retained_bytes=(last.per_call_bytes + sum(f.retained_bytes for f in findings if f.holder == "not found"))
                 if leak and last else 0,
-                growth=growth, warnings=tuple(warnings),
+                growth=growth, warnings=tuple(warnings), kind=kind,
                 seconds=round(sum(c.seconds for c in self.calls if (c.target, c.mode) == (target, mode)), 3),
             ))
         return out
@@ -387,6 +519,22 @@ def _locals_of(frame: types.FrameType) -> dict[str, Any]:
     return out
 
 
+class _LiveLocals:
+    """A running frame's locals, read when a path is resolved (NOTE [Stored at, in a running job]).
+
+    Held only while the job is traced between two looks; reading ``f_locals``
+    then is what the tracer does anyway (NOTE [Stale locals snapshot]).
+    """
+
+    __slots__ = ("_frame",)
+
+    def __init__(self, frame: types.FrameType) -> None:
+        self._frame = frame
+
+    def __getitem__(self, name: str) -> Any:
+        return self._frame.f_locals[name]
+
+
 def _module_label(module: types.ModuleType) -> str:
     if module.__name__ == "__main__":
         file = getattr(module, "__file__", None)
@@ -398,10 +546,10 @@ def _module_label(module: types.ModuleType) -> str:
 def _with_kind(finding: Finding, calls: list[int], watched: int, source: Any) -> Finding:
     """The leak kind (growing: a graph per call; bounded: only the latest) and the created-at line."""
     if len(calls) > 1:
-        kind = f"growing: keeps a graph of every call ({len(calls)} of {watched} watched calls)"
+        kind, text = "growing", f"keeps a graph of every call ({len(calls)} of {watched} watched calls)"
     else:
-        kind = f"bounded: keeps the graph of call {calls[0]} only, replaced as the job goes on"
-    return dataclasses.replace(finding, hint=f"{kind}; {finding.hint}", source=source or finding.source)
+        kind, text = "bounded", f"keeps the graph of call {calls[0]} only, replaced as the job goes on"
+    return dataclasses.replace(finding, hint=f"{kind}: {text}; {finding.hint}", kind=kind, source=source or finding.source)
 
 
 def _returned_evidence(result: Any, start: int, end: int, max_objects: int) -> Any:
