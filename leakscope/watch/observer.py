@@ -32,7 +32,7 @@ from typing import Any
 
 from leakscope.paths import HolderPath
 from leakscope.results import Finding, Growth, Mode, TargetResult, Verdict
-from leakscope.watch.methods import MethodSpec
+from leakscope.watch.methods import MethodSpec, engine_of
 
 
 class WatchStop(BaseException):
@@ -115,18 +115,20 @@ class Observer:
         if n < self.options.skip:
             return original(*args, **kwargs)
         frame = sys._getframe(2)  # the caller of the patched method (wrapper -> call)
+        # The engine first, then the step's arguments (NOTE [The engine of a framework's step]).
+        holders = (engine_of(spec, args[0]), *args[1:]) if args else args
         try:
             if len(self.calls) >= self.options.micro_batches:
-                self.look(frame, args, final=True)
+                self.look(frame, holders, final=True)
                 self.finish()
                 if self.options.stop:
                     raise WatchStop()
                 return original(*args, **kwargs)
             if self.calls:
-                self.look(frame, args)
+                self.look(frame, holders)
         finally:
             del frame
-        self._remember(args, original)
+        self._remember(holders, original)
         return self._watched_call(spec, original, args, kwargs)
 
     def _watched_call(self, spec: MethodSpec, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
