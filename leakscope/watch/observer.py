@@ -330,6 +330,7 @@ class Observer:
     def results(self) -> list[TargetResult]:
         """One result per watched method and grad mode seen, from the last look."""
         from leakscope.diagnose.growth import slope
+        from leakscope.diagnose.kinds import result_kind
 
         last = self.looks[-1] if self.looks else None
         keys = list(dict.fromkeys((c.target, c.mode) for c in self.calls))
@@ -353,7 +354,7 @@ class Observer:
                 warnings.append("the holder walk stopped at its object limit; some holders may be unnamed")
             out.append(TargetResult(
                 target=target, mode=mode, verdict=Verdict.LEAK if leak else Verdict.CLEAN,
-                findings=findings,
+                findings=findings, kind=result_kind(findings) if leak else None,
                 retained_bytes=(last.per_call_bytes + sum(f.retained_bytes for f in findings if f.holder == "not found"))
                 if leak and last else 0,
                 growth=growth, warnings=tuple(warnings),
@@ -399,11 +400,15 @@ def _module_label(module: types.ModuleType) -> str:
 
 def _with_kind(finding: Finding, calls: list[int], watched: int, source: Any) -> Finding:
     """The leak kind (growing: a graph per call; bounded: only the latest) and the created-at line."""
+    from leakscope.diagnose.kinds import BOUNDED, GROWING
+
     if len(calls) > 1:
-        kind = f"growing: keeps a graph of every call ({len(calls)} of {watched} watched calls)"
+        kind, says = GROWING, f"keeps a graph of every call ({len(calls)} of {watched} watched calls)"
     else:
-        kind = f"bounded: keeps the graph of call {calls[0]} only, replaced as the job goes on"
-    return dataclasses.replace(finding, hint=f"{kind}; {finding.hint}", source=source or finding.source)
+        kind, says = BOUNDED, f"keeps the graph of call {calls[0]} only, replaced as the job goes on"
+    return dataclasses.replace(
+        finding, hint=f"{kind}: {says}; {finding.hint}", source=source or finding.source, kind=kind
+    )
 
 
 def _returned_evidence(result: Any, start: int, end: int, max_objects: int) -> Any:
