@@ -6,6 +6,7 @@ Torch-free: the CLI parses ``--method`` before anything heavy is imported.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from leakscope.errors import UsageError
 
@@ -20,6 +21,13 @@ DEFAULT_METHODS = (
     "lightning.pytorch.strategies.strategy:Strategy.training_step",
     "pytorch_lightning.strategies.strategy:Strategy.training_step",
 )
+
+#: Methods whose ``self`` is not the object a user knows as the engine, and the attribute of
+#: ``self`` that is (NOTE [The engine of a framework's step]).
+ENGINE_ATTRIBUTES = {
+    "lightning.pytorch.strategies.strategy:Strategy.training_step": "lightning_module",
+    "pytorch_lightning.strategies.strategy:Strategy.training_step": "lightning_module",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,4 +56,26 @@ def parse_method(text: str) -> MethodSpec:
     return MethodSpec(module, tuple(parts[:-1]), parts[-1])
 
 
-__all__ = ["DEFAULT_METHODS", "MethodSpec", "parse_method"]
+def engine_of(spec: MethodSpec, self_: Any) -> Any:
+    """The engine of a watched call whose ``self`` is ``self_``: ``self_`` itself, or for a
+    framework's call site (:data:`ENGINE_ATTRIBUTES`) the user's object it runs.
+
+    # NOTE [The engine of a framework's step]
+    # ``engine.`` names the object a user wrote, as ``check`` does. For most steps that is the
+    # ``self`` of the watched method (the verl engine, the ``transformers.Trainer``). Lightning's
+    # ``training_step`` is the user's override on their ``LightningModule``, which cannot be
+    # patched before the job defines it, so the framework's call site, the strategy's
+    # ``training_step``, is watched; its engine is the module it calls (``strategy.lightning_module``),
+    # so a finding reads ``engine.training_step_outputs[0]``, as ``check``'s Lightning adapter
+    # names it, and its fix names ``self.training_step_outputs`` as the user's ``training_step``
+    # spells it. The strategy and the trainer stay reachable through the module (``engine._trainer``).
+    """
+    attribute = ENGINE_ATTRIBUTES.get(str(spec))
+    if attribute is not None:
+        engine = getattr(self_, attribute, None)
+        if engine is not None:
+            return engine
+    return self_
+
+
+__all__ = ["DEFAULT_METHODS", "ENGINE_ATTRIBUTES", "MethodSpec", "engine_of", "parse_method"]

@@ -65,7 +65,7 @@ from typing import Any
 
 from leakscope.paths import CYCLE, UNKNOWN, HolderPath
 from leakscope.results import Finding, Growth, Mode, TargetResult, Verdict
-from leakscope.watch.methods import MethodSpec
+from leakscope.watch.methods import MethodSpec, engine_of
 
 
 class WatchStop(BaseException):
@@ -158,18 +158,20 @@ class Observer:
         if n < self.options.skip:
             return original(*args, **kwargs)
         frame = sys._getframe(2)  # the caller of the patched method (wrapper -> call)
+        # The engine first, then the step's arguments (NOTE [The engine of a framework's step]).
+        holders = (engine_of(spec, args[0]), *args[1:]) if args else args
         try:
             if len(self.calls) >= self.options.micro_batches:
-                self.look(frame, args, final=True)
+                self.look(frame, holders, final=True)
                 self.finish()
                 if self.options.stop:
                     raise WatchStop()
                 return original(*args, **kwargs)
             if self.calls:
-                self.look(frame, args)
+                self.look(frame, holders)
         finally:
             del frame
-        self._remember(args, original)
+        self._remember(holders, original)
         if not self.calls:
             self._freeze()
         return self._watched_call(spec, original, args, kwargs)
@@ -458,6 +460,7 @@ class Observer:
     def results(self) -> list[TargetResult]:
         """One result per watched method and grad mode seen, from the last look."""
         from leakscope.diagnose.growth import slope
+        from leakscope.diagnose.kinds import result_kind
 
         last = self.looks[-1] if self.looks else None
         keys = list(dict.fromkeys((c.target, c.mode) for c in self.calls))
@@ -476,17 +479,15 @@ class Observer:
                 ),
             ) if self.looks else None
             leak = any(f.severity == "leak" for f in findings)
-            kinds = {f.kind for f in findings if f.severity == "leak"}
-            kind = "growing" if "growing" in kinds else "bounded" if "bounded" in kinds else None
             warnings: list[str] = []
             if self.truncated:
                 warnings.append("the holder walk stopped at its object limit; some holders may be unnamed")
             out.append(TargetResult(
                 target=target, mode=mode, verdict=Verdict.LEAK if leak else Verdict.CLEAN,
-                findings=findings,
+                findings=findings, kind=result_kind(findings) if leak else None,
                 retained_bytes=(last.per_call_bytes + sum(f.retained_bytes for f in findings if f.holder == "not found"))
                 if leak and last else 0,
-                growth=growth, warnings=tuple(warnings), kind=kind,
+                growth=growth, warnings=tuple(warnings),
                 seconds=round(sum(c.seconds for c in self.calls if (c.target, c.mode) == (target, mode)), 3),
             ))
         return out
@@ -545,11 +546,15 @@ def _module_label(module: types.ModuleType) -> str:
 
 def _with_kind(finding: Finding, calls: list[int], watched: int, source: Any) -> Finding:
     """The leak kind (growing: a graph per call; bounded: only the latest) and the created-at line."""
+    from leakscope.diagnose.kinds import BOUNDED, GROWING
+
     if len(calls) > 1:
-        kind, text = "growing", f"keeps a graph of every call ({len(calls)} of {watched} watched calls)"
+        kind, says = GROWING, f"keeps a graph of every call ({len(calls)} of {watched} watched calls)"
     else:
-        kind, text = "bounded", f"keeps the graph of call {calls[0]} only, replaced as the job goes on"
-    return dataclasses.replace(finding, hint=f"{kind}: {text}; {finding.hint}", kind=kind, source=source or finding.source)
+        kind, says = BOUNDED, f"keeps the graph of call {calls[0]} only, replaced as the job goes on"
+    return dataclasses.replace(
+        finding, hint=f"{kind}: {says}; {finding.hint}", source=source or finding.source, kind=kind
+    )
 
 
 def _returned_evidence(result: Any, start: int, end: int, max_objects: int) -> Any:
