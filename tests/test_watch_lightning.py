@@ -72,7 +72,12 @@ def test_epoch_outputs_list_is_named_on_the_lightning_module_and_grows() -> None
     assert finding["source"] == {"file": SCRIPT, "line": line, "function": "training_step"}
     # The fix names the list as the user's training_step spells it, not the strategy's private attribute.
     assert finding["hint"].startswith("growing: keeps a graph of every call (3 of 3 watched calls); ")
-    assert "self.training_step_outputs" in finding["hint"] and "_lightning_module" not in finding["hint"]
+    assert "_lightning_module" not in finding["hint"]
+    # Stored at: the user's append, seen while the fit was traced after the first leaky look.
+    assert (finding["stored_at"]["file"], finding["stored_at"]["line"], finding["store_op"]) == (
+        "fixtures/watch/lightning_fit.py", 43, "append")
+    assert finding["hint"].endswith(
+        "at fixtures/watch/lightning_fit.py:43 in training_step: self.training_step_outputs.append(kept.detach())")
     assert [c["mode"] for c in doc["watch"]["calls"]] == ["train"] * 3
     assert doc["watch"]["methods"] == [TARGET]
     # --then stop: WatchStop went through Lightning's _call_and_handle_interrupt (which re-raises
@@ -98,7 +103,12 @@ def test_torchmetrics_forward_cache_is_bounded() -> None:
     (finding,) = result["findings"]
     assert (finding["kind"], finding["grad_fn"]) == ("bounded", "CloneBackward0")
     assert finding["hint"].startswith("bounded: keeps the graph of call 2 only")
-    assert "self.train_loss(loss.detach())" in finding["hint"]
+    # Stored at: the user's line that fed the metric (torchmetrics' own lines run untraced).
+    assert (finding["stored_at"]["file"], finding["stored_at"]["line"], finding["store_op"]) == (
+        "fixtures/watch/lightning_fit.py", 41, "metric")
+    assert finding["hint"].endswith(
+        "feed the metric a detached value at fixtures/watch/lightning_fit.py:41 in training_step:"
+        " self.train_loss(kept.detach())")
     assert finding["source"] == {"file": SCRIPT, "line": _line_of("self.train_loss(kept)"), "function": "training_step"}
     assert result["growth"]["nodes_by_micro_batch"][:2] == [0, 0] and result["growth"]["nodes_by_micro_batch"][2] > 0
     assert len(set(result["growth"]["retained_bytes"])) == 1 and result["growth"]["retained_bytes"][0] > 0

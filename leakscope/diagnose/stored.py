@@ -26,7 +26,7 @@ import linecache
 import re
 import sys
 import types
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from leakscope.paths import CYCLE, UNKNOWN, HolderPath, Segment, SegmentKind
@@ -65,6 +65,16 @@ def _step(obj: Any, segment: Segment) -> Any:
             return _MISSING
         if isinstance(obj, dict):
             return obj.get(key, _MISSING)
+        if isinstance(key, str) and not isinstance(obj, Mapping):
+            # An instance attribute the walk named by its ``__dict__`` key (a module's): read it
+            # there, not through ``obj[key]``, which may build a new object (torchmetrics'
+            # ``metric[key]`` is a new CompositionalMetric) or do anything else.
+            try:
+                instance = object.__getattribute__(obj, "__dict__")
+            except Exception:
+                instance = None
+            if isinstance(instance, dict) and key in instance:
+                return instance[key]
         try:
             return obj[key]
         except Exception:
@@ -203,14 +213,12 @@ class StoreTracer:
         self._running: list[types.FrameType] = []
 
     def _check(self) -> None:
-        where = self.last_line
-        if where is None:
-            return
-        for w in self.watches:
+        where = self.last_line  # None before the first traced line: a change then was made by
+        for w in self.watches:  # untraced code, so it sets the baseline and names no line
             if w.site is not None or w.signature is None:
                 continue
             now = w.signature()
-            if now[0] != -1 and now != w.last:
+            if where is not None and now[0] != -1 and now != w.last:
                 w.site = where
             w.last = now
 

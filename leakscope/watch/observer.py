@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 import time
 import types
@@ -351,8 +352,16 @@ class Observer:
             frames.append(current)
             current = current.f_back
         roots = self._live_roots(frames, args)
+        owners = _owner_files(wanted, frames, args)
+
+        def is_user_file(file: str) -> bool:
+            if is_library_file(file):
+                return False
+            resolved = os.path.realpath(file)
+            return not _INSTALLED.search(resolved) or resolved in owners
+
         try:
-            self.tracer = StoreTracer(wanted, roots, lambda file: not is_library_file(file), growth=True)
+            self.tracer = StoreTracer(wanted, roots, is_user_file, growth=True)
             self.tracer.install(frames)
         finally:
             roots.clear()
@@ -518,6 +527,29 @@ def _locals_of(frame: types.FrameType) -> dict[str, Any]:
     if sys.version_info < (3, 13) and snapshot is not frame.f_globals and type(snapshot) is dict:
         snapshot.clear()
     return out
+
+
+#: an installed package's file: traced only when it owns a holder (:func:`_owner_files`)
+_INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
+
+
+def _owner_files(findings: Sequence[Finding], frames: Sequence[types.FrameType], args: tuple[Any, ...]) -> set[str]:
+    """The installed files whose lines can be the one to change: those of a caller frame that holds
+    a finding (verl's own loop keeping ``output_lst``) and those of the engine's classes (a TRL
+    trainer's ``self._metrics``). Other installed code (torchmetrics storing into its own
+    ``_forward_cache``) runs untraced, so the stored-at line is the job's line that called it."""
+    roots = {f.path.root for f in findings}
+    files = {
+        os.path.realpath(frame.f_code.co_filename) for frame in frames
+        if frame.f_code.co_name != "<module>" and _caller_root_name(frame) in roots
+    }
+    if args and any(f.path.root == "engine" for f in findings):
+        for klass in type(args[0]).__mro__:
+            module = sys.modules.get(klass.__module__)
+            file = getattr(module, "__file__", None)
+            if isinstance(file, str):
+                files.add(os.path.realpath(file))
+    return files
 
 
 class _LiveLocals:
