@@ -192,6 +192,7 @@ def test_library_api_leaves_nothing_behind() -> None:
 
     original = metric_engine.Trainer.train_step
     meta_path, trace, profile = list(sys.meta_path), sys.gettrace(), sys.getprofile()
+    frozen = gc.get_freeze_count()
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     trainer = metric_engine.Trainer(model)
     trainer.keep_item = False
@@ -217,6 +218,7 @@ def test_library_api_leaves_nothing_behind() -> None:
     # Restored: the original function object, no import hook, no tracer.
     assert metric_engine.Trainer.train_step is original
     assert sys.meta_path == meta_path and sys.gettrace() is trace and sys.getprofile() is profile
+    assert gc.get_freeze_count() == frozen  # the heap frozen while watching is unfrozen
     # No reference from leakscope to the job's objects: drop the job's own, and they die.
     kept = metric_engine.METRICS[0]
     referrers = [type(r).__module__ for r in gc.get_referrers(kept)]
@@ -274,5 +276,10 @@ def test_real_verl_engine_default_method(version: str, verdict: str, paths: list
         (log_probs,) = doc["results"][0]["findings"]
         assert log_probs["cause"] == "leaf+grad"
         assert doc["results"][0]["growth"]["retained_bytes"][0] > 0
+        # Stored at: verl's own loop (an installed file, traced because its frame holds the leak).
+        stored = log_probs["stored_at"]
+        assert stored["file"].endswith("verl/workers/engine/fsdp/transformer_impl.py") and stored["line"] == 651
+        assert log_probs["store_op"] == "append"
+        assert 'output_lst.append(meta_info) keeps meta_info["model_output"]["log_probs"]' in log_probs["hint"]
     assert done.returncode == (1 if verdict == "leak" else 0)
     assert "Started a local Ray instance" not in done.stderr  # naming the process must not start Ray
