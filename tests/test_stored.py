@@ -89,6 +89,9 @@ def test_fix_for_each_storing_operation() -> None:
     assert fix_for(StoreSite("append", "METRICS.append(mae.item() if keep_item else mae)", at),
                    holder_path("global:m", "METRICS", 0), Holder.GLOBAL, Cause.LEAF_GRAD, None) == (
         "at e.py:3 in keep: METRICS.append(mae.item() if keep_item else mae.detach())")
+    assert fix_for(StoreSite("append", "type(self).seen.append(entropy)", at),
+                   holder_path("engine", "seen", 0), engine, Cause.LEAF_GRAD, None) == (
+        "at e.py:3 in keep: type(self).seen.append(entropy.detach())")
     assert store_op(holder_path("engine", "x"), "self.register_buffer('x', t)") == "buffer"
     assert store_op(holder_path("engine", "d", "'k k'"), "self.d['k k'] = t") == "item"
     assert store_op(holder_path("output", "model_output"), 'return loss, {"metrics": m}') == "return"

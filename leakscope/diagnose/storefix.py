@@ -82,14 +82,31 @@ def _detached(expr: str) -> str:
 
 
 def _call_detached(code: str) -> str | None:
-    """``obj.append(x)`` -> ``obj.append(x.detach())`` (the last argument of the outermost call)."""
-    m = re.fullmatch(r"(?P<pre>[\w.\[\]'\"]+\()(?P<args>.*)\)\s*", code)
-    if not m:
+    """``obj.append(x)`` -> ``obj.append(x.detach())``: the last argument of the call whose closing
+    parenthesis ends the line (``type(self).seen.append(x)``, ``f(a)(b, x)``)."""
+    code = code.rstrip()
+    if not code.endswith(")"):
         return None
-    *head, last = _top_level_split(m.group("args"), ",")
+    depth, quote, opening = 0, None, -1
+    for i in range(len(code) - 1, -1, -1):
+        ch = code[i]
+        if quote is not None:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in ")]}":
+            depth += 1
+        elif ch in "([{":
+            depth -= 1
+            if depth == 0:
+                opening = i
+                break
+    if opening <= 0 or not re.search(r"[\w)\]]$", code[:opening]):
+        return None  # a parenthesised expression, not a call
+    *head, last = _top_level_split(code[opening + 1:-1], ",")
     if not last.strip():
         return None
-    return f"{m.group('pre')}{','.join(head)}{', ' if head else ''}{_detached(last)})"
+    return f"{code[:opening + 1]}{','.join(head)}{', ' if head else ''}{_detached(last)})"
 
 
 def _assignment_detached(code: str, accumulate: bool) -> str | None:
