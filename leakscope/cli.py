@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -392,16 +392,25 @@ def explain(
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """File descriptor 1 onto 2 for the job: its output and its child processes' go to stderr."""
+def _stdout_to_stderr() -> Iterator[Callable[[], None]]:
+    """File descriptor 1 onto 2 for the job: its output and its child processes' go to stderr.
+
+    Yields a function that puts stdout back early (a report made while the job is still stuck).
+    """
     import os
 
     sys.stdout.flush()
     saved = os.dup(1)
     os.dup2(2, 1)
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        sys.stdout = sys.__stdout__
+
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            yield
+            yield restore
     finally:
         sys.stdout.flush()
         os.dup2(saved, 1)
@@ -477,29 +486,49 @@ def watch(
         _fail(exc.message, int(exc.exit_code), fmt, output)
     from leakscope.watch.job import watch_job
 
+    restore_stdout: list[Callable[[], None]] = []
+
+    def stuck(done: Any) -> None:  # the job ignored --timeout's interrupt: report, then end the process
+        import os
+
+        for restore in restore_stdout:
+            restore()
+        code = _watch_output(done, fmt, output, debug)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
     try:
-        with _stdout_to_stderr():  # the job's prints (and its children's) must not corrupt the report
-            done = watch_job(module or script or "", argv, options, as_module=module is not None, timeout=timeout or None)
+        with _stdout_to_stderr() as restore:  # the job's prints (and its children's) must not corrupt the report
+            restore_stdout.append(restore)
+            done = watch_job(
+                module or script or "", argv, options, as_module=module is not None, timeout=timeout or None,
+                on_stuck=stuck,
+            )
     except LeakscopeError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
+    raise typer.Exit(_watch_output(done, fmt, output, debug))
+
+
+def _watch_output(done: Any, fmt: FormatChoice, output: Path | None, debug: bool) -> int:
+    """Print a watch's errors on stderr and its report; the exit code."""
     from leakscope.policy import exit_code
+    from leakscope.render import render
 
     report = done.report
     if not done.reporting:
-        raise typer.Exit(exit_code(report))
+        return exit_code(report)
     for result in report.results:
         if result.verdict.value == "error" and result.error:
             typer.echo(f"leakscope: {result.target}: {result.error}", err=True)
             if debug and result.traceback:
                 typer.echo(result.traceback, err=True)
-    from leakscope.render import render
-
     if fmt is FormatChoice.text:
         text = render(report, "text", color=output is None and sys.stdout.isatty(), debug=debug)
     else:
         text = render(report, fmt.value, debug=debug)
     _emit(text, output)
-    raise typer.Exit(exit_code(report))
+    return exit_code(report)
 
 
 @app.command("render")

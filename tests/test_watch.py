@@ -120,6 +120,31 @@ def test_the_jobs_own_failure_is_reported_with_what_was_watched() -> None:
 
 
 @pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (["--exit", "4"], "the job exited with sys.exit(4)"),
+        (["--interrupt"], "the job was interrupted (KeyboardInterrupt)"),
+        # --timeout wakes a job blocked in time.sleep (a real SIGINT to the main thread) ...
+        (["--hang"], "the job ran past --timeout 5s and was interrupted; the report covers the calls before"),
+        # ... and reports without it when the job ignores SIGINT (NOTE [A job past its timeout]).
+        (["--hang", "--ignore-sigint"], "the job ran past --timeout 5s and did not stop when interrupted"),
+    ],
+)
+def test_a_job_that_exits_is_interrupted_or_hangs_is_reported_with_its_holders(flags: list[str], error: str) -> None:
+    done = _watch("-f", "json", "--timeout", "5", "--method", ACTOR, VERL_UPDATE, "--steps", "2", *flags, timeout=120)
+    doc = _doc(done)
+    # The loop's frame where the job stopped is searched: the holder is named, not <unknown holder>.
+    assert _verdicts(doc)[0] == (ACTOR, "train", "leak", [
+        "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
+        "caller:verl_update.py:main.output_lst[0].model_output.entropy",
+    ])
+    job = doc["results"][1]
+    assert (job["target"], job["verdict"]) == (VERL_UPDATE, "error") and job["error"].startswith(error)
+    assert done.returncode == 3
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize(
     ("args", "code", "message"),
     [
         (["--method", "nocolon", VERL_UPDATE], 2, "--method 'nocolon' is not 'pkg.module:Class.method'"),

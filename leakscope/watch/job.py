@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
 from leakscope.watch.launcher import Outcome
@@ -28,16 +28,42 @@ class JobResult:
 
 
 def watch_job(
-    target: str, argv: Sequence[str], options: WatchOptions, *, as_module: bool = False, timeout: float | None = None
+    target: str, argv: Sequence[str], options: WatchOptions, *, as_module: bool = False, timeout: float | None = None,
+    on_stuck: Callable[[JobResult], None] | None = None,
 ) -> JobResult:
-    """Run ``target`` as ``__main__`` under a watch; merge the reports of every process of the job."""
+    """Run ``target`` as ``__main__`` under a watch; merge the reports of every process of the job.
+
+    ``on_stuck``: called from another thread with the report when the job ran past ``timeout``
+    and did not stop within :data:`STUCK_GRACE_S` of being interrupted (NOTE [A job past its
+    timeout]); it is expected to print the report and end the process.
+    """
     from leakscope.harness.distributed import launcher_env
     from leakscope.watch import launcher
     from leakscope.watch.processes import children_watched, merged, process_label, read_reports
 
     session = Watch(options)  # usage errors raise here, before the job starts
     session.job_name = target
-    timer = _Timeout(timeout)
+
+    def stuck() -> None:
+        session.patcher.restore()
+        session.job_error = (
+            f"the job ran past --timeout {timeout:g}s and did not stop when interrupted (blocked in C code,"
+            f" or its own SIGINT handler); the report covers the calls before"
+        )
+        import sys
+
+        # The main thread's stack where it is stuck: the loop's locals are alive there.
+        frames = []
+        frame = sys._current_frames().get(threading.main_thread().ident or 0)
+        while frame is not None:
+            frames.append(frame)
+            frame = frame.f_back
+        report = session.stop(frames=frames)
+        frames.clear()
+        if on_stuck is not None:
+            on_stuck(JobResult(report, 3))
+
+    timer = _Timeout(timeout, stuck)
     with children_watched(options) as report_dir:
         session.start()
         try:
@@ -105,31 +131,50 @@ def _remove(directory: str) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+#: seconds a job past its ``--timeout`` has to stop once interrupted
+STUCK_GRACE_S = 10.0
+
+
 class _Timeout:
-    """Interrupt the job's main thread after ``seconds`` (the report is still written)."""
+    """Interrupt the job's main thread after ``seconds`` (the report is still written).
 
-    def __init__(self, seconds: float | None) -> None:
+    # NOTE [A job past its timeout]
+    # The job runs in this process's main thread, so ``--timeout`` interrupts it
+    # there: a real SIGINT sent to the main thread, which also wakes a blocking
+    # call (``time.sleep``, a socket read, a lock), raises KeyboardInterrupt, and
+    # the report is made as for any interrupted job. A job that does not stop
+    # within STUCK_GRACE_S (blocked where no signal reaches, or a SIGINT handler
+    # of its own) gets ``on_stuck`` from the timer thread: the report of the
+    # calls made so far, then the process ends.
+    """
+
+    def __init__(self, seconds: float | None, on_stuck: Callable[[], None] | None = None) -> None:
         self.seconds = seconds
+        self.on_stuck = on_stuck
         self.fired = False
-        self._timer: threading.Timer | None = None
+        self._done = threading.Event()
+        self._timer: threading.Thread | None = None
 
-    def _fire(self) -> None:
-        import _thread
+    def _run(self) -> None:
+        import signal
 
+        assert self.seconds
+        if self._done.wait(self.seconds):
+            return
         self.fired = True
-        _thread.interrupt_main()
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        if not self._done.wait(STUCK_GRACE_S) and self.on_stuck is not None:
+            self.on_stuck()
 
     def __enter__(self) -> _Timeout:
         if self.seconds:
-            self._timer = threading.Timer(self.seconds, self._fire)
-            self._timer.daemon = True
+            self._timer = threading.Thread(target=self._run, name="leakscope-watch-timeout", daemon=True)
             self._timer.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._done.set()
+        self._timer = None
 
 
 __all__ = ["JobResult", "watch_job"]

@@ -85,11 +85,15 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
             outcome.exit_code = code_value if isinstance(code_value, int) else 1
             outcome.error = f"the job exited with sys.exit({code_value!r})"
             outcome.traceback = traceback.format_exc()
-    except KeyboardInterrupt:
+        _keep_frames(outcome, exc)
+        del exc
+    except KeyboardInterrupt as exc:
         outcome.interrupted = True
         outcome.exit_code = 130
         outcome.error = "the job was interrupted (KeyboardInterrupt)"
         outcome.traceback = traceback.format_exc()
+        _keep_frames(outcome, exc)
+        del exc
     except BaseException as exc:
         from leakscope.harness.source import user_frame
 
@@ -97,17 +101,23 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
         outcome.exit_code = 1
         outcome.error = f"the job raised {type(exc).__name__}: {exc}" + (f" at {where}" if where else "")
         outcome.traceback = traceback.format_exc()
-        tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # below this frame
-        while tb is not None:
-            outcome.frames.insert(0, tb.tb_frame)  # innermost first
-            tb = tb.tb_next
-        del exc, tb
+        _keep_frames(outcome, exc)
+        del exc
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
         if saved_main is not None:
             sys.modules["__main__"] = saved_main
     return outcome
+
+
+def _keep_frames(outcome: Outcome, exc: BaseException) -> None:
+    """The frames the job was in when it raised, exited or was interrupted (innermost first): the
+    loop's locals are still alive there, and the look at the end searches them."""
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # below this frame
+    while tb is not None:
+        outcome.frames.insert(0, tb.tb_frame)
+        tb = tb.tb_next
 
 
 __all__ = ["Outcome", "run"]
