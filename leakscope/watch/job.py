@@ -33,7 +33,14 @@ def watch_job(
     """Run ``target`` as ``__main__`` under a watch; merge the reports of every process of the job."""
     from leakscope.harness.distributed import launcher_env
     from leakscope.watch import launcher
-    from leakscope.watch.processes import children_watched, merged, process_label, read_reports
+    from leakscope.watch.processes import (
+        CHILD_WAIT_S,
+        children_watched,
+        merged,
+        process_label,
+        read_reports,
+        unreported,
+    )
 
     session = Watch(options)  # usage errors raise here, before the job starts
     session.job_name = target
@@ -53,16 +60,35 @@ def watch_job(
         own = session.stop(extra_modules=[outcome.module] if outcome.module is not None else [], frames=outcome.frames)
         outcome.module = None
         outcome.frames.clear()
+        missing = unreported(report_dir, wait_s=CHILD_WAIT_S)  # NOTE [A process that ends before its report]
         others = read_reports(report_dir)
     _remove(report_dir)
-    if others and not session.observer.calls:
+    if (others or missing) and not session.observer.calls:
         # The children ran the step, this process did not: only the job's own failure is news.
         own = dataclasses.replace(own, results=tuple(r for r in own.results if r.target == session.job_name))
     report = merged(own, process_label(), others)
+    if missing:
+        report = dataclasses.replace(report, results=(*report.results, *_unreported_results(options, missing)))
     ranks = launcher_env()
     if ranks is not None and ranks[1] > 1:
         return _across_ranks(report, ranks, outcome)
     return JobResult(report, outcome.exit_code if not outcome.stopped else 0)
+
+
+def _unreported_results(options: WatchOptions, missing: Sequence[tuple[str, int]]) -> list[TargetResult]:
+    """One error per process that made watched calls and ended without writing its report."""
+    methods = ", ".join(options.methods) or "the built-in step methods"
+    return [
+        TargetResult(
+            target=f"{methods} @ {label}", mode=Mode.TRAIN, verdict=Verdict.ERROR,
+            error=(
+                f"{label} (pid {pid}) made watched calls but ended before its last look, without running "
+                "atexit (as ray.shutdown() ends actors), so it wrote no report; let it make one call more than "
+                "--skip + --micro-batches, or end it gracefully (Ray: ray.actor.exit_actor()) before the job ends"
+            ),
+        )
+        for label, pid in missing
+    ]
 
 
 def _across_ranks(report: Report, ranks: tuple[int, int], outcome: Outcome) -> JobResult:

@@ -104,6 +104,8 @@ class Observer:
         #: modules whose globals are walked
         self.modules: dict[str, None] = {}
         self.on_done: Callable[[], None] | None = None
+        #: called once, at the start of the first watched call (a child process announces itself)
+        self.on_first_call: Callable[[], None] | None = None
         self.truncated = False
 
     # -- the call -----------------------------------------------------------------
@@ -127,6 +129,8 @@ class Observer:
         finally:
             del frame
         self._remember(args, original)
+        if not self.calls and self.on_first_call is not None:
+            self.on_first_call()
         return self._watched_call(spec, original, args, kwargs)
 
     def _watched_call(self, spec: MethodSpec, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
