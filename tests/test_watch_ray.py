@@ -5,14 +5,18 @@ each test runs ``fixtures/watch/ray_update.py`` in a subprocess with that venv,
 which starts a local cluster of 2 CPUs, runs the update in the actor
 ``ActorWorker`` and shuts the cluster down. Through ``leakscope watch`` the
 actor is reached by the environment it inherits; with ``--setup-hook DIR`` by
-Ray's ``worker_process_setup_hook`` alone, as on a remote cluster.
+Ray's ``worker_process_setup_hook`` alone, as on a remote cluster. The last
+test, on plain processes, pins whom the driver waits for.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import os
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,7 @@ import pytest
 from leakscope.render.json_report import report_dict
 from leakscope.results import Report
 from leakscope.serialize import from_data
+from leakscope.watch.processes import unreported
 from tests.conftest import ROOT, framework_python, venv_env
 
 VENV = ROOT / ".venv-ray"
@@ -136,3 +141,31 @@ def test_remote_cluster_setup_hook_writes_the_actors_report(python: Path, tmp_pa
     # The hook activates in the workers only: nothing of leakscope on their path or in the driver.
     assert said["site_on_path"] == [] and said["sitecustomize"] is None
     assert "driver: leakscope.watch imported: False" in done.stdout
+
+
+def test_the_driver_waits_only_for_announced_children_still_running(tmp_path: Path) -> None:
+    # Real processes: one ended and reaped, one ended and not reaped (a zombie), one running, and this one,
+    # which announced itself and wrote its report.
+    ended = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                               capture_output=True, text=True, check=True).stdout)
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        while Path(f"/proc/{zombie.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+            time.sleep(0.05)
+        for pid, label in ((ended, "actor Gone"), (zombie.pid, "actor Zombie"), (os.getpid(), "actor Done")):
+            (tmp_path / f"watching-{pid}").write_text(label, encoding="utf-8")
+        (tmp_path / f"report-{os.getpid()}.json").write_text("{}", encoding="utf-8")
+        gone = [("actor Gone", ended, False), ("actor Zombie", zombie.pid, False)]
+        started = time.monotonic()
+        assert sorted(unreported(str(tmp_path), wait_s=60)) == sorted(gone)
+        assert time.monotonic() - started < 10  # nothing alive to wait for
+        (tmp_path / f"watching-{running.pid}").write_text("actor Busy", encoding="utf-8")
+        started = time.monotonic()
+        missing = unreported(str(tmp_path), wait_s=1.5)
+        assert time.monotonic() - started >= 1.5  # waited for the running one, then gave up
+        assert sorted(missing) == sorted([*gone, ("actor Busy", running.pid, True)])
+    finally:
+        running.kill()
+        running.wait()
+        zombie.wait()

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
 from leakscope.watch.launcher import Outcome
+from leakscope.watch.processes import CHILD_WAIT_S
 from leakscope.watch.session import Watch, WatchOptions
 
 #: how long rank 0 waits for the other ranks' reports under torchrun
@@ -34,7 +35,6 @@ def watch_job(
     from leakscope.harness.distributed import launcher_env
     from leakscope.watch import launcher
     from leakscope.watch.processes import (
-        CHILD_WAIT_S,
         children_watched,
         merged,
         process_label,
@@ -75,19 +75,25 @@ def watch_job(
     return JobResult(report, outcome.exit_code if not outcome.stopped else 0)
 
 
-def _unreported_results(options: WatchOptions, missing: Sequence[tuple[str, int]]) -> list[TargetResult]:
-    """One error per process that made watched calls and ended without writing its report."""
+def _unreported_results(options: WatchOptions, missing: Sequence[tuple[str, int, bool]]) -> list[TargetResult]:
+    """One error per process that made watched calls and wrote no report (NOTE [A process that ends before its report])."""
     methods = ", ".join(options.methods) or "the built-in step methods"
+    fix = (
+        "let it make one call more than --skip + --micro-batches, or end it gracefully "
+        "(Ray: ray.actor.exit_actor()) before the job ends"
+    )
     return [
         TargetResult(
             target=f"{methods} @ {label}", mode=Mode.TRAIN, verdict=Verdict.ERROR,
             error=(
+                f"{label} (pid {pid}) made watched calls and was still running {CHILD_WAIT_S:g}s after the job "
+                f"ended, without a report: its last look is at its call after the last watched one, or at its exit; {fix}"
+                if alive else
                 f"{label} (pid {pid}) made watched calls but ended before its last look, without running "
-                "atexit (as ray.shutdown() ends actors), so it wrote no report; let it make one call more than "
-                "--skip + --micro-batches, or end it gracefully (Ray: ray.actor.exit_actor()) before the job ends"
+                f"atexit (as ray.shutdown() ends actors), so it wrote no report; {fix}"
             ),
         )
-        for label, pid in missing
+        for label, pid, alive in missing
     ]
 
 

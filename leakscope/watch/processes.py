@@ -177,8 +177,8 @@ def read_reports(directory: str, *, expect: int = 0, wait_s: float = 0.0) -> lis
     return out
 
 
-def unreported(directory: str, *, wait_s: float = 0.0) -> list[tuple[str, int]]:
-    """The processes that made watched calls and wrote no report, as (label, pid).
+def unreported(directory: str, *, wait_s: float = 0.0) -> list[tuple[str, int, bool]]:
+    """The processes that made watched calls and wrote no report, as (label, pid, still alive).
 
     Waits up to ``wait_s`` while any of them is still alive (it may be writing
     at exit); one that has ended without a report never will.
@@ -196,7 +196,7 @@ def unreported(directory: str, *, wait_s: float = 0.0) -> list[tuple[str, int]]:
             label = marker.read_text(encoding="utf-8").strip()
         except OSError:
             label = ""
-        out.append((label or f"pid {pid}", pid))
+        out.append((label or f"pid {pid}", pid, _alive(pid)))
     return out
 
 
