@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
 from leakscope.watch.launcher import Outcome
+from leakscope.watch.processes import CHILD_WAIT_S
 from leakscope.watch.session import Watch, WatchOptions
 
 #: how long rank 0 waits for the other ranks' reports under torchrun
@@ -39,7 +40,13 @@ def watch_job(
     """
     from leakscope.harness.distributed import launcher_env
     from leakscope.watch import launcher
-    from leakscope.watch.processes import children_watched, merged, process_label, read_reports
+    from leakscope.watch.processes import (
+        children_watched,
+        merged,
+        process_label,
+        read_reports,
+        unreported,
+    )
 
     session = Watch(options)  # usage errors raise here, before the job starts
     session.job_name = target
@@ -79,16 +86,41 @@ def watch_job(
         own = session.stop(extra_modules=[outcome.module] if outcome.module is not None else [], frames=outcome.frames)
         outcome.module = None
         outcome.frames.clear()
+        missing = unreported(report_dir, wait_s=CHILD_WAIT_S)  # NOTE [A process that ends before its report]
         others = read_reports(report_dir)
     _remove(report_dir)
-    if others and not session.observer.calls:
+    if (others or missing) and not session.observer.calls:
         # The children ran the step, this process did not: only the job's own failure is news.
         own = dataclasses.replace(own, results=tuple(r for r in own.results if r.target == session.job_name))
     report = merged(own, process_label(), others)
+    if missing:
+        report = dataclasses.replace(report, results=(*report.results, *_unreported_results(options, missing)))
     ranks = launcher_env()
     if ranks is not None and ranks[1] > 1:
         return _across_ranks(report, ranks, outcome)
     return JobResult(report, outcome.exit_code if not outcome.stopped else 0)
+
+
+def _unreported_results(options: WatchOptions, missing: Sequence[tuple[str, int, bool]]) -> list[TargetResult]:
+    """One error per process that made watched calls and wrote no report (NOTE [A process that ends before its report])."""
+    methods = ", ".join(options.methods) or "the built-in step methods"
+    fix = (
+        "let it make one call more than --skip + --micro-batches, or end it gracefully "
+        "(Ray: ray.actor.exit_actor()) before the job ends"
+    )
+    return [
+        TargetResult(
+            target=f"{methods} @ {label}", mode=Mode.TRAIN, verdict=Verdict.ERROR,
+            error=(
+                f"{label} (pid {pid}) made watched calls and was still running {CHILD_WAIT_S:g}s after the job "
+                f"ended, without a report: its last look is at its call after the last watched one, or at its exit; {fix}"
+                if alive else
+                f"{label} (pid {pid}) made watched calls but ended before its last look, without running "
+                f"atexit (as ray.shutdown() ends actors), so it wrote no report; {fix}"
+            ),
+        )
+        for label, pid, alive in missing
+    ]
 
 
 def _across_ranks(report: Report, ranks: tuple[int, int], outcome: Outcome) -> JobResult:

@@ -148,6 +148,8 @@ class Observer:
         #: modules whose globals are walked
         self.modules: dict[str, None] = {}
         self.on_done: Callable[[], None] | None = None
+        #: called once, at the start of the first watched call (a child process announces itself)
+        self.on_first_call: Callable[[], None] | None = None
         self.truncated = False
 
     # -- the call -----------------------------------------------------------------
@@ -175,6 +177,8 @@ class Observer:
         self._remember(holders, original)
         if not self.calls:
             self._freeze()
+            if self.on_first_call is not None:
+                self.on_first_call()
         return self._watched_call(spec, original, args, kwargs)
 
     def _freeze(self) -> None:
