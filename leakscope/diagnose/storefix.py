@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 
 from leakscope.paths import HolderPath, SegmentKind, shorten
 from leakscope.results import Cause, Holder, Source
@@ -31,39 +32,39 @@ class StoreSite:
     where: Source
 
 
-def _without_comment(code: str) -> str:
-    """The line without a trailing ``# comment`` (a ``#`` inside a string literal is kept)."""
-    quote: str | None = None
+def _structure(code: str) -> Iterator[tuple[int, str, int]]:
+    """``(index, character, depth)`` of each character outside string literals; ``depth`` counts
+    the brackets open around it (an opening bracket and its closing one read the same depth)."""
+    depth, quote = 0, None
     for i, ch in enumerate(code):
         if quote is not None:
-            if ch == quote:
-                quote = None
-        elif ch in "'\"":
+            quote = None if ch == quote else quote
+            continue
+        if ch in "'\"":
             quote = ch
-        elif ch == "#":
+            continue
+        if ch in ")]}":
+            depth -= 1
+        yield i, ch, depth
+        if ch in "([{":
+            depth += 1
+
+
+def _without_comment(code: str) -> str:
+    """The line without a trailing ``# comment`` (a ``#`` inside a string literal is kept)."""
+    for i, ch, _ in _structure(code):
+        if ch == "#":
             return code[:i].rstrip()
     return code
 
 
 def _top_level_split(text: str, sep: str) -> list[str]:
     """``text`` split at ``sep`` outside brackets and string literals."""
-    parts, depth, quote, start, i = [], 0, None, 0, 0
-    while i < len(text):
-        ch = text[i]
-        if quote is not None:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif depth == 0 and text.startswith(sep, i):
+    parts, start = [], 0
+    for i, _, depth in _structure(text):
+        if i >= start and depth == 0 and text.startswith(sep, i):
             parts.append(text[start:i])
             start = i + len(sep)
-            i = start
-            continue
-        i += 1
     parts.append(text[start:])
     return parts
 
@@ -87,20 +88,7 @@ def _call_detached(code: str) -> str | None:
     code = code.rstrip()
     if not code.endswith(")"):
         return None
-    depth, quote, opening = 0, None, -1
-    for i in range(len(code) - 1, -1, -1):
-        ch = code[i]
-        if quote is not None:
-            quote = None if ch == quote else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in ")]}":
-            depth += 1
-        elif ch in "([{":
-            depth -= 1
-            if depth == 0:
-                opening = i
-                break
+    opening = max((i for i, ch, depth in _structure(code) if ch == "(" and depth == 0), default=-1)
     if opening <= 0 or not re.search(r"[\w)\]]$", code[:opening]):
         return None  # a parenthesised expression, not a call
     *head, last = _top_level_split(code[opening + 1:-1], ",")
