@@ -84,6 +84,9 @@ def test_leaky_update_in_a_ray_actor_is_named_caller_side_and_by_actor(python: P
     assert entropy["holder"] == "caller's frame"
     assert entropy["source"]["file"].endswith("fixtures/watch/actor_engine.py") and entropy["source"]["line"] == 23
     assert entropy["hint"].startswith("growing: keeps a graph of every call (3 of 3 watched calls)")
+    # Stored at: the actor's own append, traced inside the Ray worker between two looks.
+    assert (entropy["stored_at"]["file"], entropy["stored_at"]["line"], entropy["store_op"]) == (
+        "fixtures/watch/ray_update.py", 53, "append")
     assert doc["watch"]["processes"] == ["actor ActorWorker"]
     assert [(c["process"], c["mode"]) for c in doc["watch"]["calls"]] == [("actor ActorWorker", "train")] * 3
     assert done.returncode == 1
