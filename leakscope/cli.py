@@ -517,7 +517,10 @@ def _watch_output(done: Any, fmt: FormatChoice, output: Path | None, debug: bool
 
     report = done.report
     if not done.reporting:
-        return exit_code(report)
+        # A torchrun rank other than 0: rank 0 reports (and exits with) the merged verdict. This
+        # rank exits with its job's own code, so that a leak it found does not make torchrun stop
+        # rank 0 before it has printed the report.
+        return int(done.job_exit_code)
     for result in report.results:
         if result.verdict.value == "error" and result.error:
             typer.echo(f"leakscope: {result.target}: {result.error}", err=True)

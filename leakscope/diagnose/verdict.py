@@ -120,9 +120,10 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
 def _until_gc_bytes(trial: Trial) -> dict[str, int]:
     """Bytes alive before ``settle()`` that the cyclic GC then freed (see ``until-gc``)."""
     before = {}
+    excluded = trial.excluded_storages
     for item, obj in trial.evidence.alive():
         key = storage_key(obj)
-        if key is not None and key not in trial.excluded_storages:
+        if key is not None and key not in excluded:
             before[id(item)] = (item.cause, key, storage_nbytes(obj))
         del obj
     if not before:

@@ -51,9 +51,32 @@ class Trial:
     seq_end: int
     evidence: Evidence
     preexisting: dict[int, weakref.ref[Any]]
-    excluded_storages: set[tuple[str, int]]
+    #: storages that existed before the step, each with a weakref to a tensor on it
+    #: (NOTE [Reused storage addresses]); Parameters' storages in ``param_storages``
+    preexisting_storages: dict[tuple[str, int], weakref.ref[Any]]
     #: ``modules`` plus the project modules they import, whose globals are walked too
     walked_modules: tuple[types.ModuleType, ...]
+    param_storages: set[tuple[str, int]] = dataclasses.field(default_factory=set)
+
+    @property
+    def excluded_storages(self) -> set[tuple[str, int]]:
+        """Storages not counted as the step's: the Parameters', and those that existed before the
+        step and still do.
+
+        # NOTE [Reused storage addresses]
+        # A storage is known by its address. When a tensor that existed before
+        # the step is freed during it (an engine attribute rebound, a cache
+        # entry evicted), the allocator may give its address to a tensor the
+        # step keeps, which would then not be counted, and a storage-growth
+        # warning would come and go from run to run. An address is excluded
+        # only while the tensor recorded on it is alive and still on it.
+        """
+        live = set(self.param_storages)
+        for key, ref in self.preexisting_storages.items():
+            t = ref()
+            if t is not None and storage_key(t) == key:
+                live.add(key)
+        return live
 
     def root_list(self) -> list[Root]:
         out = [Root(name, self.roots[name], name, self.roots) for name in ROOT_ORDER if name in self.roots]
@@ -122,6 +145,7 @@ class Trial:
         self.roots.clear()
         self.evidence.items.clear()
         self.preexisting.clear()
+        self.preexisting_storages.clear()
 
 
 def _tensor_hits(roots: list[Root], reserved: set[int], max_objects: int) -> list[Any]:
@@ -210,13 +234,14 @@ def new_trial(
     modules = tuple(dict.fromkeys([*spec.modules, *_engine_modules(engine)]))
     # ``modules`` are the engine's own (their frames are what ``source`` prefers); the
     # walk also covers the project modules they import (a registry in a helper module).
-    trial = Trial(spec, mode, roots, modules, 0, 0, Evidence(), {}, set(), tuple(_with_project_imports(modules)))
+    trial = Trial(spec, mode, roots, modules, 0, 0, Evidence(), {}, {}, tuple(_with_project_imports(modules)))
     for t in _tensor_hits(trial.root_list(), trial.reserved_ids(), options.max_objects):
-        trial.preexisting[id(t)] = weakref.ref(t)
+        ref = weakref.ref(t)
+        trial.preexisting[id(t)] = ref
         key = storage_key(t)
         if key is not None:
-            trial.excluded_storages.add(key)
-    trial.excluded_storages |= _param_storages(model)
+            trial.preexisting_storages[key] = ref
+    trial.param_storages = _param_storages(model)
     return trial
 
 
