@@ -350,12 +350,10 @@ class Observer:
         ]
         if not wanted:
             return
-        frames: list[types.FrameType] = []
-        current: types.FrameType | None = frame
-        while current is not None:
-            frames.append(current)
-            current = current.f_back
-        roots = self._live_roots(frames, args)
+        frames = _stack(frame)
+        roots: dict[str, Any] = {}
+        for root in self._roots(frame, args, live=True):
+            roots.setdefault(root.name, root.obj)
         owners = _owner_files(wanted, frames, args)
 
         def is_user_file(file: str) -> bool:
@@ -370,32 +368,13 @@ class Observer:
         finally:
             roots.clear()
             frames.clear()
-            frame = current = None  # type: ignore[assignment]
+            frame = None  # type: ignore[assignment]
 
     def _stop_tracing(self) -> None:
         tracer, self.tracer = self.tracer, None
         if tracer is not None:
             for path, site in tracer.remove().items():
                 self.sites.setdefault(path.shape(), site)
-
-    def _live_roots(self, frames: Sequence[types.FrameType], args: tuple[Any, ...]) -> dict[str, Any]:
-        """The roots of a look by name, read live: a caller root reads its frame's locals when resolved."""
-        roots: dict[str, Any] = {}
-        if args:
-            roots["engine"] = args[0]
-        for i, value in enumerate(args[1:]):
-            roots[f"args[{i}]"] = value
-        for frame in frames:
-            if not _is_leakscope_or_library(frame):
-                if frame.f_code.co_name == "<module>":
-                    module = sys.modules.get(str(frame.f_globals.get("__name__", "")))
-                    if module is not None:
-                        roots.setdefault(f"global:{_module_label(module)}", module)
-                else:
-                    roots.setdefault(_caller_root_name(frame), _LiveLocals(frame))
-        for module in self._modules():
-            roots.setdefault(f"global:{_module_label(module)}", module)
-        return roots
 
     def _call_of(self, node: Any) -> Call | None:
         from leakscope.probe.autograd import UINT64_MAX, sequence_nr
@@ -416,9 +395,13 @@ class Observer:
 
     def _roots(
         self, frame: types.FrameType | None, args: tuple[Any, ...], extra_modules: Sequence[types.ModuleType] = (),
-        extra_frames: Sequence[types.FrameType] = (),
+        extra_frames: Sequence[types.FrameType] = (), *, live: bool = False,
     ) -> list[Any]:
-        """The holders a look walks, named as reports show them (NOTE [When watch looks])."""
+        """The holders a look walks, named as reports show them (NOTE [When watch looks]).
+
+        ``live``: a caller's locals are read when a path is resolved (the stored-at tracer,
+        NOTE [Stored at, in a running job]), not copied now.
+        """
         from leakscope.probe.references import Root
 
         roots: list[Any] = []
@@ -428,10 +411,7 @@ class Observer:
         for i, value in enumerate(args[1:]):
             roots.append(Root(f"args[{i}]", value, "argument"))
         seen_modules: set[str] = set()
-        frames: list[types.FrameType] = []
-        while frame is not None:
-            frames.append(frame)
-            frame = frame.f_back
+        frames = _stack(frame)
         for frame in [*frames, *extra_frames]:
             if not _is_leakscope_or_library(frame):
                 name = str(frame.f_globals.get("__name__", ""))
@@ -441,7 +421,8 @@ class Observer:
                         roots.append(Root(f"global:{_module_label(module)}", module, "global"))
                         seen_modules.add(name)
                 else:
-                    roots.append(Root(_caller_root_name(frame), _locals_of(frame), "caller"))
+                    local = _LiveLocals(frame) if live else _locals_of(frame)
+                    roots.append(Root(_caller_root_name(frame), local, "caller"))
                     self._add_module(name)
         frames.clear()
         frame = None
@@ -554,6 +535,15 @@ def _owner_files(findings: Sequence[Finding], frames: Sequence[types.FrameType],
             if isinstance(file, str):
                 files.add(os.path.realpath(file))
     return files
+
+
+def _stack(frame: types.FrameType | None) -> list[types.FrameType]:
+    """``frame`` and the frames that called it, innermost first."""
+    frames = []
+    while frame is not None:
+        frames.append(frame)
+        frame = frame.f_back
+    return frames
 
 
 class _LiveLocals:
