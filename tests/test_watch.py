@@ -127,18 +127,21 @@ def test_the_jobs_own_failure_is_reported_with_what_was_watched() -> None:
 
 
 @pytest.mark.parametrize(
-    ("flags", "error"),
+    ("watch_flags", "job_flags", "error"),
     [
-        (["--exit", "4"], "the job exited with sys.exit(4)"),
-        (["--interrupt"], "the job was interrupted (KeyboardInterrupt)"),
+        ([], ["--exit", "4"], "the job exited with sys.exit(4)"),
+        ([], ["--interrupt"], "the job was interrupted (KeyboardInterrupt)"),
         # --timeout wakes a job blocked in time.sleep (a real SIGINT to the main thread) ...
-        (["--hang"], "the job ran past --timeout 5s and was interrupted; the report covers the calls before"),
+        # (20 s: the clock counts from the launch, and the two steps must fit on a loaded two-core CI machine)
+        (["--timeout", "20"], ["--hang"], "the job ran past --timeout 20s and was interrupted; the report covers"),
         # ... and reports without it when the job ignores SIGINT (NOTE [A job past its timeout]).
-        (["--hang", "--ignore-sigint"], "the job ran past --timeout 5s and did not stop when interrupted"),
+        (["--timeout", "20"], ["--hang", "--ignore-sigint"], "the job ran past --timeout 20s and did not stop"),
     ],
 )
-def test_a_job_that_exits_is_interrupted_or_hangs_is_reported_with_its_holders(flags: list[str], error: str) -> None:
-    done = _watch("-f", "json", "--timeout", "5", "--method", ACTOR, VERL_UPDATE, "--steps", "2", *flags, timeout=120)
+def test_a_job_that_exits_is_interrupted_or_hangs_is_reported_with_its_holders(
+    watch_flags: list[str], job_flags: list[str], error: str,
+) -> None:
+    done = _watch("-f", "json", *watch_flags, "--method", ACTOR, VERL_UPDATE, "--steps", "2", *job_flags, timeout=180)
     doc = _doc(done)
     # The loop's frame where the job stopped is searched: the holder is named, not <unknown holder>.
     assert _verdicts(doc)[0] == (ACTOR, "train", "leak", [
@@ -149,6 +152,15 @@ def test_a_job_that_exits_is_interrupted_or_hangs_is_reported_with_its_holders(f
     assert (job["target"], job["verdict"]) == (VERL_UPDATE, "error") and job["error"].startswith(error)
     assert done.returncode == 3
     assert "Traceback" not in done.stderr
+
+
+def test_a_job_that_stops_before_the_step_says_so_rather_than_doubting_the_method() -> None:
+    done = _watch("-f", "json", "--method", ACTOR, VERL_UPDATE, "--steps", "0", "--exit", "4")
+    doc = _doc(done)
+    method, job = doc["results"]
+    assert (method["verdict"], method["error"]) == ("error", f"the job stopped before it called {ACTOR}")
+    assert (job["verdict"], job["error"]) == ("error", "the job exited with sys.exit(4)")
+    assert done.returncode == 3
 
 
 @pytest.mark.parametrize(

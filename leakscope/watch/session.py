@@ -142,6 +142,10 @@ class Watch:
         if not self.observer.calls:
             if self.patcher.errors:
                 message = "; ".join(self.patcher.errors) + "; check --method"
+            elif self.job_error is not None:
+                # The job's own result says why it stopped; guessing at --method would mislead.
+                verb = "called" if self.patcher.history else "imported"
+                message = f"the job stopped before it {verb} {', '.join(self.patcher.found()) or name}"
             elif not self.patcher.history:
                 message = (
                     f"the job never imported {name}; name the step to watch with --method pkg.module:Class.method"
