@@ -138,7 +138,7 @@ def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callabl
         now = full()
         lengths = []
         for prefix in prefixes:
-            container = prefix() if prefix is not None else _MISSING
+            container: Any = prefix() if prefix is not None else _MISSING
             try:
                 lengths.append(len(container) if container is not _MISSING else -1)
             except Exception:

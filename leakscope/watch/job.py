@@ -59,12 +59,10 @@ def watch_job(
         )
         import sys
 
+        from leakscope.watch.observer import stack_of
+
         # The main thread's stack where it is stuck: the loop's locals are alive there.
-        frames = []
-        frame = sys._current_frames().get(threading.main_thread().ident or 0)
-        while frame is not None:
-            frames.append(frame)
-            frame = frame.f_back
+        frames = stack_of(sys._current_frames().get(threading.main_thread().ident or 0))
         report = session.stop(frames=frames)
         frames.clear()
         if on_stuck is not None:

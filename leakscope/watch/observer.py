@@ -350,7 +350,7 @@ class Observer:
         ]
         if not wanted:
             return
-        frames = _stack(frame)
+        frames = stack_of(frame)
         roots: dict[str, Any] = {}
         for root in self._roots(frame, args, live=True):
             roots.setdefault(root.name, root.obj)
@@ -411,7 +411,7 @@ class Observer:
         for i, value in enumerate(args[1:]):
             roots.append(Root(f"args[{i}]", value, "argument"))
         seen_modules: set[str] = set()
-        frames = _stack(frame)
+        frames = stack_of(frame)
         for frame in [*frames, *extra_frames]:
             if not _is_leakscope_or_library(frame):
                 name = str(frame.f_globals.get("__name__", ""))
@@ -537,7 +537,7 @@ def _owner_files(findings: Sequence[Finding], frames: Sequence[types.FrameType],
     return files
 
 
-def _stack(frame: types.FrameType | None) -> list[types.FrameType]:
+def stack_of(frame: types.FrameType | None) -> list[types.FrameType]:
     """``frame`` and the frames that called it, innermost first."""
     frames = []
     while frame is not None:
@@ -601,4 +601,4 @@ def _returned_evidence(result: Any, start: int, end: int, max_objects: int) -> A
     return evidence
 
 
-__all__ = ["Call", "Look", "Observer", "ObserverOptions", "WatchStop"]
+__all__ = ["Call", "Look", "Observer", "ObserverOptions", "WatchStop", "stack_of"]
