@@ -128,6 +128,17 @@ class HolderPath:
     def prefix(self, length: int) -> HolderPath:
         return HolderPath(self.root, self.segments[:length], self.kind)
 
+    def within(self, ancestor: str) -> bool:
+        """True when ``ancestor`` is this path, or the path of a holder it sits in, as printed.
+
+        Whole segments only: ``engine.history`` is within ``engine`` and
+        ``engine.history`` (and ``engine.history[0].x`` within ``engine.history``),
+        but ``engine.history_old`` is not within ``engine.history``. A trailing
+        ``.`` or ``[`` on ``ancestor`` is ignored (``output.*`` is written for ``output``).
+        """
+        ancestor = ancestor.rstrip(".[")
+        return any(str(self.prefix(length)) == ancestor for length in range(len(self.segments) + 1))
+
     def in_hook(self) -> bool:
         return any(s.kind is SegmentKind.HOOKS for s in self.segments)
 

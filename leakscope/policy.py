@@ -22,8 +22,9 @@ class AllowEntry:
     """A reference a project keeps attached on purpose, and why.
 
     ``path`` is a finding path exactly as reported (``output.model_output.log_probs``);
-    a trailing ``*`` matches every path that starts with the rest
-    (``engine.history*``). ``target`` and ``mode``, when set, limit the entry
+    a trailing ``*`` matches that path and every path below it, by whole
+    segments (``engine.history*`` covers ``engine.history[0].loss``, not
+    ``engine.history_old``). ``target`` and ``mode``, when set, limit the entry
     to one target string and one mode.
     """
 
@@ -38,10 +39,9 @@ class AllowEntry:
             return False
         if self.mode is not None and self.mode != result.mode.value:
             return False
-        path = str(finding.path)
         if self.path.endswith("*"):
-            return path.startswith(self.path[:-1])
-        return path == self.path
+            return finding.path.within(self.path[:-1])
+        return str(finding.path) == self.path
 
 
 def allow_result(result: TargetResult, allowlist: Sequence[AllowEntry]) -> TargetResult:

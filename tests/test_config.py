@@ -155,6 +155,17 @@ def test_allowed_findings_stay_visible_and_stop_failing() -> None:
     assert allow_result(indexed, [AllowEntry("output.x[0]", "r")]).verdict is Verdict.CLEAN
 
 
+def test_a_trailing_star_covers_whole_segments_only() -> None:
+    """``engine.history*`` allows the history and what it holds, never a sibling that shares its spelling."""
+    history = _result(_finding(holder_path("engine", "history", 0, "loss")))
+    sibling = _result(_finding(holder_path("engine", "history_old", 0)))
+    for entry in ("engine.history*", "engine.history[*", "engine*", "engine.*"):
+        assert allow_result(history, [AllowEntry(entry, "r")]).verdict is Verdict.CLEAN, entry
+    assert allow_result(sibling, [AllowEntry("engine.history*", "r")]).verdict is Verdict.LEAK
+    for entry in ("engine.hist*", "engine.history[1]*"):
+        assert allow_result(history, [AllowEntry(entry, "r")]).verdict is Verdict.LEAK, entry
+
+
 def test_fail_on_warning_and_error_precedence() -> None:
     def report(*results: TargetResult) -> Report:
         return Report(results=results, leakscope_version="0", torch_version="0", python_version="0")
