@@ -147,3 +147,43 @@ def test_the_github_actions_recipe_installs_cpu_torch_first_then_this_checkout()
     assert any(f"--format html --output {artifact['with']['path']}" in run for run in runs)
     assert "security-events" in yaml.safe_load(block.group(1))["permissions"]
     assert all(u == "" or "@" in u for u in uses)
+
+
+def _readme_test_command() -> list[str]:
+    """The steps of the README's test command (the one code line under "Run the tests")."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"## Run the tests\n+```bash\n(.+?)\n```", readme, re.S)
+    assert block is not None and "\n" not in block.group(1), "README has no one-line test command"
+    return [step.strip() for step in block.group(1).split("&&")]
+
+
+def ci_runs_command(script: str, steps: list[str]) -> list[str]:
+    """The steps of ``steps`` that ``script`` (a bash file) does not run, in their order.
+
+    A step matches a line of the script that runs it, ``pip -q`` allowed; each is looked for
+    after the one before it, so a reordered script misses the step it moved.
+    """
+    lines = [line.strip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    missing, at = [], 0
+    for step in steps:
+        found = next((i for i in range(at, len(lines)) if lines[i].replace("pip install -q ", "pip install ") == step), None)
+        if found is None:
+            missing.append(step)
+        else:
+            at = found + 1
+    return missing
+
+
+def test_ci_runs_the_readme_test_command_step_by_step() -> None:
+    steps = _readme_test_command()
+    assert steps[0] == "python3 -m venv .venv" and steps[-1].endswith("python -m pytest -q")
+    assert {"lint-imports", "ruff check .", "mypy"} <= set(steps)
+    assert ci_runs_command((ROOT / ".ci" / "run").read_text(encoding="utf-8"), steps) == []
+
+
+def test_the_ci_comparison_catches_a_missing_or_reordered_step() -> None:
+    steps = ["pip install torch==2.13.0", "lint-imports", "mypy", "python -m pytest -q"]
+    assert ci_runs_command("pip install -q torch==2.13.0\nlint-imports\nmypy\npython -m pytest -q\n", steps) == []
+    assert ci_runs_command("pip install -q torch==2.13.0\nlint-imports\npython -m pytest -q\n", steps) == ["mypy"]
+    assert ci_runs_command("pip install torch==2.13.0\nmypy\nlint-imports\npython -m pytest -q\n", steps) == ["mypy"]
+    assert ci_runs_command("# mypy\npip install torch==2.13.0\nlint-imports\npython -m pytest -q\n", steps) == ["mypy"]
