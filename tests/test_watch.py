@@ -90,6 +90,33 @@ def test_verl_shaped_update_with_detached_outputs_is_clean_and_continue_runs_to_
     assert "update done: 6 micro-batches" in done.stderr  # the job's stdout goes to stderr; stdout is the report
 
 
+@pytest.mark.parametrize(("detach", "verdict"), [(False, "leak"), (True, "clean")])
+def test_a_loop_that_frees_its_outputs_when_it_returns_is_judged_by_the_look_that_saw_them_held(
+    detach: bool, verdict: str,
+) -> None:
+    """Exactly --micro-batches calls, then main returns: the look at the job's end finds output_lst gone,
+    but the looks before calls #1 and #2 saw it hold every earlier graph (NOTE [The look that judges])."""
+    done = _watch("-f", "json", "--method", ACTOR, VERL_UPDATE, "--steps", "3", *(["--detach"] if detach else []))
+    doc = _doc(done)
+    (result,) = doc["results"]
+    assert result["verdict"] == verdict
+    assert done.returncode == (1 if verdict == "leak" else 0)
+    if detach:
+        assert result["warnings"] == []
+        return
+    assert [f["path"] for f in result["findings"]] == [
+        "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
+        "caller:verl_update.py:main.output_lst[0].model_output.entropy",
+    ]
+    assert all(f["kind"] == "growing" for f in result["findings"])
+    growth = result["growth"]["retained_bytes"]  # up to the judging look, not the freed one after it
+    assert len(growth) == 2 and growth == [growth[0], 2 * growth[0]] and growth[0] > 0
+    assert result["warnings"] == [
+        "freed by the last look (when the job ended): the loop held these graphs across calls (seen at the "
+        "start of call #2) and released them later; memory grows per call until it does"
+    ]
+
+
 def test_module_run_with_skip_and_global_metric() -> None:
     done = _watch(
         "-f", "json", "--skip", "2", "--micro-batches", "2", "--method", "fixtures.watch.metric_engine:Trainer.train_step",

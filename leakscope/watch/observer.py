@@ -18,6 +18,14 @@
 # Anything else is: an engine attribute, a global, a container in the loop
 # (``output_lst[0]``), or a local still holding an older call's graph.
 #
+# NOTE [The look that judges]
+# A result is judged by the latest look that found its graph held, not by the
+# last look: a loop that keeps every call's output until the update returns
+# (verl's ``output_lst``) has freed it by the look at the job's end, or at a
+# call of the next update, yet memory grew per call until then, and that is the
+# OOM. The growth curve runs up to that look; a warning says the last look
+# found it freed. A job clean at every look is clean.
+#
 # NOTE [Stored at, in a running job]
 # ``check`` re-runs the step traced to find the line that stored a retaining
 # tensor (NOTE [Stored at]); a real job cannot be re-run, but it repeats
@@ -100,6 +108,10 @@ class Look:
     nodes_by_call: tuple[int, ...] = ()
     #: bytes one call's graph keeps (the earliest held call, storage-deduplicated)
     per_call_bytes: int = 0
+    #: the look when the job ended (not at the start of a call)
+    final: bool = False
+    #: the number of watched calls made when it looked
+    calls: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -329,7 +341,8 @@ class Observer:
         node_roots.clear()
         cuda = int(torch.cuda.memory_allocated()) if torch.cuda.is_available() and torch.cuda.is_initialized() else None  # type: ignore[no-untyped-call]
         self.looks.append(Look(
-            sum(n for _, n in union.values()), total, cuda, findings, tuple(counts), sum(n for _, n in per_call.values())
+            sum(n for _, n in union.values()), total, cuda, findings, tuple(counts), sum(n for _, n in per_call.values()),
+            final=final, calls=len(self.calls),
         ))
         union.clear()
         per_call.clear()
@@ -452,28 +465,36 @@ class Observer:
         self.engines.clear()
 
     def results(self) -> list[TargetResult]:
-        """One result per watched method and grad mode seen, from the last look."""
+        """One result per watched method and grad mode seen (NOTE [The look that judges])."""
         from leakscope.diagnose.growth import slope
         from leakscope.diagnose.kinds import result_kind
 
-        last = self.looks[-1] if self.looks else None
         keys = list(dict.fromkeys((c.target, c.mode) for c in self.calls))
         out = []
         for target, mode in keys:
+            looks = self._judging_looks(target, mode)
+            last = looks[-1] if looks else None
             findings = tuple(last.findings.get((target, mode), [])) if last else ()
-            per_look = [look.held_bytes for look in self.looks]
+            per_look = [look.held_bytes for look in looks]
             growth = Growth(
                 retained_bytes=tuple(per_look),
                 slope_bytes=round(slope(per_look), 1),
-                graph_nodes=tuple(look.graph_nodes for look in self.looks),
+                graph_nodes=tuple(look.graph_nodes for look in looks),
                 nodes_by_micro_batch=last.nodes_by_call if last else (),
                 cuda_allocated=(
-                    tuple(look.cuda_allocated or 0 for look in self.looks)
-                    if self.looks and self.looks[-1].cuda_allocated is not None else None
+                    tuple(look.cuda_allocated or 0 for look in looks)
+                    if last is not None and last.cuda_allocated is not None else None
                 ),
-            ) if self.looks else None
+            ) if looks else None
             leak = any(f.severity == "leak" for f in findings)
             warnings: list[str] = []
+            if leak and last is not None and last is not self.looks[-1]:
+                end = self.looks[-1]
+                when = "when the job ended" if end.final else f"at the start of call #{end.calls}"
+                warnings.append(
+                    f"freed by the last look ({when}): the loop held these graphs across calls (seen at the "
+                    f"start of call #{last.calls}) and released them later; memory grows per call until it does"
+                )
             if self.truncated:
                 warnings.append("the holder walk stopped at its object limit; some holders may be unnamed")
             out.append(TargetResult(
@@ -485,6 +506,14 @@ class Observer:
                 seconds=round(sum(c.seconds for c in self.calls if (c.target, c.mode) == (target, mode)), 3),
             ))
         return out
+
+    def _judging_looks(self, target: str, mode: Mode) -> list[Look]:
+        """The looks up to the one that judges ``target`` in ``mode``: the latest that found it
+        leaking, else every look (NOTE [The look that judges])."""
+        for i in range(len(self.looks) - 1, -1, -1):
+            if any(f.severity == "leak" for f in self.looks[i].findings.get((target, mode), ())):
+                return self.looks[: i + 1]
+        return list(self.looks)
 
     def call_summaries(self) -> list[dict[str, Any]]:
         """Per watched call: grad mode, graph nodes created (its sequence range), seconds."""
