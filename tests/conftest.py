@@ -26,6 +26,13 @@ from fixtures import target as fixture_target  # noqa: E402,F401
 # gain nothing from them.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+# Property tests explore new inputs on every local run; CI (.ci/run sets HYPOTHESIS_PROFILE=ci)
+# replays the same ones, so that a run fails on a change, not on the draw.
+from hypothesis import settings as _hypothesis  # noqa: E402
+
+_hypothesis.register_profile("ci", derandomize=True, database=None)
+_hypothesis.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
 
 @pytest.fixture(autouse=True)
 def _run_from_root(monkeypatch: pytest.MonkeyPatch) -> None:

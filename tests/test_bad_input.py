@@ -129,7 +129,9 @@ def test_row_json(row: str, target: str, code: int, expected: dict[str, tuple[st
     doc = json.loads(result.stdout)  # engine prints cannot break it
     _assert_results(doc, target, expected)
     assert "Traceback" not in result.output
-    assert time.perf_counter() - started < 60  # 100k keys and 10k-deep nesting stay linear
+    # A coarse guard, not a timing target (benchmarks/ has those): quadratic work on 100k keys or
+    # 10k-deep nesting takes hours; linear takes about 15 s idle. 300 s leaves room for a loaded machine.
+    assert time.perf_counter() - started < 300
 
 
 ERROR_ROWS = [row for row in ROWS if ERR in {v for v, _, _ in row[3].values()}]

@@ -255,7 +255,8 @@ def test_page_in_headless_chromium_light_and_dark(tmp_path: Path) -> None:
     )
     assert done.returncode == 1, done.stderr
     url = page.as_uri()
-    base = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+    # --disable-dev-shm-usage: a container's small /dev/shm crashes the renderer on a tall screenshot.
+    base = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars", "--no-first-run",
             f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
     dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]

@@ -56,6 +56,14 @@ def on_terminal(*args: str, timeout: float = 240) -> tuple[int, list[str], str]:
                 chunks.append(data)
             elif proc.poll() is not None:
                 break
+        while select.select([master], [], [], 0.2)[0]:  # what the child drew just before it exited
+            try:
+                data = os.read(master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            chunks.append(data)
         stdout = proc.stdout.read().decode() if proc.stdout else ""
         proc.wait(timeout=30)
     finally:

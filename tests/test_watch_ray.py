@@ -46,7 +46,9 @@ def python() -> Path:
 
 
 def _run(args: list[str], timeout: int = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=timeout)
+    # Ray's own limits on a worker's start-up and health checks, widened for a loaded 2-core machine.
+    env = dict(venv_env(), RAY_worker_register_timeout_seconds="600", RAY_health_check_failure_threshold="20")
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def _watch(python: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
