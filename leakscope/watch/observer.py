@@ -105,13 +105,12 @@ class Look:
     graph_nodes: int
     cuda_allocated: int | None
     findings: dict[tuple[str, Mode], list[Finding]]
+    #: live graph nodes of each watched call made when it looked (one entry per call)
     nodes_by_call: tuple[int, ...] = ()
     #: bytes one call's graph keeps (the earliest held call, storage-deduplicated)
     per_call_bytes: int = 0
     #: the look when the job ended (not at the start of a call)
     final: bool = False
-    #: the number of watched calls made when it looked
-    calls: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,7 +341,7 @@ class Observer:
         cuda = int(torch.cuda.memory_allocated()) if torch.cuda.is_available() and torch.cuda.is_initialized() else None  # type: ignore[no-untyped-call]
         self.looks.append(Look(
             sum(n for _, n in union.values()), total, cuda, findings, tuple(counts), sum(n for _, n in per_call.values()),
-            final=final, calls=len(self.calls),
+            final=final,
         ))
         union.clear()
         per_call.clear()
@@ -490,10 +489,10 @@ class Observer:
             warnings: list[str] = []
             if leak and last is not None and last is not self.looks[-1]:
                 end = self.looks[-1]
-                when = "when the job ended" if end.final else f"at the start of call #{end.calls}"
+                when = "when the job ended" if end.final else f"at the start of call #{len(end.nodes_by_call)}"
                 warnings.append(
                     f"freed by the last look ({when}): the loop held these graphs across calls (seen at the "
-                    f"start of call #{last.calls}) and released them later; memory grows per call until it does"
+                    f"start of call #{len(last.nodes_by_call)}) and released them later; memory grows per call until it does"
                 )
             if self.truncated:
                 warnings.append("the holder walk stopped at its object limit; some holders may be unnamed")
