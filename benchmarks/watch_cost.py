@@ -66,7 +66,7 @@ def _timed(step: Any, engine: ActorEngine, micro_batch: Any, kept: list[Any]) ->
 def _measure(model: Any, batches: list[Any], detach: bool, reps: int) -> dict[str, float]:
     """Unwatched and watched iterations alternate (the unwatched ones call the original function),
     so a change in machine load hits both alike."""
-    from leakscope.watch.session import Watch, WatchOptions
+    from leakscope.live.session import Watch, WatchOptions
 
     engine = ActorEngine(model, detach)
     original = ActorEngine.forward_step

@@ -210,8 +210,8 @@ def check(
 
     Exit codes: 0 every target clean, 1 a leak, 2 usage error, 3 a target could not be checked.
     """
+    from leakscope import config as project_config
     from leakscope.errors import ConfigError
-    from leakscope.gate import config as project_config
     from leakscope.harness.target import split_target
     from leakscope.models.names import MODELS
     from leakscope.options import CheckOptions
@@ -359,9 +359,9 @@ def explain(
 
     Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
     """
+    from leakscope import config as project_config
     from leakscope.diagnose.explain import explain as run_explain
     from leakscope.errors import ConfigError
-    from leakscope.gate import config as project_config
     from leakscope.options import CheckOptions
     from leakscope.render.dot import render as render_dot
     from leakscope.render.tree import render as render_tree
@@ -466,8 +466,8 @@ def watch(
 
     Exit codes as for check: 0 clean, 1 a leak, 2 usage error, 3 the step could not be watched or the job failed.
     """
-    from leakscope.watch.methods import parse_method
-    from leakscope.watch.session import WatchOptions
+    from leakscope.live.methods import parse_method
+    from leakscope.live.session import WatchOptions
 
     argv = list(args or [])
     if module is not None and script is not None:  # -m MODULE takes the rest as the module's arguments
@@ -484,7 +484,7 @@ def watch(
         )
     except UsageError as exc:
         _fail(exc.message, int(exc.exit_code), fmt, output)
-    from leakscope.watch.job import watch_job
+    from leakscope.live.job import watch_job
 
     restore_stdout: list[Callable[[], None]] = []
 

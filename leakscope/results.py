@@ -12,7 +12,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from leakscope.paths import HolderPath
+from leakscope.holders import HolderPath
 
 
 class Verdict(str, enum.Enum):
@@ -87,7 +87,7 @@ class Finding:
     ``path`` names the reference from one of the roots a real caller keeps
     (``output``, ``engine``, ``micro_batch``, ``module``, ``global:``), or is
     ``<unknown holder>`` when retention is proven but no holder was found. It
-    is typed (:class:`~leakscope.paths.HolderPath`); ``str(path)`` is the
+    is typed (:class:`~leakscope.holders.HolderPath`); ``str(path)`` is the
     documented form. Build findings with :mod:`leakscope.diagnose.findings`.
     """
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from leakscope.paths import HolderPath, Segment, SegmentKind
+from leakscope.holders import HolderPath, Segment, SegmentKind
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from leakscope import config
 from leakscope.errors import ConfigError, ExitCode
-from leakscope.gate import config
+from leakscope.holders import CYCLE, HolderPath
 from leakscope.options import CheckOptions
-from leakscope.paths import CYCLE, HolderPath
 from leakscope.policy import AllowEntry, allow_result, exit_code
 from leakscope.results import Finding, Holder, Mode, Report, TargetResult, Verdict
 from tests.conftest import holder_path

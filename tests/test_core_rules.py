@@ -14,7 +14,7 @@ import torch
 
 import leakscope
 from leakscope.options import CheckOptions
-from leakscope.probe.references import Root, WalkStats, walk
+from leakscope.probe.walk import Root, WalkStats, walk
 from leakscope.render import render
 from tests.conftest import ROOT, fixture_target
 

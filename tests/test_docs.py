@@ -57,7 +57,7 @@ def test_formats_doc_names_every_registered_format() -> None:
 
 
 def test_configuration_doc_names_every_key() -> None:
-    from leakscope.gate.config import ALLOW_KEYS, KEYS
+    from leakscope.config import ALLOW_KEYS, KEYS
 
     doc = (DOCS / "configuration.md").read_text(encoding="utf-8")
     assert all(f"| `{key}` |" in doc for key in KEYS)

@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 
 import leakscope
+from leakscope.holders import CYCLE as CYCLE_PATH
 from leakscope.options import CheckOptions
-from leakscope.paths import CYCLE as CYCLE_PATH
 from leakscope.policy import AllowEntry
 from leakscope.render import FORMATS, render
 from leakscope.results import Cause, Finding, Holder, Mode, Report, Source, TargetResult, Verdict

@@ -11,8 +11,8 @@ import torch
 
 from leakscope.diagnose.findings import holder_of
 from leakscope.diagnose.fixes import hint_for
-from leakscope.paths import HolderPath, shorten
-from leakscope.probe.references import Root, walk
+from leakscope.holders import HolderPath, shorten
+from leakscope.probe.walk import Root, walk
 from leakscope.results import Cause, Holder
 
 

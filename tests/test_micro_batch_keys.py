@@ -12,7 +12,7 @@ import torch
 
 import leakscope
 from fixtures.rl_keys import KEYS_READ
-from leakscope.gate import config
+from leakscope import config
 from leakscope.models.batch_keys import recording, spec_for_key
 from leakscope.models.tiny import build_micro_batch
 from leakscope.options import CheckOptions, MicroBatchKey, ModelSize

@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 import torch
 from tensordict import TensorDict
 
-from leakscope.probe.references import Root, release, walk
+from leakscope.probe.release import release
+from leakscope.probe.walk import Root, walk
 
 
 def _paths(obj: Any, name: str = "output") -> list[str]:

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
-from leakscope.probe.references import Root, walk
+from leakscope.probe.walk import Root, walk
 
 #: every call into user code the walk makes lands here (it must stay empty)
 CALLS: list[str] = []

@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
+from leakscope.live.processes import unreported
 from leakscope.render.json_report import report_dict
 from leakscope.results import Report
 from leakscope.serialize import from_data
-from leakscope.watch.processes import unreported
 from tests.conftest import ROOT, framework_python, venv_env
 
 VENV = ROOT / ".venv-ray"
@@ -147,7 +147,7 @@ def test_remote_cluster_setup_hook_writes_the_actors_report(python: Path, tmp_pa
     _nothing_left_patched(said)
     # The hook activates in the workers only: nothing of leakscope on their path or in the driver.
     assert said["site_on_path"] == [] and said["sitecustomize"] is None
-    assert "driver: leakscope.watch imported: False" in done.stdout
+    assert "driver: leakscope.live imported: False" in done.stdout
 
 
 def test_the_driver_waits_only_for_announced_children_still_running(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 from leakscope.diagnose.explain import FINDING_GRAPH_NODES, view_of
 from leakscope.diagnose.fixes import hint_for
-from leakscope.paths import CYCLE, UNKNOWN, HolderPath
+from leakscope.holders import CYCLE, UNKNOWN, HolderPath
 from leakscope.probe.autograd import (
     CAUSE_ORDER,
     LEAF_GRAD,

@@ -1,14 +1,14 @@
 """Fix hints derived from the holder path and the cause (pure strings; no torch).
 
 Each hint names the exact reference to change, read from the typed
-:class:`~leakscope.paths.HolderPath` (never by re-parsing its string form).
-Paths inside a hint are shortened (:func:`~leakscope.paths.shorten`); the
+:class:`~leakscope.holders.HolderPath` (never by re-parsing its string form).
+Paths inside a hint are shortened (:func:`~leakscope.holders.shorten`); the
 finding keeps the full path.
 """
 
 from __future__ import annotations
 
-from leakscope.paths import SUSPENDED_FRAMES, HolderPath, SegmentKind
+from leakscope.holders import SUSPENDED_FRAMES, HolderPath, SegmentKind
 from leakscope.results import Cause, Holder
 
 _TENSOR_HOOK_DICTS = ("_backward_hooks", "_post_accumulate_grad_hooks")

@@ -28,8 +28,8 @@ from leakscope.harness.trial import (
     next_sequence_nr,
     step_once,
 )
+from leakscope.holders import ENTRY_KINDS, HolderPath
 from leakscope.options import CheckOptions
-from leakscope.paths import ENTRY_KINDS, HolderPath
 from leakscope.phase import report
 from leakscope.probe.autograd import (
     UINT64_MAX,

@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from leakscope.paths import HolderPath, SegmentKind
+from leakscope.holders import HolderPath, SegmentKind
 from leakscope.results import Finding
 
 GROWING = "growing"

@@ -29,7 +29,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from leakscope.paths import CYCLE, UNKNOWN, HolderPath, Segment, SegmentKind
+from leakscope.holders import CYCLE, UNKNOWN, HolderPath, Segment, SegmentKind
 from leakscope.results import Finding, Source
 
 _MISSING = object()

@@ -14,7 +14,7 @@ import dataclasses
 import re
 from collections.abc import Iterator
 
-from leakscope.paths import HolderPath, SegmentKind, shorten
+from leakscope.holders import HolderPath, SegmentKind, shorten
 from leakscope.results import Cause, Holder, Source
 
 #: the adapter whose engines get verl's own fix named

@@ -30,8 +30,8 @@ from leakscope.harness.source import (
     user_frames_in_stack_text,
 )
 from leakscope.harness.trial import Observation, Trial, observe, run_trial
+from leakscope.holders import HolderPath
 from leakscope.options import CheckOptions
-from leakscope.paths import HolderPath
 from leakscope.phase import report
 from leakscope.probe.autograd import (
     INSPECTION,
@@ -43,7 +43,8 @@ from leakscope.probe.autograd import (
     storage_nbytes,
 )
 from leakscope.probe.liveness import alive_bytes, settle
-from leakscope.probe.references import Hit, ReleaseFailed, release
+from leakscope.probe.release import ReleaseFailed, release
+from leakscope.probe.walk import Hit
 from leakscope.results import Finding, Mode, Source, TargetResult, Verdict
 
 
@@ -231,7 +232,7 @@ def _called_from(obj: Any, source: Source | None, modules: Any) -> tuple[Source,
 
 
 def _is_node(obj: Any) -> bool:
-    from leakscope.probe.references import kinds
+    from leakscope.probe.walk import kinds
 
     return kinds().is_node(obj)
 

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from leakscope import config as project_config
 from leakscope.errors import LeakscopeError
-from leakscope.gate import config as project_config
 
 if TYPE_CHECKING:
     from leakscope.results import Report

@@ -24,7 +24,7 @@ from leakscope.options import CheckOptions
 from leakscope.phase import report
 from leakscope.probe.autograd import UINT64_MAX, accumulated_leaf, sequence_nr, storage_key
 from leakscope.probe.liveness import Evidence, Item, collect_evidence, settle
-from leakscope.probe.references import Hit, Root, WalkStats, kinds, walk
+from leakscope.probe.walk import Hit, Root, WalkStats, kinds, walk
 from leakscope.results import Mode
 
 ROOT_ORDER = ("output", "engine", "micro_batch", "module")
@@ -497,7 +497,7 @@ class Observation:
 def observe(trial: Trial, options: CheckOptions, *, generic: bool = False) -> Observation:
     """Settle, then collect the references into this step's graph that the caller's roots reach.
 
-    ``generic`` walks with the generic fallback (:func:`leakscope.probe.references.walk`).
+    ``generic`` walks with the generic fallback (:func:`leakscope.probe.walk.walk`).
     """
     settle()
     found = collect(trial, options, generic=generic)

@@ -28,7 +28,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from typing import Any, NamedTuple
 
-from leakscope.paths import shorten
+from leakscope.holders import shorten
 
 UINT64_MAX = 2**64 - 1
 
@@ -110,7 +110,7 @@ class Inspection:
             self.first = f"{type(exc).__name__}: {shorten(text[0]) if text else '(no message)'} at {where}"
 
     def add(self, stats: Any) -> None:
-        """Fold in a walk's counts (:class:`leakscope.probe.references.WalkStats`)."""
+        """Fold in a walk's counts (:class:`leakscope.probe.walk.WalkStats`)."""
         if stats.errors:
             self.errors += stats.errors
             self.first = self.first or stats.first_error

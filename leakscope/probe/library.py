@@ -7,7 +7,7 @@ policy honest:
 
 - leakscope's built-in engines (``leakscope.models.engines``) are engines like
   any user's: their objects are walked and their lines are user lines;
-- the generic fallback of the walk (see :func:`leakscope.probe.references.walk`,
+- the generic fallback of the walk (see :func:`leakscope.probe.walk.walk`,
   ``generic=True``) enters objects of library types a user owns (a logging
   handler, a ``torch.distributions`` object, a ``threading.local``), and skips
   only leakscope's machinery and :func:`is_interpreter_internal` objects.

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from leakscope.errors import UsageError
-from leakscope.paths import printed
+from leakscope.holders import printed
 from leakscope.results import Finding, GraphView, Report, TargetResult
 from leakscope.serialize import TYPE_KEY, from_data
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from leakscope.paths import shorten
+from leakscope.holders import shorten
 from leakscope.policy import exit_code
 from leakscope.results import Finding, Report, TargetResult, Verdict
 

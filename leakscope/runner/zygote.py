@@ -94,13 +94,13 @@ PRELOAD = (
     "leakscope.models.batch_keys",
     "leakscope.models.names",
     "leakscope.models.tiny",
-    "leakscope.paths",
+    "leakscope.holders",
     "leakscope.policy",
     "leakscope.phase",
     "leakscope.probe.autograd",
     "leakscope.probe.library",
     "leakscope.probe.liveness",
-    "leakscope.probe.references",
+    "leakscope.probe.walk",
     "leakscope.serialize",
 )
 

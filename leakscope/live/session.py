@@ -1,7 +1,7 @@
 """One watch: patch the step methods, observe the watched calls, restore, report.
 
 ``leakscope.watch(...)`` (the library API) and ``leakscope watch`` (the CLI,
-through :mod:`leakscope.watch.launcher`) both drive a :class:`Watch`. Importing
+through :mod:`leakscope.live.launcher`) both drive a :class:`Watch`. Importing
 this module imports no torch.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from leakscope.errors import TargetError, UsageError
+from leakscope.live.methods import DEFAULT_METHODS, MethodSpec, parse_method
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
-from leakscope.watch.methods import DEFAULT_METHODS, MethodSpec, parse_method
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,13 +59,13 @@ class Watch:
     on exit it looks once more if it has not yet, puts every method back,
     drops every reference to the job's objects and sets :attr:`report`. With
     ``then="stop"`` the call after the last watched one raises
-    :class:`~leakscope.watch.observer.WatchStop`, which ends ``train()``; the
+    :class:`~leakscope.live.observer.WatchStop`, which ends ``train()``; the
     context manager swallows it.
     """
 
     def __init__(self, options: WatchOptions, *, stop_in_this_process: bool = True) -> None:
-        from leakscope.watch.observer import Observer, ObserverOptions
-        from leakscope.watch.patcher import Patcher
+        from leakscope.live.observer import Observer, ObserverOptions
+        from leakscope.live.patcher import Patcher
 
         self.options = options
         specs = options.specs()
@@ -103,7 +103,7 @@ class Watch:
         return self.start()
 
     def __exit__(self, tp: Any, exc: Any, tb: Any) -> bool:
-        from leakscope.watch.observer import WatchStop
+        from leakscope.live.observer import WatchStop
 
         self.stop()
         return tp is not None and issubclass(tp, WatchStop)

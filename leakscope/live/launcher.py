@@ -37,7 +37,7 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
     """Run ``target`` (a script path, or a module name with ``as_module``) with ``sys.argv`` = ``[target, *argv]``."""
     import runpy
 
-    from leakscope.watch.observer import WatchStop
+    from leakscope.live.observer import WatchStop
 
     saved_path = list(sys.path)
     if as_module:

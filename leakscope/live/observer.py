@@ -72,9 +72,9 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from leakscope.paths import CYCLE, UNKNOWN, HolderPath
+from leakscope.holders import CYCLE, UNKNOWN, HolderPath
+from leakscope.live.methods import MethodSpec, engine_of
 from leakscope.results import Finding, Growth, Mode, TargetResult, Verdict
-from leakscope.watch.methods import MethodSpec, engine_of
 
 
 class WatchStop(BaseException):
@@ -264,7 +264,7 @@ class Observer:
         from leakscope.diagnose.verdict import created_at
         from leakscope.probe.autograd import StorageMap, iter_nodes, storage_key
         from leakscope.probe.liveness import alive_bytes, settle
-        from leakscope.probe.references import WalkStats, walk
+        from leakscope.probe.walk import WalkStats, walk
 
         self._stop_tracing()
         settle()
@@ -414,7 +414,7 @@ class Observer:
         ``live``: a caller's locals are read when a path is resolved (the stored-at tracer,
         NOTE [Stored at, in a running job]), not copied now.
         """
-        from leakscope.probe.references import Root
+        from leakscope.probe.walk import Root
 
         roots: list[Any] = []
         engines = [args[0]] if args else [e for e in (ref() for ref in self.engines) if e is not None]
@@ -617,7 +617,7 @@ def _returned_evidence(result: Any, start: int, end: int, max_objects: int) -> A
 
     from leakscope.probe.autograd import sequence_nr
     from leakscope.probe.liveness import collect_evidence
-    from leakscope.probe.references import Root, walk
+    from leakscope.probe.walk import Root, walk
 
     nodes = []
     for hit in walk([Root("output", result, "output")], max_objects=max_objects):

@@ -19,7 +19,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from leakscope.watch.methods import MethodSpec
+from leakscope.live.methods import MethodSpec
 
 #: builds the replacement function from (spec, original function)
 WrapperFactory = Callable[[MethodSpec, Callable[..., Any]], Callable[..., Any]]

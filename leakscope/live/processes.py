@@ -99,7 +99,7 @@ def activate() -> None:
         return
     import atexit
 
-    from leakscope.watch.session import Watch, WatchOptions
+    from leakscope.live.session import Watch, WatchOptions
 
     # In a child the driver decides when the job ends: detach after the report.
     watch = Watch(WatchOptions.from_json(text), stop_in_this_process=False)
@@ -111,7 +111,7 @@ def activate() -> None:
 
 
 def ray_setup_hook() -> None:
-    """Ray's ``runtime_env={"worker_process_setup_hook": "leakscope.watch.processes.ray_setup_hook"}``."""
+    """Ray's ``runtime_env={"worker_process_setup_hook": "leakscope.live.processes.ray_setup_hook"}``."""
     activate()
 
 

@@ -10,10 +10,10 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 
+from leakscope.live.launcher import Outcome
+from leakscope.live.processes import CHILD_WAIT_S
+from leakscope.live.session import Watch, WatchOptions
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
-from leakscope.watch.launcher import Outcome
-from leakscope.watch.processes import CHILD_WAIT_S
-from leakscope.watch.session import Watch, WatchOptions
 
 #: how long rank 0 waits for the other ranks' reports under torchrun
 RANK_WAIT_S = 120.0
@@ -39,8 +39,8 @@ def watch_job(
     timeout]); it is expected to print the report and end the process.
     """
     from leakscope.harness.distributed import launcher_env
-    from leakscope.watch import launcher
-    from leakscope.watch.processes import (
+    from leakscope.live import launcher
+    from leakscope.live.processes import (
         children_watched,
         merged,
         process_label,
@@ -59,7 +59,7 @@ def watch_job(
         )
         import sys
 
-        from leakscope.watch.observer import stack_of
+        from leakscope.live.observer import stack_of
 
         # The main thread's stack where it is stuck: the loop's locals are alive there.
         frames = stack_of(sys._current_frames().get(threading.main_thread().ident or 0))
@@ -126,7 +126,7 @@ def _across_ranks(report: Report, ranks: tuple[int, int], outcome: Outcome) -> J
     import tempfile
 
     from leakscope.harness.distributed import merge_reports
-    from leakscope.watch.processes import read_reports, write_report
+    from leakscope.live.processes import read_reports, write_report
 
     rank, world = ranks
     run_id = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT", "local")

@@ -1,4 +1,4 @@
-"""leakscope watch: start watching in every Python process of the job (see leakscope/watch/processes.py).
+"""leakscope watch: start watching in every Python process of the job (see leakscope/live/processes.py).
 
 Put first on PYTHONPATH by ``leakscope watch`` only; does nothing unless LEAKSCOPE_WATCH is set.
 Then runs the sitecustomize this one shadows, if any.
@@ -9,7 +9,7 @@ import sys
 
 if os.environ.get("LEAKSCOPE_WATCH"):
     try:
-        from leakscope.watch.processes import activate
+        from leakscope.live.processes import activate
 
         activate()
     except Exception as exc:  # never break the job's start-up
