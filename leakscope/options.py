@@ -5,8 +5,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from leakscope.errors import UsageError
 from leakscope.policy import AllowEntry
 from leakscope.results import Mode
+
+#: the tiny models (``hf-lora`` lives in :mod:`leakscope.models.hf` and needs the ``hf`` extra)
+MODELS = ("peft-checkpoint", "reentrant-checkpoint", "full-finetune", "hf-lora")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +53,7 @@ class CheckOptions:
     """How to check a target. Every field has the CLI's default."""
 
     modes: tuple[Mode, ...] = (Mode.TRAIN, Mode.FORWARD_ONLY)
-    #: which tiny model to hand the engine (see ``leakscope.models.tiny.MODELS``)
+    #: which tiny model to hand the engine (one of :data:`MODELS`)
     model: str = "peft-checkpoint"
     size: ModelSize = ModelSize()
     #: micro-batches per growth run (1 disables the growth measurement)
@@ -82,3 +86,20 @@ class CheckOptions:
     settings: tuple[tuple[str, ...], ...] = ()
     #: check every realistic value of the adapter's knobs not set (the gate); False: the framework's default only
     every_setting: bool = True
+
+    def __post_init__(self) -> None:
+        """Options that cannot work together are a usage error here, for the CLI and the library alike."""
+        if self.model not in MODELS:
+            raise UsageError(f"--model {self.model!r} is not one of: {', '.join(MODELS)}")
+        if self.micro_batches < 1:
+            raise UsageError(f"--micro-batches {self.micro_batches} must be 1 or more")
+        if self.timeout is not None and not (self.timeout > 0):  # NaN included
+            raise UsageError(f"--timeout {self.timeout:g} is not a number of seconds above 0; give seconds > 0, or 0 for no limit")
+        if self.timeout is not None and not self.isolate:
+            raise UsageError("--timeout needs a child process to kill; drop --no-isolate")
+        if self.jobs < 1:
+            raise UsageError(f"--jobs {self.jobs} must be 1 or more")
+        if self.jobs > 1 and not self.isolate:
+            raise UsageError(f"--jobs {self.jobs} needs a process per target; drop --no-isolate")
+        if self.modes == () or len(set(self.modes)) != len(self.modes):
+            raise UsageError("modes must name train and/or forward-only, each once")

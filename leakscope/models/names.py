@@ -1,7 +1,8 @@
-"""Names of the tiny models, importable without torch (for option validation)."""
+"""What ``hf-lora`` needs, found without importing torch (for option validation)."""
 
-#: ``hf-lora`` lives in :mod:`leakscope.models.hf` and needs the ``hf`` extra
-MODELS = ("peft-checkpoint", "reentrant-checkpoint", "full-finetune", "hf-lora")
+from __future__ import annotations
+
+from leakscope.options import MODELS
 
 #: what ``hf-lora`` imports; :func:`missing_hf` finds which are absent without importing them
 HF_MODULES = ("transformers", "peft")
@@ -13,3 +14,5 @@ def missing_hf() -> list[str]:
     import importlib.util
 
     return [name for name in HF_MODULES if importlib.util.find_spec(name) is None]
+
+__all__ = ["HF_EXTRA_HINT", "HF_MODULES", "MODELS", "missing_hf"]

@@ -38,7 +38,7 @@ def _run(request: dict[str, Any], out: IO[str]) -> None:
     from leakscope.runner.inprocess import check_target
     from leakscope.serialize import options_from_data, to_data
 
-    options = dataclasses.replace(options_from_data(request["options"]), isolate=False)
+    options = dataclasses.replace(options_from_data(request["options"]), isolate=False, timeout=None, jobs=1)
     try:
         options = resolve_device(options)  # as leakscope.check does in process
     except UsageError as exc:

@@ -1,0 +1,44 @@
+"""``leakscope render``: a saved JSON report in any format, without torch."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from leakscope.commands.common import FailOnChoice, Format, FormatChoice, Output, emit, fail
+from leakscope.errors import UsageError
+
+
+def render_report(
+    report_file: Annotated[
+        Path, typer.Argument(metavar="REPORT", help="A JSON report written by: leakscope check --format json -o REPORT.")
+    ],
+    fmt: Format = FormatChoice.text,
+    output: Output = None,
+    fail_on: Annotated[
+        FailOnChoice, typer.Option("--fail-on", help="As check's --fail-on: what the summary counts as failing.")
+    ] = FailOnChoice.leak,
+) -> None:
+    """Render a saved JSON report in any format (html for a page to look at); torch is not needed.
+
+    Exit codes: 0 rendered, 2 the file is missing or not a leakscope JSON report of this schema version.
+    """
+    from leakscope.render import render
+    from leakscope.render.json_report import load
+
+    try:
+        try:
+            text = report_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f"cannot read {report_file}: {getattr(exc, 'strerror', None) or exc}") from None
+        report = load(text, str(report_file))
+    except UsageError as exc:
+        fail(exc.message, int(exc.exit_code), fmt, output)
+    color = fmt is FormatChoice.text and output is None and sys.stdout.isatty()
+    emit(render(report, fmt.value, color=color, fail_on=fail_on.value), output)
+
+
+__all__ = ["render_report"]

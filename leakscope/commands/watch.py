@@ -1,0 +1,162 @@
+"""``leakscope watch``: run a real training job and find which earlier step's graph it keeps."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from leakscope.commands.common import Format, FormatChoice, Output, emit, fail
+from leakscope.errors import LeakscopeError, UsageError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from leakscope.live.job import JobResult
+
+
+class ThenChoice(str, enum.Enum):
+    stop = "stop"
+    continue_ = "continue"
+
+
+def watch(
+    script: Annotated[
+        str | None,
+        typer.Argument(metavar="SCRIPT.py", help="The training script, run as __main__ (or -m MODULE).", show_default=False),
+    ] = None,
+    args: Annotated[
+        list[str] | None, typer.Argument(metavar="[ARGS]...", help="The script's own arguments, as given.", show_default=False)
+    ] = None,
+    module: Annotated[
+        str | None, typer.Option("-m", "--module", metavar="MODULE", help="Run a module as __main__, as python -m does.")
+    ] = None,
+    method: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--method", metavar="pkg.mod:Class.method",
+            help="The step to watch (repeatable). Default: verl engines' forward_step, "
+            "transformers Trainer.training_step, Lightning's training_step, when the job imports them.",
+            show_default=False,
+        ),
+    ] = None,
+    micro_batches: Annotated[int, typer.Option("--micro-batches", min=1, help="Watched calls (after --skip).")] = 3,
+    skip: Annotated[int, typer.Option("--skip", min=0, help="Warm-up calls let through unwatched first.")] = 0,
+    then: Annotated[
+        ThenChoice, typer.Option("--then", help="stop: end the job once the report is made; continue: detach and let it run.")
+    ] = ThenChoice.stop,
+    fmt: Format = FormatChoice.text,
+    output: Output = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", metavar="SECONDS", help="Interrupt the job after SECONDS; the report covers the calls before.",
+                     show_default=False),
+    ] = None,
+    source: Annotated[
+        bool, typer.Option("--source/--no-source", help="Record where retaining tensors were created (anomaly-mode traces).")
+    ] = True,
+    debug: Annotated[bool, typer.Option("--debug", help="Show the job's traceback when it fails.")] = False,
+) -> None:
+    """Run a training job and find which earlier step's graph it keeps alive, who holds it, and the bytes.
+
+    Exit codes as for check: 0 clean, 1 a leak, 2 usage error, 3 the step could not be watched or the job failed.
+    """
+    from leakscope.live.methods import parse_method
+    from leakscope.live.session import WatchOptions
+
+    argv = list(args or [])
+    if module is not None and script is not None:  # -m MODULE takes the rest as the module's arguments
+        argv, script = [script, *argv], None
+    try:
+        if script is None and module is None:
+            raise UsageError("give a script to run (leakscope watch train.py ...) or -m MODULE")
+        for text in method or []:
+            parse_method(text)
+        if timeout is not None and (timeout < 0 or timeout != timeout):
+            raise UsageError(f"--timeout {timeout:g} is negative; give seconds > 0, or 0 for no limit")
+        options = WatchOptions(
+            methods=tuple(method or ()), micro_batches=micro_batches, skip=skip, then=then.value, source=source,
+        )
+    except UsageError as exc:
+        fail(exc.message, int(exc.exit_code), fmt, output)
+    from leakscope.live.job import watch_job
+
+    restore_stdout: list[Callable[[], None]] = []
+
+    def stuck(done: JobResult) -> None:  # the job ignored --timeout's interrupt: report, then end the process
+        import os
+
+        for restore in restore_stdout:
+            restore()
+        code = _output(done, fmt, output, debug)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    try:
+        with _stdout_to_stderr() as restore:  # the job's prints (and its children's) must not corrupt the report
+            restore_stdout.append(restore)
+            done = watch_job(
+                module or script or "", argv, options, as_module=module is not None, timeout=timeout or None,
+                on_stuck=stuck,
+            )
+    except LeakscopeError as exc:
+        fail(exc.message, int(exc.exit_code), fmt, output)
+    raise typer.Exit(_output(done, fmt, output, debug))
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[Callable[[], None]]:
+    """File descriptor 1 onto 2 for the job: its output and its child processes' go to stderr.
+
+    Yields a function that puts stdout back early (a report made while the job is still stuck).
+    """
+    import os
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+
+    def restore() -> None:
+        sys.stderr.flush()
+        os.dup2(saved, 1)
+        sys.stdout = sys.__stdout__
+
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield restore
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _output(done: Any, fmt: FormatChoice, output: Path | None, debug: bool) -> int:
+    """Print a watch's errors on stderr and its report; the exit code."""
+    from leakscope.policy import exit_code
+    from leakscope.render import render
+
+    report = done.report
+    if not done.reporting:
+        # A torchrun rank other than 0: rank 0 reports (and exits with) the merged verdict. This
+        # rank exits with its job's own code, so that a leak it found does not make torchrun stop
+        # rank 0 before it has printed the report.
+        return int(done.job_exit_code)
+    for result in report.results:
+        if result.verdict.value == "error" and result.error:
+            typer.echo(f"leakscope: {result.target}: {result.error}", err=True)
+            if debug and result.traceback:
+                typer.echo(result.traceback, err=True)
+    if fmt is FormatChoice.text:
+        text = render(report, "text", color=output is None and sys.stdout.isatty(), debug=debug)
+    else:
+        text = render(report, fmt.value, debug=debug)
+    emit(text, output)
+    return exit_code(report)
+
+
+__all__ = ["ThenChoice", "watch"]
