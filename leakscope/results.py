@@ -106,7 +106,7 @@ class Finding:
     #: "leak" fails the gate, "warning" does not (see ``--fail-on``)
     severity: str = "leak"
     allowed_reason: str | None = None
-    #: the graph it keeps, bounded (``explain.FINDING_GRAPH_NODES``); None for a held leaf or unknown holder
+    #: the graph it keeps, bounded (``probe.view.FINDING_GRAPH_NODES``); None for a held leaf or unknown holder
     graph: GraphView | None = None
     #: "growing" or "bounded" (NOTE [Leak kinds] in leakscope/diagnose/kinds.py); None without a growth run
     kind: str | None = None
@@ -116,6 +116,9 @@ class Finding:
     store_op: str | None = None
     #: when ``source`` is a shared helper or a ``super()`` call: the engine-side calls that led to it, innermost first
     called_from: tuple[Source, ...] = ()
+    #: what one graph node was counted at in ``retained_bytes`` (``"746 B per graph node (measured)"``;
+    #: NOTE [What a node costs]); None when no node was counted
+    node_cost: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

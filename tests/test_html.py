@@ -132,7 +132,7 @@ def test_stored_at_gets_its_own_snippet(report: Report) -> None:
 def test_a_huge_graph_is_bounded_and_says_what_it_left_out() -> None:
     import torch
 
-    from leakscope.diagnose.explain import FINDING_GRAPH_NODES, view_of
+    from leakscope.probe.view import FINDING_GRAPH_NODES, view_of
 
     x = torch.randn(4, requires_grad=True)
     y = x

@@ -211,4 +211,30 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
     return f"at {at}: {rewritten}{' (or .item() for a scalar)' if store.op == 'attribute' else ''}{graph_note}"
 
 
-__all__ = ["StoreSite", "VERL_ADAPTER", "fix_for"]
+def release_fix(path: HolderPath, store: StoreSite | None) -> str:
+    """The fix for a holder backward runs through while it is held (NOTE [Fixes that never break
+    training]): release it once backward has run, never detach it before."""
+    container = path.container()
+    if container != path:
+        release = f"{container.code()}.clear() once the update's backward has run"
+    else:
+        release = f"{path.code()} = None once backward has run"
+    where = f" (stored at {store.where}: {_without_comment(store.code)})" if store is not None else ""
+    return (
+        f"backward runs through the graph {path.code()} keeps{where}: release it after use, {release};"
+        " for logging keep .item() or a detached copy taken after backward. Detaching it before backward"
+        " would stop its gradients"
+    )
+
+
+def after_loss_fix(path: HolderPath, store: StoreSite | None, graph_note: str = "") -> str:
+    """The fix for a holder the step's loss is computed from: detach only once the loss is computed."""
+    where = f" at {store.where} ({_without_comment(store.code)})" if store is not None else ""
+    return (
+        f"the step's loss is computed from {path.code()}: store a detached copy{where} only after the loss"
+        f" is computed ({path.code()} = {path.leaf_name()}.detach() after the loss line); detaching it"
+        f" before the loss would cut the gradient through it{graph_note}"
+    )
+
+
+__all__ = ["StoreSite", "VERL_ADAPTER", "after_loss_fix", "fix_for", "release_fix"]

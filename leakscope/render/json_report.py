@@ -34,6 +34,7 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
         "stored_at": _source(finding.stored_at),
         "store_op": finding.store_op,
         "called_from": [_source(s) for s in finding.called_from],
+        "node_cost": finding.node_cost,
     }
     if finding.graph is not None:
         out["graph"] = graph_dict(finding.graph)

@@ -130,6 +130,8 @@ def _result_block(result: TargetResult, debug: bool) -> list[Any]:
             if len(f.bytes_by_cause) > 1:
                 split = ", ".join(f"{cause} {human_bytes(n)}" for cause, n in f.bytes_by_cause.items())
                 lines.append(f"    bytes by cause: {split}")
+            if f.node_cost and f.graph_nodes:
+                lines.append(f"    graph nodes: {f.graph_nodes}, each counted at {f.node_cost}")
             if f.allowed_reason:
                 lines.append(f"    allowed: {f.allowed_reason}")
             lines.append(f"    fix: {f.hint}")

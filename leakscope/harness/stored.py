@@ -29,8 +29,8 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from leakscope.holders import CYCLE, UNKNOWN, HolderPath, Segment, SegmentKind
-from leakscope.results import Finding, Source
+from leakscope.holders import HolderPath, Segment, SegmentKind
+from leakscope.results import Source
 
 _MISSING = object()
 
@@ -173,12 +173,53 @@ def store_op(path: HolderPath, line: str) -> str:
     return "assignment"
 
 
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """The line that stored a holder's tensor, how, and whether backward had run through it by then."""
+
+    where: Source
+    #: "append", "attribute", "item", "accumulate", "buffer", "metric", "return", "hook", "assignment"
+    op: str
+    #: the line's source text, stripped
+    code: str
+    #: backward had already run through the stored tensor's graph when it was stored (a detached
+    #: copy stored there changes no gradient); None when it could not be told (NOTE [Freed by backward])
+    backward_done: bool | None = None
+
+
 @dataclasses.dataclass
 class _Watch:
-    finding: Finding
+    path: HolderPath
     signature: Callable[[], tuple[int, ...]] | None
     last: tuple[int, ...]
+    #: the object the path's newest entry leads to now (an append's new entry: every list index -1)
+    newest: Callable[[], Any] | None = None
     site: Source | None = None
+    backward_done: bool | None = None
+
+
+def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
+    """A resolver of ``path`` with every list index at the list's end: what an append just stored."""
+    segments = tuple(Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments)
+    return resolver(HolderPath(path.root, segments, path.kind), roots)
+
+
+def _backward_done(obj: Any) -> bool | None:
+    """Whether backward has run through every saved slot of ``obj``'s graph (NOTE [Freed by backward])."""
+    from leakscope.probe.autograd import ScanStats, graph_tensors
+
+    node = getattr(obj, "grad_fn", None)
+    if node is None:
+        return None
+    stats = ScanStats()
+    try:
+        _, found = graph_tensors([node], stats=stats)
+    except Exception:
+        return None
+    found.clear()
+    if not (stats.freed or stats.intact):
+        return None
+    return stats.freed > 0 and stats.intact == 0
 
 
 class StoreTracer:
@@ -186,22 +227,25 @@ class StoreTracer:
 
     :meth:`install` traces every frame in a user file that starts from then on
     (and, given ``frames``, the running ones too); :meth:`remove` stops it and
-    gives ``{finding path: (stored-at line, store op, code)}``. ``growth``: an
+    gives ``{holder path: (stored-at line, store op, code)}``. ``growth``: an
     append to a list the path indexes counts as a store (a running job whose
     container already holds earlier entries).
     """
 
     def __init__(
-        self, findings: Sequence[Finding], roots: dict[str, Any], is_user_file: Callable[[str], bool],
+        self, paths: Sequence[HolderPath], roots: dict[str, Any], is_user_file: Callable[[str], bool],
         *, growth: bool = False,
     ) -> None:
         from leakscope.harness.source import display_path
 
         self._display = display_path
         self.watches = []
-        for f in findings:
-            signature = None if f.path.root == "output" else _signature(f.path, roots, growth)
-            self.watches.append(_Watch(f, signature, signature() if signature is not None else ()))
+        for path in paths:
+            signature = None if path.root == "output" else _signature(path, roots, growth)
+            self.watches.append(_Watch(
+                path, signature, signature() if signature is not None else (),
+                newest=_newest(path, roots) if signature is not None else None,
+            ))
         self.is_user_file = is_user_file
         self.last_line: Source | None = None
         self.outer_return: Source | None = None
@@ -220,6 +264,9 @@ class StoreTracer:
             now = w.signature()
             if where is not None and now[0] != -1 and now != w.last:
                 w.site = where
+                stored = w.newest() if w.newest is not None else _MISSING
+                w.backward_done = _backward_done(stored) if stored is not _MISSING else None
+                del stored
             w.last = now
 
     def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -261,8 +308,8 @@ class StoreTracer:
                 self.depth += 1
                 self._running.append(frame)
 
-    def remove(self) -> dict[HolderPath, tuple[Source, str, str]]:
-        """Stop tracing; the stored-at line, store op and code of each finding whose store was seen."""
+    def remove(self) -> dict[HolderPath, Stored]:
+        """Stop tracing; the stored-at line, store op and code of each holder whose store was seen."""
         sys.settrace(self._previous)
         self._previous = None
         for frame in self._running:
@@ -272,20 +319,20 @@ class StoreTracer:
         self._returns.clear()
         out = {}
         for w in self.watches:
-            site = self.outer_return if w.finding.path.root == "output" else w.site
+            site = self.outer_return if w.path.root == "output" else w.site
             if site is None:
                 continue
             code = linecache.getline(_absolute(site.file), site.line).strip()
-            out[w.finding.path] = (site, store_op(w.finding.path, code), code)
+            out[w.path] = Stored(site, store_op(w.path, code), code, w.backward_done)
         self.watches.clear()
         return out
 
 
 def trace_stores(
-    findings: Sequence[Finding], roots: dict[str, Any], is_user_file: Callable[[str], bool], run: Callable[[], Any]
-) -> dict[HolderPath, tuple[Source, str, str]]:
-    """Run ``run()`` traced; ``{finding path: (stored-at line, store op, code)}`` (NOTE [Stored at])."""
-    tracer = StoreTracer(findings, roots, is_user_file)
+    paths: Sequence[HolderPath], roots: dict[str, Any], is_user_file: Callable[[str], bool], run: Callable[[], Any]
+) -> dict[HolderPath, Stored]:
+    """Run ``run()`` traced; ``{holder path: (stored-at line, store op, code)}`` (NOTE [Stored at])."""
+    tracer = StoreTracer(paths, roots, is_user_file)
     tracer.install()
     try:
         run()
@@ -300,48 +347,4 @@ def _absolute(file: str) -> str:
     return os.path.abspath(file)
 
 
-def add_store_sites(spec: Any, mode: Any, options: Any, findings: list[Finding]) -> list[Finding]:
-    """``findings`` with ``stored_at`` and ``store_op`` filled, from one traced re-run of the step."""
-    from leakscope.harness.trial import build_subject, make_micro_batch, step_once
-    from leakscope.probe.library import is_library_file
-
-    wanted = [f for f in findings if f.severity == "leak" and f.path not in (UNKNOWN, CYCLE)]
-    if not wanted:
-        return findings
-
-    def is_user_file(file: str) -> bool:
-        return not is_library_file(file)
-
-    model, engine = build_subject(spec, options)
-    roots = {"engine": engine, "module": model, "micro_batch": make_micro_batch(spec, options, 0)}
-    del model, engine
-    result: list[Any] = []
-
-    def run() -> None:
-        result.append(step_once(spec, roots["engine"], roots["micro_batch"], mode))
-
-    try:
-        sites = trace_stores(wanted, roots, is_user_file, run)
-    except Exception:
-        return findings  # the untraced verdict stands; stored-at is an extra
-    finally:
-        result.clear()
-        if spec.close_engine is not None:  # end what the adapter started (a paused framework loop)
-            spec.close_engine(roots["engine"])
-        roots.clear()
-    return [with_site(f, sites.get(f.path), spec.adapter) for f in findings]
-
-
-def with_site(f: Finding, site: tuple[Source, str, str] | None, adapter: str | None) -> Finding:
-    """The finding with its stored-at line and the fix derived from it (leakscope.diagnose.storefix)."""
-    from leakscope.diagnose.storefix import StoreSite, fix_for
-
-    store = StoreSite(site[1], site[2], site[0]) if site is not None else None
-    hint = fix_for(store, f.path, f.holder, f.cause, adapter) if f.severity == "leak" else None
-    changes: dict[str, Any] = {"hint": hint} if hint else {}
-    if site is not None:
-        changes.update(stored_at=site[0], store_op=site[1])
-    return dataclasses.replace(f, **changes) if changes else f
-
-
-__all__ = ["StoreTracer", "add_store_sites", "resolver", "store_op", "trace_stores", "with_site"]
+__all__ = ["StoreTracer", "Stored", "resolver", "store_op", "trace_stores"]
