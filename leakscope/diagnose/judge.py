@@ -88,7 +88,7 @@ def finding(held: Held, obs: Observation, ctx: Context, *, confirmed: bool = Fal
 
 def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context) -> Finding:
     """``f`` with its stored-at line (when known) and the fix derived from it and from its plan."""
-    store = StoreSite(site.op, site.code, site.where) if site is not None else None
+    store = StoreSite(site.op, site.code, site.where, site.graph_names) if site is not None else None
     changes: dict[str, Any] = {}
     if site is not None:
         changes.update(stored_at=site.where, store_op=site.op)

@@ -30,6 +30,8 @@ class StoreSite:
     #: the stored-at line's source text, stripped
     code: str
     where: Source
+    #: the names in the line that held a tensor with a graph when it ran (NOTE [The names a fix detaches])
+    graph_names: tuple[str, ...] = ()
 
 
 def _structure(code: str) -> Iterator[tuple[int, str, int]]:
@@ -109,6 +111,38 @@ def _assignment_detached(code: str, accumulate: bool) -> str | None:
     return f"{lhs} {op} {_detached(rhs)}"
 
 
+_ASSIGNMENT = re.compile(r"(?P<lhs>[^=]+?)\s*(?P<op>\+=|-=|\*=|/=|=)(?!=)\s*(?P<rhs>.+)")
+
+
+def _names_detached(code: str, names: tuple[str, ...]) -> str | None:
+    """The line with each of ``names`` read as ``name.detach()`` where it is read (the right of an
+    assignment, or a call's arguments), not where it is assigned; None when none is read there.
+    A name already followed by ``.detach(``, ``.item(`` or ``.tolist(`` is left as it is."""
+    head, body = "", code
+    m = _ASSIGNMENT.fullmatch(code)
+    if m is not None and "(" not in m.group("lhs"):
+        head, body = code[: m.start("rhs")], m.group("rhs")
+    changed = False
+    for name in names:
+        pattern = re.compile(rf"(?<![\w.]){re.escape(name)}(?![\w])(?!\s*\.(?:detach|item|tolist)\()(?!\s*=[^=])")
+        code_at = {i for i, _, _ in _structure(body)}  # positions outside string literals
+        out, last = [], 0
+        for m in pattern.finditer(body):
+            if m.start() in code_at:
+                out.append(body[last:m.end()] + ".detach()")
+                last = m.end()
+                changed = True
+        body = "".join(out) + body[last:]
+    return head + body if changed else None
+
+
+def _detaches_a_container(code: str) -> bool:
+    """A rewrite that would call ``.detach()`` on a container literal or constructor: an error, not a fix."""
+    return bool(re.search(r"(?:[\]}]\)?|\b(?:dict|list|tuple|set)\([^()]*\))\)?\.detach\(\)", code)) or bool(
+        re.search(r"\((?:\{|\[)[^()]*(?:\}|\])\)\.detach\(\)", code)
+    )
+
+
 def returned_keys(path: HolderPath) -> str:
     """A returned holder as the code indexes it: ``output.model_output.log_probs`` ->
     ``output["model_output"]["log_probs"]``."""
@@ -176,6 +210,15 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
     if store is None:
         return None
     code, at = _without_comment(store.code), store.where
+    if store.graph_names and store.op not in ("hook", "return"):
+        # NOTE [The names a fix detaches]: what held the graph when the line ran.
+        rewritten_names = _names_detached(code, store.graph_names)
+        if rewritten_names is not None:
+            if store.op == "metric":
+                return f"feed the metric a detached value at {at}: {rewritten_names}"
+            if store.op == "accumulate":
+                return f"accumulate detached values at {at}: {rewritten_names} (or .item() for a float)"
+            return f"at {at}: {rewritten_names}{graph_note}"
     stored = _stored_expr(code, store.op)
     inner = _inner_tensor(path, stored[0], store.op) if stored is not None else None
     if stored is not None and inner is not None:  # a container is stored; the graph is inside it
@@ -200,8 +243,9 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
             rewritten = _assignment_detached(code, False)
     elif store.op == "accumulate":
         rewritten = _assignment_detached(code, True)
-    if rewritten is None:
-        return f"store a detached value at {at} ({code}){graph_note}"
+    if rewritten is None or _detaches_a_container(rewritten):
+        inside = f" (the tensor at {path.code()})" if path.segments else ""
+        return f"store only detached tensors or numbers at {at} ({code}){inside}{graph_note}"
     if store.op == "metric":
         return f"feed the metric a detached value at {at}: {rewritten}"
     if store.op == "hook":

@@ -178,7 +178,7 @@ def _only_extends_older(node: Any, steps: StepGraphs, leaf_steps: Mapping[int, i
                 return False  # reaches a step's leaf
             continue
         step = steps.step_of(current)
-        if step == BEFORE or (step is None and steps.ranges and seq <= steps.ranges[0][0]):
+        if step == BEFORE:
             older = True
             continue
         if step is not None and (
@@ -265,6 +265,40 @@ def loss_graph(loss_node: Any, steps: StepGraphs) -> frozenset[int]:
     if loss_node is None:
         return frozenset()
     return frozenset(node_key(n) for n in iter_nodes([loss_node], stop=steps.is_before))
+
+
+def live_step_nodes(steps: StepGraphs) -> dict[int, set[int]]:
+    """Identities of the judged steps' graph nodes still alive, by step.
+
+    # NOTE [Nodes as evidence]
+    # Once backward has run, a held graph keeps no tensor a weakref could watch:
+    # only its nodes, which take no weakrefs. But a node keeps the Python wrapper
+    # a walk made for it for as long as it lives (NOTE [Node identity]), and the
+    # steps' graphs were walked when each step ended, so the collector's young
+    # generations list a wrapper for every node of theirs still alive. A step
+    # node alive that no reference found explains is held by something the walk
+    # did not reach (a library's module state: NOTE [Every loaded module]). On a
+    # torch that does not preserve wrappers this finds nothing, and the tensor
+    # evidence alone speaks.
+    """
+    import gc
+
+    is_node = kinds().is_node
+    out: dict[int, set[int]] = {}
+    for obj in gc.get_objects():
+        if is_node(obj):
+            step = steps.step_of(obj)
+            if step is not None and step >= 0:
+                out.setdefault(step, set()).add(node_key(obj))
+    return out
+
+
+def unexplained_nodes(steps: StepGraphs, held: Iterable[Held]) -> dict[int, int]:
+    """Per step, how many of its live nodes no described reference reaches (NOTE [Nodes as evidence])."""
+    reached: set[int] = set()
+    for h in held:
+        reached |= h.node_keys
+    return {step: len(keys - reached) for step, keys in live_step_nodes(steps).items() if keys - reached}
 
 
 def module_roots(skip: Iterable[str] = ()) -> list[Root]:
@@ -367,6 +401,6 @@ def evidence_alive(
 
 
 __all__ = [
-    "Collection", "Held", "Observation", "collect", "describe", "evidence_alive", "loss_graph", "module_roots",
-    "observation", "plain_storages",
+    "Collection", "Held", "Observation", "collect", "describe", "evidence_alive", "live_step_nodes", "loss_graph",
+    "module_roots", "observation", "plain_storages", "unexplained_nodes",
 ]

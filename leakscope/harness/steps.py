@@ -7,17 +7,16 @@
 # the step returned, a metric's ``self._value = a * self._value + (1 - a) * x``
 # all hold nodes created outside the step whose graphs reach into it.
 #
-# Two facts decide which step a node belongs to:
-# - ``node._sequence_nr()`` counts per thread: a node created in the step's own
-#   thread between the step's first and last number is the step's;
-# - a node created in another thread (a worker thread or executor running the
-#   forward, ``nn.DataParallel``'s replicas) has a number from that thread's
-#   counter, which may fall anywhere. Such nodes are found when the step ends,
-#   by walking down from what the step produced (its loss, what it returned,
-#   and the tensors with a graph it left on the heap), and are registered by
-#   identity (NOTE [Node identity]) as the step's. Nodes that existed before the
-#   first step and are reachable from the caller's objects are registered first,
-#   as older, so that a graph built before the steps is never counted as theirs.
+# Sequence numbers (``node._sequence_nr()``) cannot say which step made a node:
+# they count per thread, and a node made in another thread (a worker thread or
+# executor running the forward, ``nn.DataParallel``'s replicas) has a number from
+# that thread's counter, which may fall inside another step's range (a new thread
+# starts at 0). So when a step ends, every node of its graph is registered by
+# identity (NOTE [Node identity]): found by walking down from what the step
+# produced (its loss, what it returned, and every tensor with a graph on the
+# heap), stopping at nodes an earlier step, or the graphs that existed before the
+# first step (registered first, as older), already claimed. The step's own range
+# of this thread's numbers places only what the walk could not reach.
 #
 # Everything here is keyed by identities and sequence numbers: the registry
 # keeps no node alive. An identity freed and reused by a later node is
@@ -68,28 +67,16 @@ class StepGraphs:
         self._start = next_sequence_nr()
 
     def end(self, roots: Iterable[Any] = ()) -> int:
-        """The step that began last ends; register the other threads' nodes of its graph,
-        found below ``roots`` (the graph nodes of what it produced). Its index."""
+        """The step that began last ends: register, by identity, every node of its graph found below
+        ``roots`` (the graph nodes of what it produced, and of every tensor with a graph on the heap)
+        that no earlier step or older graph has claimed. Its index."""
         assert self._start is not None, "end() without begin()"
         start, end = self._start, next_sequence_nr()
         self._start = None
         index = len(self.ranges)
         self.ranges.append((start, end))
-        earlier = self.ranges[:index]
-
-        def placed(node: Any) -> bool:  # an earlier step's node (or older): not this step's
-            if self._is_known(node):
-                return True
-            seq = sequence_nr(node)
-            return any(a < seq < b for a, b in earlier)
-
-        for node in iter_nodes(roots, stop=placed):
-            seq = sequence_nr(node)
-            if seq == UINT64_MAX:
-                continue  # AccumulateGrad: a leaf's, placed by the evidence (probe.liveness)
-            if not (start < seq < end):
-                # Not of this thread's range, not registered before: another thread made it
-                # during this step (NOTE [A step's graph]).
+        for node in iter_nodes(roots, stop=self._is_known):
+            if sequence_nr(node) != UINT64_MAX:  # AccumulateGrad: a leaf's, placed by the evidence
                 self._register(node, index)
         return index
 

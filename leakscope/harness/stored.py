@@ -122,6 +122,12 @@ def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | Non
     return resolve
 
 
+def _is_tensor(obj: Any) -> bool:
+    import torch
+
+    return issubclass(type(obj), torch.Tensor)
+
+
 def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callable[[], tuple[int, ...]] | None:
     """A function returning what changes when something is stored at ``path``: the identity of the
     object there and, with ``growth``, the length of every list the path indexes (an append to
@@ -143,7 +149,9 @@ def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callabl
                 lengths.append(len(container) if container is not _MISSING else -1)
             except Exception:
                 lengths.append(-1)
-        return (-1 if now is _MISSING else id(now), *lengths)
+        # An in-place update (``total += loss`` on a tensor) keeps the object and bumps its version.
+        version = getattr(now, "_version", 0) if _is_tensor(now) else 0
+        return (-1 if now is _MISSING else id(now), version, *lengths)
 
     return signature
 
@@ -185,6 +193,8 @@ class Stored:
     #: backward had already run through the stored tensor's graph when it was stored (a detached
     #: copy stored there changes no gradient); None when it could not be told (NOTE [Freed by backward])
     backward_done: bool | None = None
+    #: the names in the line that held a tensor with a graph when it ran (NOTE [The names a fix detaches])
+    graph_names: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -196,6 +206,41 @@ class _Watch:
     newest: Callable[[], Any] | None = None
     site: Source | None = None
     backward_done: bool | None = None
+    graph_names: tuple[str, ...] = ()
+
+
+_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
+
+
+def _graph_names(frame: types.FrameType | None, line: int) -> tuple[str, ...]:
+    """The names line ``line`` of the frame's code reads that hold a tensor with a graph.
+
+    # NOTE [The names a fix detaches]
+    # A fix rewrites the stored-at line, and must detach what carries the graph,
+    # not whatever comes last on the line: ``runlog.log({"loss": loss})`` stores a
+    # dict (``dict(...).detach()`` would be an error), ``self.v = x if self.v is None
+    # else a * self.v + (1 - a) * x`` keeps ``x`` in two places, ``kept.append(t)``
+    # with ``t`` a plain tensor would be a no-op. When the tracer sees the store, it
+    # reads the line's frame's locals (no code runs: a dict of the frame's values)
+    # and keeps the names whose value is a tensor with a graph; the fix detaches
+    # those. With none, the fix names the tensor inside the stored container, or
+    # says in words what to store.
+    """
+    if frame is None:
+        return ()
+    import torch
+
+    code = linecache.getline(frame.f_code.co_filename, line)
+    names = dict.fromkeys(m.group(1) for m in _NAME.finditer(code.split("#", 1)[0]))
+    # The frame is being traced: its f_locals is the snapshot the tracer machinery already keeps in
+    # step with it (and writes back after each event), so it is read, never changed.
+    snapshot = frame.f_locals
+    found = []
+    for name in names:
+        value = snapshot.get(name, _MISSING) if isinstance(snapshot, dict) else _MISSING
+        if issubclass(type(value), torch.Tensor) and value.grad_fn is not None:
+            found.append(name)
+    return tuple(found)
 
 
 def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
@@ -248,6 +293,8 @@ class StoreTracer:
             ))
         self.is_user_file = is_user_file
         self.last_line: Source | None = None
+        #: the frame that ran ``last_line`` (while the job is traced only)
+        self.last_frame: types.FrameType | None = None
         self.outer_return: Source | None = None
         self.depth = 0
         self._user: dict[str, bool] = {}
@@ -267,6 +314,7 @@ class StoreTracer:
                 stored = w.newest() if w.newest is not None else _MISSING
                 w.backward_done = _backward_done(stored) if stored is not _MISSING else None
                 del stored
+                w.graph_names = _graph_names(self.last_frame, where.line)
             w.last = now
 
     def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -275,6 +323,7 @@ class StoreTracer:
             where = Source(self._display(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name)
             if event == "line":
                 self.last_line = where
+                self.last_frame = frame
                 text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip()
                 if text.startswith("return"):
                     self._returns[id(frame)] = where
@@ -317,13 +366,14 @@ class StoreTracer:
                 frame.f_trace = None
         self._running.clear()
         self._returns.clear()
+        self.last_frame = None
         out = {}
         for w in self.watches:
             site = self.outer_return if w.path.root == "output" else w.site
             if site is None:
                 continue
             code = linecache.getline(_absolute(site.file), site.line).strip()
-            out[w.path] = Stored(site, store_op(w.path, code), code, w.backward_done)
+            out[w.path] = Stored(site, store_op(w.path, code), code, w.backward_done, w.graph_names)
         self.watches.clear()
         return out
 

@@ -141,6 +141,9 @@ class Observer:
         self.calls: list[CallRecord] = []
         #: the steps' own leaves (``{id(leaf): call}``)
         self.leaf_steps: dict[int, int] = {}
+        #: tensors alive before the first watched call, and before the current one (weakly)
+        self._older: dict[int, weakref.ref[Any]] = {}
+        self._before: dict[int, weakref.ref[Any]] = {}
         self.looks: list[Any] = []
         self.done = False
         #: weakrefs to the engines (``self`` of the calls), for the look at the job's end
@@ -176,6 +179,7 @@ class Observer:
         self._remember(holders, original)
         if not self.calls:
             self.thread = threading.get_ident()
+            self._older = _tensor_refs()  # everything alive before the first call, frozen below
             self._freeze()
             self._mark_before(sys._getframe(2), holders)
             if self.on_first_call is not None:
@@ -229,6 +233,7 @@ class Observer:
         self.anomaly_next = False
         anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False) if record else contextlib.nullcontext()
         started = time.perf_counter()
+        self._before = _tensor_refs()  # what the call did not make (NOTE [Frozen heap, in a running job])
         self.steps.begin()
         self.depth += 1
         try:
@@ -255,11 +260,25 @@ class Observer:
                 roots.append(node)
         roots.extend(heap_graph_nodes(self.steps))
         index = self.steps.end(roots)
-        evidence = collect_evidence(roots, [], is_preexisting=lambda t: False, stop=self.steps.is_before)
+
+        def other_step(node: Any) -> bool:  # this call's graph only, and what was derived from it
+            step = self.steps.step_of(node)
+            return step is not None and step != index
+
+        evidence = collect_evidence(roots, [], is_preexisting=self._existed, stop=other_step)
         roots.clear()
+        self._before = {}
         for leaf_id in evidence.leaf_ids:
             self.leaf_steps.setdefault(leaf_id, index)
         return evidence
+
+    def _existed(self, t: Any) -> bool:
+        """A tensor alive before the call started (its input, a buffer): not evidence of its graph."""
+        for known in (self._before, self._older):
+            ref = known.get(id(t))
+            if ref is not None and ref() is t:
+                return True
+        return False
 
     def _remember(self, args: tuple[Any, ...], original: Callable[..., Any]) -> None:
         if args:
@@ -286,13 +305,7 @@ class Observer:
     ) -> None:
         """Settle, walk the holders, and let the judge say which earlier call's graph each one keeps."""
         from leakscope.diagnose.judge import look_findings
-        from leakscope.harness.observe import (
-            collect,
-            describe,
-            evidence_alive,
-            module_roots,
-            observation,
-        )
+        from leakscope.harness.observe import collect, module_roots, observation
         from leakscope.probe.liveness import settle
 
         self._stop_tracing()
@@ -301,34 +314,21 @@ class Observer:
         loop_roots = frozenset(r.name for r in roots if getattr(r, "kind", "") == "global" and r.name in self._loop_globals)
         latest = len(self.calls) - 1
         found = collect(roots, self.steps, leaf_steps=self.leaf_steps, max_objects=self.options.max_objects)
-        touched = {step for _, _, reached in found.holders for step in reached}
-        untouched = [c for c in self.calls if c.index not in touched and c.evidence is not None]
-        plain_ids = {id(hit.obj) for hit in found.plain}
-        if untouched and any(evidence_alive([c.evidence], plain_ids, set()) for c in untouched):
+        held = self._describe(found, loop_roots)
+        if self._unexplained(found, held):
             # Alive, and nothing the job's roots reach explains it: every loaded module, generically
-            # (NOTE [Every loaded module]).
-            more = collect(
-                [*roots, *module_roots(skip=[r.name.partition(":")[2] for r in roots if r.kind == "global"])],
-                self.steps, leaf_steps=self.leaf_steps, max_objects=self.options.max_objects, generic=True,
-            )
+            # (NOTE [Every loaded module], NOTE [Nodes as evidence]).
+            skip = [r.name.partition(":")[2] for r in roots if r.kind == "global"]
             found.clear()
-            found = more
-            touched = {step for _, _, reached in found.holders for step in reached}
-            plain_ids = {id(hit.obj) for hit in found.plain}
-        roots.clear()
-        excluded = self._excluded(found)
-        held = [
-            describe(
-                hit, node, reached, self.steps, excluded=excluded, modules=self._modules(), loop_roots=loop_roots,
-                graph=True,
+            found = collect(
+                [*roots, *module_roots(skip=skip)], self.steps, leaf_steps=self.leaf_steps,
+                max_objects=self.options.max_objects, generic=True,
             )
-            for hit, node, reached in found.holders
-        ]
+            held = self._describe(found, loop_roots)
+        roots.clear()
         unknown: dict[int, dict[str, int]] = {}
         if final:
-            for c in self.calls:
-                if c.index not in touched and c.evidence is not None:
-                    unknown[c.index] = evidence_alive([c.evidence], plain_ids, excluded)
+            unknown = self._unknown(found, held)
         nodes_by_step, total = self.steps.nodes_by_step(found.nodes())
         stats = found.stats
         found.clear()
@@ -348,6 +348,49 @@ class Observer:
                     self.anomaly_next = True  # NOTE [Created at, in a running job]
         if not final and frame is not None and self.options.source:
             self._start_tracing(look.findings, frame, args)
+
+    def _describe(self, found: Any, loop_roots: frozenset[str]) -> list[Any]:
+        from leakscope.harness.observe import describe
+
+        excluded = self._excluded(found)
+        return [
+            describe(hit, node, reached, self.steps, excluded=excluded, modules=self._modules(), loop_roots=loop_roots)
+            for hit, node, reached in found.holders
+        ]
+
+    def _unexplained(self, found: Any, held: list[Any]) -> bool:
+        """Whether a call's graph is alive that no reference found here reaches: its nodes (NOTE [Nodes as
+        evidence]), or the tensors its graph kept."""
+        from leakscope.harness.observe import evidence_alive, unexplained_nodes
+
+        if unexplained_nodes(self.steps, held):
+            return True
+        touched = {step for h in held for step in h.steps}
+        plain_ids = {id(hit.obj) for hit in found.plain}
+        return any(
+            evidence_alive([c.evidence], plain_ids, self._excluded(found))
+            for c in self.calls if c.index not in touched and c.evidence is not None
+        )
+
+    def _unknown(self, found: Any, held: list[Any]) -> dict[int, dict[str, int]]:
+        """Per call, what its graph keeps that no reference found reaches: an unnamed holder's bytes."""
+        from leakscope.harness.observe import evidence_alive, unexplained_nodes
+        from leakscope.probe.cost import node_cost
+
+        touched = {step for h in held for step in h.steps}
+        plain_ids = {id(hit.obj) for hit in found.plain}
+        excluded = self._excluded(found)
+        out: dict[int, dict[str, int]] = {}
+        for c in self.calls:
+            if c.index not in touched and c.evidence is not None:
+                alive = evidence_alive([c.evidence], plain_ids, excluded)
+                if alive:
+                    out[c.index] = alive
+        for step, count in unexplained_nodes(self.steps, held).items():
+            if step not in touched:
+                entry = out.setdefault(step, {})
+                entry["nodes-only"] = entry.get("nodes-only", 0) + count * node_cost().bytes_per_node
+        return out
 
     @property
     def _loop_globals(self) -> set[str]:
@@ -489,6 +532,8 @@ class Observer:
             call.evidence = None
         self.engines.clear()
         self.leaf_steps.clear()
+        self._older.clear()
+        self._before.clear()
 
     def results(self) -> list[TargetResult]:
         """One result per watched method and grad mode seen (NOTE [The look that judges])."""
@@ -506,6 +551,24 @@ class Observer:
                 "graph_nodes_created": max(0, end - start - 1), "seconds": round(c.seconds, 4),
             })
         return out
+
+
+def _tensor_refs() -> dict[int, weakref.ref[Any]]:
+    """Weakrefs to every tensor the collector tracks (after the first watched call froze the heap:
+    every tensor made since)."""
+    import gc
+
+    import torch
+
+    out = {}
+    tensor = torch.Tensor
+    for obj in gc.get_objects():
+        if issubclass(type(obj), tensor):  # by type: never a user object's __class__
+            try:
+                out[id(obj)] = weakref.ref(obj)
+            except TypeError:
+                continue
+    return out
 
 
 def _locals_of(frame: types.FrameType) -> dict[str, Any]:
