@@ -71,6 +71,7 @@ class StepGraphs:
         ``roots`` (the graph nodes of what it produced, and of every tensor with a graph on the heap)
         that no earlier step or older graph has claimed. Its index."""
         assert self._start is not None, "end() without begin()"
+        self.forget_dead()
         start, end = self._start, next_sequence_nr()
         self._start = None
         index = len(self.ranges)
@@ -79,6 +80,21 @@ class StepGraphs:
             if sequence_nr(node) != UINT64_MAX:  # AccumulateGrad: a leaf's, placed by the evidence
                 self._register(node, index)
         return index
+
+    def forget_dead(self) -> None:
+        """Drop the registrations of nodes that have died, so a new node that takes a dead one's
+        identity (a replica thread's node, made again every step with the same number and type)
+        is not taken for it. A node's wrapper lives exactly as long as the node (NOTE [Node
+        identity]), and every wrapper registered since the heap was frozen is on the collector's
+        young generations; the older graphs' registrations are kept."""
+        import gc
+
+        from leakscope.probe.autograd import wrappers_preserved
+
+        if not wrappers_preserved():
+            return
+        alive = {id(obj) for obj in gc.get_objects() if _is_node(obj)}
+        self.known = {key: entry for key, entry in self.known.items() if entry[0] == BEFORE or key in alive}
 
     def _register(self, node: Any, step: int) -> None:
         self.known[node_key(node)] = (step, sequence_nr(node), node_name(node))
@@ -146,6 +162,12 @@ class StepGraphs:
             found = self.step_of(node)
             return found is not None and found < step
         return stop
+
+
+def _is_node(obj: Any) -> bool:
+    from leakscope.probe.walk import kinds
+
+    return kinds().is_node(obj)
 
 
 __all__ = ["BEFORE", "StepGraphs", "next_sequence_nr"]

@@ -94,6 +94,7 @@ class Trial:
         """Who holds the steps' graphs, from the caller's roots (:func:`leakscope.harness.observe.collect`);
         ``generic``: with the walk's generic fallback, through every loaded module too
         (NOTE [Every loaded module])."""
+        self.steps.forget_dead()
         roots = self.root_list()
         if generic:
             roots.extend(module_roots(skip=[r.name.partition(":")[2] for r in roots if r.kind == "global"]))

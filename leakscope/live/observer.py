@@ -310,6 +310,7 @@ class Observer:
 
         self._stop_tracing()
         settle()
+        self.steps.forget_dead()
         roots = self._roots(frame, args, extra_modules, extra_frames)
         loop_roots = frozenset(r.name for r in roots if getattr(r, "kind", "") == "global" and r.name in self._loop_globals)
         latest = len(self.calls) - 1

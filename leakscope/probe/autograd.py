@@ -182,8 +182,10 @@ def iter_nodes(roots: Iterable[Any], stop: Callable[[Any], bool] | None = None) 
     seen.clear()
 
 
-def _wrappers_preserved() -> bool:
+def wrappers_preserved() -> bool:
     """Whether torch keeps one Python wrapper per graph node for the node's life (2.13 does)."""
+    if _PRESERVED:
+        return _PRESERVED[0]
     import torch
 
     with torch.enable_grad():
@@ -194,6 +196,7 @@ def _wrappers_preserved() -> bool:
     churn = [object() for _ in range(64)]  # let a freed wrapper's address be reused
     same = first == id(node.next_functions[0][0])
     churn.clear()
+    _PRESERVED.append(same)
     return same
 
 
@@ -210,9 +213,7 @@ def node_key(node: Any) -> int:
     # ``next_functions`` read makes a new wrapper, and the identity is the
     # node's own ``metadata`` dict, which the C++ node keeps.
     """
-    if not _PRESERVED:
-        _PRESERVED.append(_wrappers_preserved())
-    if _PRESERVED[0]:
+    if wrappers_preserved():
         return id(node)
     try:
         return id(node.metadata)
