@@ -175,7 +175,7 @@ def missing_api(kind: str, cls: type) -> list[str]:
         return [f"transformers.TrainingArguments ({exc})"]
     fields = _fields(TrainingArguments)
     missing.extend(f"TrainingArguments.{names[0]}" for names in NEEDED_FIELDS if not fields.intersection(names))
-    init = _parameters(getattr(cls, "__init__"))
+    init = _parameters(cls)
     if "args" not in init or not init.intersection(("processing_class", "tokenizer")):
         missing.append("Trainer(args=..., processing_class= or tokenizer=...)")
     return missing
@@ -236,7 +236,7 @@ def _build(kind: str, cls: type, model: Any) -> Any:
     train, evaluation = dataset(kind, rows), dataset(kind, rows)
     config_cls = _config_class(kind)
     fields = _fields(config_cls)
-    init_parameters = _parameters(getattr(cls, "__init__"))
+    init_parameters = _parameters(cls)
     config_kwargs, init_kwargs = _route(_common_args() + _kind_settings(kind), fields, init_parameters)
     init_kwargs["processing_class" if "processing_class" in init_parameters else "tokenizer"] = tok
     if kind == "trainer":
