@@ -167,7 +167,7 @@ def _route(
 def missing_api(kind: str, cls: type) -> list[str]:
     """What of the API the adapter drives the installed release lacks (empty when it can be driven)."""
     if kind == "ppo":
-        return ["PPOTrainer before TRL 0.12 is not a transformers.Trainer (its step is PPOTrainer.step)"]
+        return ["a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is PPOTrainer.step)"]
     missing = [f"Trainer.{name}" for name in NEEDED_METHODS if not callable(getattr(cls, name, None))]
     try:
         from transformers import TrainingArguments

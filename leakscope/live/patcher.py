@@ -16,7 +16,10 @@
 # later, and in the namespace of every module that ran ``from pkg.mod import train_step``
 # earlier. So the wrapper replaces it in its module and in every loaded module whose global
 # of any name is that very function object; each replacement is recorded and put back on
-# restore, where the name still holds the wrapper (a job that rebound the name keeps its own).
+# restore, where the name still holds the wrapper (a job that rebound the name keeps its own);
+# a module that imported the name after the patch (``from pkg.mod import train_step`` runs
+# once ``pkg.mod`` has executed, and ``pkg.mod`` is patched on import) holds the wrapper, so
+# restore looks through every loaded module for it.
 """
 
 from __future__ import annotations
@@ -131,6 +134,15 @@ class Patcher:
         for g in reversed(self.patched_globals):
             if g.namespace.get(g.name) is g.wrapper:
                 g.namespace[g.name] = g.original
+        # A module that imported the function by name after it was patched holds the wrapper too.
+        originals = {id(g.wrapper): g.original for g in self.patched_globals}
+        if originals:
+            for module in list(sys.modules.values()):
+                namespace = getattr(module, "__dict__", None)
+                if isinstance(namespace, dict):
+                    for name, value in list(namespace.items()):
+                        if id(value) in originals and any(value is g.wrapper for g in self.patched_globals):
+                            namespace[name] = originals[id(value)]
         self.patched_globals.clear()
         for p in reversed(self.patched):
             if p.own is None:
