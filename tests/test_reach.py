@@ -125,7 +125,7 @@ def test_a_trainer_release_that_cannot_be_driven_is_one_line_naming_the_range_an
         "watch the job's own step instead: leakscope watch --method trl.trainer.ppo_trainer:PPOTrainer.step "
         "your_train.py"
     }
-    assert all(r["verdict"] == "error" and r["traceback"] is None for r in doc["results"])
+    assert all(r["verdict"] == "error" and not r.get("traceback") for r in doc["results"])
 
 
 @pytest.mark.parametrize(("leaky", "verdict", "paths"), [("1", "leak", ["engine.last_logits[0]"]), ("0", "clean", [])])
