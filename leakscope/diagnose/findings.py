@@ -69,16 +69,17 @@ def bytes_by_cause(storages: Mapping[tuple[str, int], tuple[str, int]], nodes: i
     return dict(sorted(totals.items()))
 
 
-def union_bytes(held: Iterable[Held], node_bytes: int) -> dict[str, int]:
-    """Bytes by cause of several references together, each storage and each node once."""
+def union_bytes(held: Iterable[Held], node_bytes: int, *, one_step: bool = False) -> dict[str, int]:
+    """Bytes by cause of several references together, each storage and each node once: everything
+    their graphs keep, or with ``one_step`` what one step's graph behind each keeps (per micro-batch)."""
     storages: dict[tuple[str, int], tuple[str, int]] = {}
     nodes: set[int] = set()
     for h in held:
-        for key, value in h.storages.items():
+        for key, value in (h.step_storages if one_step else h.storages).items():
             current = storages.get(key)
             if current is None or _rank(value[0]) < _rank(current[0]):
                 storages[key] = value
-        nodes |= h.node_keys
+        nodes |= h.step_node_keys if one_step else h.node_keys
     return bytes_by_cause(storages, len(nodes), node_bytes)
 
 
@@ -92,7 +93,7 @@ def held_finding(
 ) -> Finding:
     """A reference the harness described, holding a judged step's graph; ``node_cost`` says what
     ``node_bytes`` is (NOTE [What a node costs])."""
-    by_cause = bytes_by_cause(held.storages, held.graph_nodes, node_bytes)
+    by_cause = bytes_by_cause(held.step_storages, len(held.step_node_keys), node_bytes)
     cause = dominant(by_cause)
     holder = holder_of(held.path)
     return Finding(

@@ -64,10 +64,12 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """What the judge needs to know beyond an observation: who runs backward, the adapter."""
+    """What the judge needs to know beyond an observation: who runs backward, the adapter, and (a
+    check's single step) the sequence number of the step's loss."""
 
     backward: Backward
     adapter: str | None = None
+    loss_seq: int | None = None
 
 
 # -- the shared rules --------------------------------------------------------------------------
@@ -99,7 +101,7 @@ def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context) -> 
         hint: str | None
         if plan is Plan.RELEASE_AFTER_BACKWARD:
             hint = release_fix(f.path, store)
-        elif plan is Plan.DETACH_AFTER_LOSS and not _stored_after_loss(store, held):
+        elif plan is Plan.DETACH_AFTER_LOSS and not _stored_after_loss(site, ctx.loss_seq):
             hint = after_loss_fix(f.path, store, graph_note)
         else:
             hint = fix_for(store, f.path, f.holder, f.cause, ctx.adapter)
@@ -108,14 +110,10 @@ def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context) -> 
     return dataclasses.replace(f, **changes) if changes else f
 
 
-def _stored_after_loss(store: StoreSite | None, held: Held | None) -> bool:
-    """Whether the holder was stored by a line after the one that created the loss's input (so the
-    store-site rewrite already runs after the loss is computed)."""
-    if store is None or held is None or held.source is None:
-        return False
-    return store.where.file == held.source.file and store.where.line > held.source.line and (
-        store.where.function == held.source.function
-    )
+def _stored_after_loss(site: Site | None, loss_seq: int | None) -> bool:
+    """Whether the holder was stored after the step's loss was computed (its sequence number then was
+    past the loss node's): a detached copy stored there cannot change the loss's gradient."""
+    return site is not None and site.seq is not None and loss_seq is not None and site.seq > loss_seq
 
 
 def _kind_hint(f: Finding, steps: frozenset[int], watched: int, latest: int) -> Finding:
@@ -134,11 +132,11 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     graph, prove each one, measure growth over micro-batches, find where each was stored."""
     from leakscope.harness.experiment import Experiment
 
-    ctx = Context(Backward.FRAMEWORK if spec.runs_backward else Backward.CALLER, spec.adapter)
     experiment = Experiment(spec, mode, options)
     report("finding holders")
     first = experiment.step(source=options.source)
     obs = first.observation
+    ctx = Context(Backward.FRAMEWORK if spec.runs_backward else Backward.CALLER, spec.adapter, obs.loss_seq)
     warnings: list[str] = []
     held = list(obs.held)
     by_path = {h.path: h for h in held}
@@ -182,7 +180,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
             for h in after:
                 by_path.setdefault(h.path, h)
                 findings.append(finding(h, last, ctx, confirmed=True, kind=kinds.get(holder_key(h.path))))
-            held_bytes = sum(union_bytes(after, last.node_bytes).values())
+            held_bytes = sum(union_bytes(after, last.node_bytes, one_step=True).values())
         findings.extend(storage_findings(run.storage_bytes, run.storage_paths))
         if run.through_loop:
             kinds = {}
@@ -204,7 +202,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     total = 0
     if verdict is Verdict.LEAK:
         leaking = [by_path[f.path] for f in findings if f.severity == "leak" and f.path in by_path]
-        total = sum(union_bytes(leaking, obs.node_bytes).values()) + sum(residual.values()) + held_bytes
+        total = sum(union_bytes(leaking, obs.node_bytes, one_step=True).values()) + sum(residual.values()) + held_bytes
     inspection = experiment.inspection_warning()
     if inspection is not None:
         warnings.append(inspection)
@@ -312,7 +310,7 @@ def look_findings(
         if sum(by_cause.values()) > 0 and index < len(calls):
             call = calls[index]
             findings.setdefault((call.target, call.mode), []).append(unknown_finding(by_cause))
-    per_call = sum(union_bytes(firsts, obs.node_bytes).values())
+    per_call = sum(union_bytes(firsts, obs.node_bytes, one_step=True).values())
     return Look(obs, {k: tuple(v) for k, v in findings.items()}, per_call, final)
 
 

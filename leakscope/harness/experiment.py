@@ -111,7 +111,7 @@ class Experiment:
             return observation(
                 held, latest=len(trial.steps.ranges) - 1, unexplained=alive if not found.holders else {},
                 alive=alive, nodes_by_step=nodes_by_step, graph_nodes=total, stats=found.stats,
-                cuda=self.options.device == "cuda",
+                cuda=self.options.device == "cuda", loss_seq=trial.loss_seq,
             )
         finally:
             found.clear()
@@ -119,7 +119,7 @@ class Experiment:
     def _describe(self, trial: Trial, hit: Hit, node: Any, reached: frozenset[int], excluded: set[Any]) -> Held:
         return describe(
             hit, node, reached, trial.steps, excluded=excluded, modules=trial.modules,
-            target_modules=self.spec.modules, loss_nodes=trial.loss_nodes,
+            target_modules=self.spec.modules, loss_nodes=trial.loss_nodes, leaf_steps=trial.leaf_steps,
         )
 
     # -- confirmation and release ---------------------------------------------------------

@@ -57,6 +57,9 @@ class Held:
     storages: Mapping[tuple[str, int], tuple[str, int]]
     #: identities of those nodes, to count shared ones once across references
     node_keys: frozenset[int]
+    #: what one step's graph behind it keeps (its earliest step's; NOTE [One accounting]): a finding's bytes
+    step_storages: Mapping[tuple[str, int], tuple[str, int]] = dataclasses.field(default_factory=dict)
+    step_node_keys: frozenset[int] = frozenset()
     #: the ``maxlen`` of the deque it sits in (a bounded holder), if it does
     maxlen: int | None = None
     #: held by a loop's own variable (a caller frame's local, or a running module-level loop's
@@ -95,6 +98,8 @@ class Observation:
     #: what one graph node costs here, and how that was found (NOTE [What a node costs])
     node_bytes: int = 0
     node_cost_note: str = ""
+    #: the sequence number of the step's loss (a check's single step), for NOTE [Fixes that never break training]
+    loss_seq: int | None = None
     walk_errors: int = 0
     first_walk_error: str | None = None
     truncated: bool = False
@@ -207,7 +212,7 @@ def plain_storages(found: Collection, holder_storage: Callable[[Any], tuple[str,
 def describe(
     hit: Hit, node: Any, reached: frozenset[int], steps: StepGraphs, *, excluded: set[tuple[str, int]],
     modules: Sequence[Any] = (), target_modules: Sequence[Any] = (), loop_roots: frozenset[str] = frozenset(),
-    loss_nodes: frozenset[int] = frozenset(), graph: bool = True,
+    loss_nodes: frozenset[int] = frozenset(), graph: bool = True, leaf_steps: Mapping[int, int] = {},
 ) -> Held:
     """The description of one reference (:class:`Held`); ``node`` is None for a held leaf.
 
@@ -220,34 +225,50 @@ def describe(
 
     obj = hit.obj
     stats = ScanStats()
+    sized = min(reached) if reached else None
+
+    def one_step(n: Any) -> bool:  # a node (or leaf) of the step the reference is sized for
+        if sequence_nr(n) == UINT64_MAX:
+            leaf = accumulated_leaf(n)
+            return leaf is None or leaf_steps.get(id(leaf), sized) == sized
+        step = steps.step_of(n)
+        return step is None or step == sized
+
     if node is None:  # a held leaf: the leaf and its gradient
         items: list[tuple[str, Any]] = [(LEAF_GRAD, obj)]
         if obj.grad is not None:
             items.append((LEAF_GRAD, obj.grad))
-        storages = storage_map(items, excluded)
+        storages = step_storages = storage_map(items, excluded)
         keys: frozenset[int] = frozenset()
+        step_keys: frozenset[int] = frozenset()
         grad_fn = "AccumulateGrad (leaf)"
     else:
-        _, found = graph_tensors([node], stop=steps.is_before, stats=stats)
         own = set()
         if isinstance(obj, torch.Tensor):  # a held graph tensor's own storage is its value, not its graph's
             key = storage_key(obj)
             if key is not None:
                 own.add(key)
+        _, found = graph_tensors([node], stop=steps.is_before, stats=stats)
         storages = storage_map([(g.cause, t) for g in found for t in g.tensors], excluded | own)
         found.clear()
-        keys = frozenset(
-            node_key(n) for n in iter_nodes([node], stop=steps.is_before) if sequence_nr(n) != UINT64_MAX
-        )
+        _, found = graph_tensors([node], stop=steps.is_before, count=one_step)
+        step_storages = storage_map([(g.cause, t) for g in found for t in g.tensors], excluded | own)
+        found.clear()
+        below = [n for n in iter_nodes([node], stop=steps.is_before) if sequence_nr(n) != UINT64_MAX]
+        keys = frozenset(node_key(n) for n in below)
+        step_keys = frozenset(node_key(n) for n in below if one_step(n))
+        below.clear()
         grad_fn = node_name(node)
     source = created_at(obj, modules) if node is not None else None
     return Held(
         path=hit.path,
         steps=reached,
         grad_fn=grad_fn,
-        graph_nodes=len(keys),
+        graph_nodes=len(step_keys),
         storages=storages,
         node_keys=keys,
+        step_storages=step_storages,
+        step_node_keys=step_keys,
         maxlen=_maxlen(hit.link),
         loop_local=_loop_local(hit, loop_roots),
         source=source,
@@ -261,10 +282,12 @@ def describe(
 
 
 def loss_graph(loss_node: Any, steps: StepGraphs) -> frozenset[int]:
-    """Identities of the nodes of a step's loss graph (what the loss was computed from)."""
+    """Identities of the nodes the step's loss was computed from (its graph, the loss's own node not
+    included: a reference to the loss itself does not feed the loss)."""
     if loss_node is None:
         return frozenset()
-    return frozenset(node_key(n) for n in iter_nodes([loss_node], stop=steps.is_before))
+    root = node_key(loss_node)
+    return frozenset(k for k in (node_key(n) for n in iter_nodes([loss_node], stop=steps.is_before)) if k != root)
 
 
 def live_step_nodes(steps: StepGraphs) -> dict[int, set[int]]:
@@ -364,7 +387,7 @@ def _loop_local(hit: Hit, loop_roots: frozenset[str]) -> bool:
 def observation(
     held: list[Held], *, latest: int, unexplained: Mapping[str, int] | None = None,
     alive: Mapping[str, int] | None = None, nodes_by_step: tuple[int, ...] = (), graph_nodes: int = 0,
-    held_nodes: int | None = None, stats: WalkStats | None = None, cuda: bool = False,
+    held_nodes: int | None = None, stats: WalkStats | None = None, cuda: bool = False, loss_seq: int | None = None,
 ) -> Observation:
     """An :class:`Observation`, with the node cost (when a graph is held) and the CUDA figure filled in."""
     if held_nodes is None:
@@ -372,7 +395,7 @@ def observation(
     cost = node_cost() if held or held_nodes else None
     return Observation(
         held=tuple(held), latest=latest, unexplained=dict(unexplained or {}), alive=dict(alive or {}),
-        nodes_by_step=nodes_by_step, graph_nodes=graph_nodes, held_nodes=held_nodes,
+        nodes_by_step=nodes_by_step, graph_nodes=graph_nodes, held_nodes=held_nodes, loss_seq=loss_seq,
         node_bytes=cost.bytes_per_node if cost else 0,
         node_cost_note=cost.describe() if cost else "", walk_errors=stats.errors if stats else 0,
         first_walk_error=stats.first_error if stats else None, truncated=stats.truncated if stats else False,

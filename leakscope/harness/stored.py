@@ -195,6 +195,9 @@ class Stored:
     backward_done: bool | None = None
     #: the names in the line that held a tensor with a graph when it ran (NOTE [The names a fix detaches])
     graph_names: tuple[str, ...] = ()
+    #: the thread's autograd sequence number when it was stored: later than the loss's node, it was
+    #: stored after the loss was computed (NOTE [Fixes that never break training])
+    seq: int | None = None
 
 
 @dataclasses.dataclass
@@ -207,6 +210,7 @@ class _Watch:
     site: Source | None = None
     backward_done: bool | None = None
     graph_names: tuple[str, ...] = ()
+    seq: int | None = None
 
 
 _NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
@@ -241,6 +245,16 @@ def _graph_names(frame: types.FrameType | None, line: int) -> tuple[str, ...]:
         if issubclass(type(value), torch.Tensor) and value.grad_fn is not None:
             found.append(name)
     return tuple(found)
+
+
+def _sequence_now() -> int | None:
+    """This thread's autograd sequence number now (one tiny node, made and dropped)."""
+    try:
+        from leakscope.harness.steps import next_sequence_nr
+
+        return next_sequence_nr()
+    except Exception:
+        return None
 
 
 def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
@@ -315,6 +329,7 @@ class StoreTracer:
                 w.backward_done = _backward_done(stored) if stored is not _MISSING else None
                 del stored
                 w.graph_names = _graph_names(self.last_frame, where.line)
+                w.seq = _sequence_now()
             w.last = now
 
     def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -332,6 +347,12 @@ class StoreTracer:
                 if self.depth == 0 and self.outer_return is None:  # the step's own return, not a later hook's
                     self.outer_return = self._returns.get(id(frame), where)
                 self._returns.pop(id(frame), None)
+                caller = frame.f_back
+                if caller is not None and self._is_user(caller):
+                    # What happens next runs on the caller's line (``self.losses.append(self.logged(x))``
+                    # stores after ``logged`` returned): a store seen now is that line's.
+                    self.last_line = Source(self._display(caller.f_code.co_filename), caller.f_lineno, caller.f_code.co_name)
+                    self.last_frame = caller
         return self._local
 
     def _is_user(self, frame: types.FrameType) -> bool:
@@ -373,7 +394,7 @@ class StoreTracer:
             if site is None:
                 continue
             code = linecache.getline(_absolute(site.file), site.line).strip()
-            out[w.path] = Stored(site, store_op(w.path, code), code, w.backward_done, w.graph_names)
+            out[w.path] = Stored(site, store_op(w.path, code), code, w.backward_done, w.graph_names, w.seq)
         self.watches.clear()
         return out
 

@@ -355,7 +355,10 @@ class Observer:
 
         excluded = self._excluded(found)
         return [
-            describe(hit, node, reached, self.steps, excluded=excluded, modules=self._modules(), loop_roots=loop_roots)
+            describe(
+                hit, node, reached, self.steps, excluded=excluded, modules=self._modules(), loop_roots=loop_roots,
+                leaf_steps=self.leaf_steps,
+            )
             for hit, node, reached in found.holders
         ]
 

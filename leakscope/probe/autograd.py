@@ -305,7 +305,7 @@ _ONE_SLOT, _SLOTS, _LEAF = 0, 1, 2
 
 def graph_tensors(
     roots: Iterable[Any], *, with_leaves: bool = True, stop: Callable[[Any], bool] | None = None,
-    stats: ScanStats | None = None,
+    stats: ScanStats | None = None, count: Callable[[Any], bool] | None = None,
 ) -> tuple[int, list[SavedGroup]]:
     """Count the nodes reachable from ``roots`` and group the tensors they keep alive.
 
@@ -313,7 +313,9 @@ def graph_tensors(
     DFS over ``next_functions``; see NOTE [Per-type node facts], NOTE [Grouped
     scan results] and docs/performance.md. ``stop(node)`` True: a node of a
     graph built before the judged steps, neither counted nor entered (NOTE [A step's graph]).
-    ``stats`` receives the counts a judge needs (:class:`ScanStats`).
+    ``stats`` receives the counts a judge needs (:class:`ScanStats`). ``count(node)`` False: the
+    node is walked through but its tensors are not grouped nor the node counted (another step's
+    node between a held reference and the step it is sized for).
     """
     import torch
 
@@ -391,6 +393,7 @@ def graph_tensors(
     put_grad = group(LEAF_GRAD, "AccumulateGrad", "variable.grad")
     packed: list[Any] = []  # saved objects that are not tensors: checkpoint holders (NOTE [Checkpoint frames])
     intact = gone = stopped = leaves = 0
+    check_count = count is not None
     check_stop = stop is not None
     seen: set[Any] = set()  # holds the Python wrappers, so identity stays unique
     mark = seen.add
@@ -404,7 +407,7 @@ def graph_tensors(
         kind, a, b = kinds.get(type(node)) or kind_of(node)
         if kind == _LEAF:
             leaves += 1
-            if with_leaves:
+            if with_leaves and (not check_count or count(node)):  # type: ignore[misc]
                 leaf = accumulated_leaf(node)
                 if leaf is not None and is_plain(leaf):
                     put_leaf(leaf)
@@ -415,7 +418,9 @@ def graph_tensors(
         if check_stop and stop(node):  # type: ignore[misc]
             stopped += 1
             continue  # a graph built before the judged steps (NOTE [A step's graph])
-        if kind == _ONE_SLOT:
+        if check_count and not count(node):  # type: ignore[misc]
+            stopped += 1
+        elif kind == _ONE_SLOT:
             try:
                 data = getattr(node, a).data  # the hot path
             except Exception:
@@ -441,16 +446,16 @@ def graph_tensors(
         for nxt, _ in edges:
             if nxt is not None and nxt not in seen:
                 push(nxt)
-    count = len(seen)
+    total = len(seen)
     seen.clear()
     if stats is not None:
-        stats.nodes, stats.leaves, stats.intact, stats.freed = count - stopped - leaves, leaves, intact, gone
+        stats.nodes, stats.leaves, stats.intact, stats.freed = total - stopped - leaves, leaves, intact, gone
     if packed:
         for slot, t in checkpoint_tensors(packed):
             if is_plain(t):
                 group(ACTIVATIONS, "checkpoint", slot)(t)
         packed.clear()
-    return count, [SavedGroup(cause, name, slot, tensors) for (cause, name, slot), tensors in groups.items() if tensors]
+    return total, [SavedGroup(cause, name, slot, tensors) for (cause, name, slot), tensors in groups.items() if tensors]
 
 
 def checkpoint_tensors(packed: list[Any]) -> list[tuple[str, Any]]:
