@@ -66,3 +66,33 @@ def test_a_container_stored_by_a_library_is_never_given_a_detach_it_cannot_take(
     (finding,) = _watch("library_history").findings
     assert ".detach()" not in finding.hint.replace("detached", "")  # dict(row).detach() would raise
     assert "RUN.history[0].loss" in finding.hint
+
+
+def _watch_script(*args: str) -> dict[str, object]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    done = subprocess.run(
+        [sys.executable, "-m", "leakscope", "watch", "-f", "json", "--method", STEP, "fixtures/watch/module_loop.py", *args],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )
+    doc: dict[str, object] = json.loads(done.stdout)
+    return doc
+
+
+@pytest.mark.parametrize("steps", ["3", "5"])  # 3: the job ends after the last watched call; 5: it is stopped
+def test_a_module_level_loop_holding_its_latest_result_is_clean(steps: str) -> None:
+    (result,) = _watch_script("--steps", steps)["results"]  # type: ignore[misc]
+    assert result["verdict"] == "clean" and result["findings"] == []
+
+
+def test_a_module_level_loop_that_keeps_every_loss_is_a_growing_leak() -> None:
+    (result,) = _watch_script("--keep")["results"]  # type: ignore[misc]
+    assert result["verdict"] == "leak" and result["kind"] == "growing"
+    assert [f["path"] for f in result["findings"]] == ["global:module_loop.kept[0]"]
+    assert "kept.append(loss.detach())" in result["findings"][0]["hint"]
