@@ -81,6 +81,22 @@ class Source:
 
 
 @dataclasses.dataclass(frozen=True)
+class Edit:
+    """A one-line change to the user's code that stops a holder keeping the graph (``leakscope fix``).
+
+    ``before`` and ``after`` are the line's text without its indentation, which starts at
+    ``column`` (1-based). Derived from the stored-at line (NOTE [The names a fix detaches]);
+    offered only where the plan cannot change a gradient (NOTE [Fixes that never break training]).
+    """
+
+    file: str
+    line: int
+    column: int
+    before: str
+    after: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """One reference that keeps (part of) this step's autograd graph alive.
 
@@ -119,6 +135,8 @@ class Finding:
     #: what one graph node was counted at in ``retained_bytes`` (``"746 B per graph node (measured)"``;
     #: NOTE [What a node costs]); None when no node was counted
     node_cost: str | None = None
+    #: the one-line change that fixes it, when one can be derived and cannot change a gradient
+    edit: Edit | None = None
 
 
 @dataclasses.dataclass(frozen=True)

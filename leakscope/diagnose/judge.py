@@ -49,10 +49,10 @@ from leakscope.diagnose.kinds import (
     with_kinds,
 )
 from leakscope.diagnose.safety import Backward, Plan, plan_for
-from leakscope.diagnose.storefix import StoreSite, after_loss_fix, fix_for, release_fix
+from leakscope.diagnose.storefix import StoreSite, after_loss_fix, fix_for, release_fix, rewrite
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
 from leakscope.phase import report
-from leakscope.results import Cause, Finding, Growth, Mode, Source, TargetResult, Verdict
+from leakscope.results import Cause, Edit, Finding, Growth, Mode, Source, TargetResult, Verdict
 
 if TYPE_CHECKING:
     from leakscope.harness.observe import Held, Observation
@@ -105,6 +105,10 @@ def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context) -> 
             hint = after_loss_fix(f.path, store, graph_note)
         else:
             hint = fix_for(store, f.path, f.holder, f.cause, ctx.adapter)
+            after = rewrite(store, f.path) if store is not None and site is not None else None
+            if after is not None and site is not None:
+                before = store.code if store is not None else ""
+                changes["edit"] = Edit(site.where.file, site.where.line, site.column, before, after)
         if hint:
             changes["hint"] = hint
     return dataclasses.replace(f, **changes) if changes else f

@@ -104,10 +104,10 @@ def _assignment_detached(code: str, accumulate: bool) -> str | None:
     if not m:
         return None
     lhs, op, rhs = m.group("lhs").strip(), m.group("op"), m.group("rhs").strip()
-    if accumulate and op == "=":
-        head, plus, last = rhs.rpartition(" + ")
-        if plus:
-            return f"{lhs} = {head} + {_detached(last)}"
+    if accumulate and op == "=" and len(_top_level_split(rhs, " if ")) == 1:
+        terms = _top_level_split(rhs, " + ")
+        if len(terms) > 1 and terms[0].strip() == lhs:  # total = total + x: the new term
+            return f"{lhs} = {terms[0].strip()} + {_detached(' + '.join(t.strip() for t in terms[1:]))}"
     return f"{lhs} {op} {_detached(rhs)}"
 
 
@@ -210,23 +210,42 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
     if store is None:
         return None
     code, at = _without_comment(store.code), store.where
-    if store.graph_names and store.op not in ("hook", "return"):
-        # NOTE [The names a fix detaches]: what held the graph when the line ran.
-        rewritten_names = _names_detached(code, store.graph_names)
-        if rewritten_names is not None:
-            if store.op == "metric":
-                return f"feed the metric a detached value at {at}: {rewritten_names}"
-            if store.op == "accumulate":
-                return f"accumulate detached values at {at}: {rewritten_names} (or .item() for a float)"
-            return f"at {at}: {rewritten_names}{graph_note}"
+    rewritten = rewrite(store, path)
+    if rewritten is None:
+        stored = _stored_expr(code, store.op)
+        inner = _inner_tensor(path, stored[0], store.op) if stored is not None else None
+        if stored is not None and inner is not None:  # a container is stored; the graph is inside it
+            tensor = f"{stored[1]}{inner}"
+            return (
+                f"at {at}: {code} keeps {tensor} with its graph: detach it before it is stored"
+                f" ({tensor} = {tensor}.detach()), or store only the detached values needed{graph_note}"
+            )
+        inside = f" (the tensor at {path.code()})" if path.segments else ""
+        return f"store only detached tensors or numbers at {at} ({code}){inside}{graph_note}"
+    if store.op == "metric":
+        return f"feed the metric a detached value at {at}: {rewritten}"
+    if store.op == "hook":
+        return f"detach inside the hook {at.function} at {at}: {rewritten} (or run the hook under torch.no_grad())"
+    if store.op == "accumulate":
+        return f"accumulate detached values at {at}: {rewritten} (or .item() for a float)"
+    return f"at {at}: {rewritten}{' (or .item() for a scalar)' if store.op == 'attribute' else ''}{graph_note}"
+
+
+def rewrite(store: StoreSite, path: HolderPath) -> str | None:
+    """The stored-at line rewritten so that it stores a detached value (the line's text, stripped),
+    or None when no one-line rewrite can be derived: the names that held the graph when the line ran
+    are detached where they are read (NOTE [The names a fix detaches]), else the value the line
+    stores; never a container literal or constructor."""
+    code = _without_comment(store.code)
+    if store.op == "return":
+        return None
+    if store.graph_names and store.op != "hook":
+        by_names = _names_detached(code, store.graph_names)
+        if by_names is not None:
+            return by_names
     stored = _stored_expr(code, store.op)
-    inner = _inner_tensor(path, stored[0], store.op) if stored is not None else None
-    if stored is not None and inner is not None:  # a container is stored; the graph is inside it
-        tensor = f"{stored[1]}{inner}"
-        return (
-            f"at {at}: {code} keeps {tensor} with its graph: detach it before it is stored"
-            f" ({tensor} = {tensor}.detach()), or store only the detached values needed{graph_note}"
-        )
+    if stored is not None and _inner_tensor(path, stored[0], store.op) is not None:
+        return None  # a container is stored; the graph is inside it
     rewritten: str | None = None
     if store.op in ("append", "buffer", "metric", "hook"):
         rewritten = _call_detached(code) if "(" in code else _assignment_detached(code, False)
@@ -244,15 +263,8 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
     elif store.op == "accumulate":
         rewritten = _assignment_detached(code, True)
     if rewritten is None or _detaches_a_container(rewritten):
-        inside = f" (the tensor at {path.code()})" if path.segments else ""
-        return f"store only detached tensors or numbers at {at} ({code}){inside}{graph_note}"
-    if store.op == "metric":
-        return f"feed the metric a detached value at {at}: {rewritten}"
-    if store.op == "hook":
-        return f"detach inside the hook {at.function} at {at}: {rewritten} (or run the hook under torch.no_grad())"
-    if store.op == "accumulate":
-        return f"accumulate detached values at {at}: {rewritten} (or .item() for a float)"
-    return f"at {at}: {rewritten}{' (or .item() for a scalar)' if store.op == 'attribute' else ''}{graph_note}"
+        return None
+    return rewritten
 
 
 def release_fix(path: HolderPath, store: StoreSite | None) -> str:
@@ -281,4 +293,4 @@ def after_loss_fix(path: HolderPath, store: StoreSite | None, graph_note: str = 
     )
 
 
-__all__ = ["StoreSite", "VERL_ADAPTER", "after_loss_fix", "fix_for", "release_fix"]
+__all__ = ["StoreSite", "VERL_ADAPTER", "after_loss_fix", "fix_for", "release_fix", "rewrite"]

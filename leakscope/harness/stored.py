@@ -198,6 +198,8 @@ class Stored:
     #: the thread's autograd sequence number when it was stored: later than the loss's node, it was
     #: stored after the loss was computed (NOTE [Fixes that never break training])
     seq: int | None = None
+    #: the 1-based column where ``code`` starts on its line (its indentation + 1)
+    column: int = 1
 
 
 @dataclasses.dataclass
@@ -393,8 +395,10 @@ class StoreTracer:
             site = self.outer_return if w.path.root == "output" else w.site
             if site is None:
                 continue
-            code = linecache.getline(_absolute(site.file), site.line).strip()
-            out[w.path] = Stored(site, store_op(w.path, code), code, w.backward_done, w.graph_names, w.seq)
+            raw = linecache.getline(_absolute(site.file), site.line).rstrip("\r\n")
+            code = raw.strip()
+            column = len(raw) - len(raw.lstrip()) + 1
+            out[w.path] = Stored(site, store_op(w.path, code), code, w.backward_done, w.graph_names, w.seq, column)
         self.watches.clear()
         return out
 

@@ -34,11 +34,15 @@ class NodeCost:
     """Bytes one retained graph node costs, and how the figure was obtained."""
 
     bytes_per_node: int
-    #: "measured" (heap count on this torch) or "assumed" (no heap count here)
+    #: "measured" (heap count on this torch), "assumed" (no heap count here) or "fixed"
+    #: (``LEAKSCOPE_NODE_BYTES``: comparable reports across machines)
     how: str
 
     def describe(self) -> str:
-        word = "measured" if self.how == "measured" else "assumed; the heap could not be measured here"
+        word = {
+            "measured": "measured",
+            "fixed": "fixed by LEAKSCOPE_NODE_BYTES",
+        }.get(self.how, "assumed; the heap could not be measured here")
         return f"{self.bytes_per_node} B per graph node ({word})"
 
 
@@ -54,8 +58,14 @@ def node_cost() -> NodeCost:
     # freed) would shift it by a few bytes, and ``check`` and ``watch`` must count the same holder
     # the same. It is kept per torch build, Python and platform in leakscope's cache directory
     # (``$LEAKSCOPE_CACHE_DIR``, else ``$XDG_CACHE_HOME/leakscope``, else ``~/.cache/leakscope``),
-    # so a machine measures it once (about a second).
+    # so a machine measures it once (about a second). ``LEAKSCOPE_NODE_BYTES=N`` fixes the figure
+    # instead (reports compared across machines; the examples in docs/ are made with it).
     """
+    import os
+
+    fixed = os.environ.get("LEAKSCOPE_NODE_BYTES", "")
+    if fixed.isdigit() and 0 < int(fixed) <= 1_000_000:
+        return NodeCost(int(fixed), "fixed")
     if not _CACHE:
         _CACHE.append(_cached_or_measured())
     return _CACHE[0]

@@ -35,6 +35,7 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
         "store_op": finding.store_op,
         "called_from": [_source(s) for s in finding.called_from],
         "node_cost": finding.node_cost,
+        "edit": dataclasses.asdict(finding.edit) if finding.edit is not None else None,
     }
     if finding.graph is not None:
         out["graph"] = graph_dict(finding.graph)
