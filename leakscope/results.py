@@ -81,6 +81,22 @@ class Source:
 
 
 @dataclasses.dataclass(frozen=True)
+class Snippet:
+    """Lines of a user file around one :class:`Source`, read when the check ran (``leakscope.snippets``).
+
+    Reports carry their snippets, so rendering one (``leakscope render``) reads no file.
+    """
+
+    #: ``Source.file`` of the line it shows
+    file: str
+    #: the line it is about (``Source.line``)
+    line: int
+    #: the number of ``lines[0]``
+    first_line: int
+    lines: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """One reference that keeps (part of) this step's autograd graph alive.
 
@@ -116,6 +132,8 @@ class Finding:
     store_op: str | None = None
     #: when ``source`` is a shared helper or a ``super()`` call: the engine-side calls that led to it, innermost first
     called_from: tuple[Source, ...] = ()
+    #: the lines around ``source`` and ``stored_at``, captured when the check ran (``leakscope.snippets``)
+    snippets: tuple[Snippet, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
