@@ -6,45 +6,49 @@ verdict, the growth per micro-batch as a bar plot, and for each finding the
 lines that created and stored the retaining tensor, the fix, and the retained
 graph drawn as layered SVG boxes (``Finding.graph``, bounded when collected).
 
-Source snippets are read from the files named by ``Finding.source`` when the
-page is rendered (relative to ``source_root``, default the working directory,
-as the other formats' paths are); a file that is gone is said, not fatal.
+Source snippets come from the report (``Finding.snippets``, captured when the
+check ran, from the checked project only: :mod:`leakscope.snippets`); rendering
+reads no file. A line that was not captured is said, not fatal.
 """
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Sequence
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
+from leakscope.render.escape import html as _e
 from leakscope.render.graph_layout import Box, layout
-from leakscope.render.summary import report_line, result_line
-from leakscope.render.text import growth_line, human_bytes, projection_line
+from leakscope.render.summary import (
+    growth_line,
+    human_bytes,
+    projection_line,
+    report_line,
+    result_line,
+    shown_verdict,
+)
 from leakscope.results import Finding, GraphView, Report, Source, TargetResult, Verdict, ViewNode
+from leakscope.snippets import snippet_for
 
-#: source lines shown before and after a snippet's line
-CONTEXT_LINES = 3
 #: the page's style sheet, a package data file (light and dark schemes)
 _CSS = resources.files("leakscope.render").joinpath("report.css").read_text(encoding="utf-8")
 
 
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
+    """The report as one self-contained HTML document (light and dark).
 
-
-def render(
-    report: Report, *, fail_on: str = "leak", source_root: Path | None = None, debug: bool = False, **_: Any
-) -> str:
-    """The report as one self-contained HTML document (light and dark)."""
+    Every value of the report is escaped (:func:`~leakscope.render.escape.html`), numbers
+    included; verdicts and colours are what the ``fail_on`` gate made of each result
+    (:func:`~leakscope.render.summary.shown_verdict`), as in every other format. Tracebacks
+    are not shown (``--debug`` writes them to stderr).
+    """
     from leakscope.policy import exit_code
 
     code = exit_code(report, fail_on)
-    root = source_root if source_root is not None else Path.cwd()
-    counts = {v: sum(1 for r in report.results if r.verdict is v) for v in Verdict}
-    worst = "error" if counts[Verdict.ERROR] else "leak" if code == 1 else "clean"
+    shown = {shown_verdict(r, fail_on) for r in report.results}
+    worst = next((v for v in ("error", "leak", "warning") if v in shown), "clean")
+    summary = report_line(report, code, fail_on).removeprefix("leakscope: ")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -52,7 +56,7 @@ def render(
         '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         '<meta name="color-scheme" content="light dark">',
-        f"<title>leakscope: {_e(report_line(report, code).removeprefix('leakscope: '))}</title>",
+        f"<title>leakscope: {_e(summary)}</title>",
         f"<style>{_CSS}</style>",
         "</head>",
         "<body>",
@@ -60,13 +64,13 @@ def render(
         "<h1>leakscope report</h1>",
         f'<p class="meta">leakscope {_e(report.leakscope_version)} · torch {_e(report.torch_version)} · '
         f"Python {_e(report.python_version)}</p>",
-        f'<p class="banner {worst}" id="summary-line">{_e(report_line(report, code).removeprefix("leakscope: "))}</p>',
+        f'<p class="banner {worst}" id="summary-line">{_e(summary)}</p>',
         "</header>",
         "<main>",
-        _summary_table(report),
+        _summary_table(report, fail_on),
     ]
     for i, result in enumerate(report.results):
-        parts.append(_result_section(i, result, root, debug))
+        parts.append(_result_section(i, result, fail_on))
     parts += [
         "</main>",
         "<footer><p>Bytes are measured on leakscope's tiny model (storages counted once, Parameters excluded), "
@@ -85,16 +89,17 @@ def _badge(verdict: str) -> str:
     return f'<span class="badge {_e(verdict)}">{_e(verdict.upper())}</span>'
 
 
-def _summary_table(report: Report) -> str:
+def _summary_table(report: Report, fail_on: str) -> str:
     rows = []
     for i, r in enumerate(report.results):
+        shown = shown_verdict(r, fail_on)
         retained = human_bytes(r.retained_bytes) if r.verdict is Verdict.LEAK else "—"
-        spark = _sparkline(r) if r.growth is not None and r.growth.retained_bytes else ""
+        spark = _sparkline(r, shown) if r.growth is not None and r.growth.retained_bytes else ""
         rank = f" [rank {r.rank}]" if r.rank is not None else ""
         rows.append(
-            f'<tr class="{r.verdict.value}"><td><a href="#result-{i}"><code>{_e(r.target)}</code></a></td>'
-            f"<td>{_e(r.mode.value)}{_e(rank)}</td><td>{_badge(r.verdict.value)}</td>"
-            f'<td class="num">{retained}</td><td>{spark}</td><td class="num">{len(r.findings)}</td></tr>'
+            f'<tr class="{_e(shown)}"><td><a href="#result-{i}"><code>{_e(r.target)}</code></a></td>'
+            f"<td>{_e(r.mode.value)}{_e(rank)}</td><td>{_badge(shown)}</td>"
+            f'<td class="num">{_e(retained)}</td><td>{spark}</td><td class="num">{len(r.findings)}</td></tr>'
         )
     return (
         '<section class="summary"><table id="summary">'
@@ -104,7 +109,15 @@ def _summary_table(report: Report) -> str:
     )
 
 
-def _sparkline(result: TargetResult) -> str:
+def _tone(result: TargetResult, shown: str) -> str:
+    """The colour of a result's plots: its verdict's (a bounded leak is a leak), never the slope's alone."""
+    if shown in ("leak", "warning"):
+        return shown
+    g = result.growth
+    return "warning" if g is not None and g.slope_bytes > 0 else "clean"
+
+
+def _sparkline(result: TargetResult, shown: str) -> str:
     assert result.growth is not None
     values = result.growth.retained_bytes
     w, h, pad = 96, 22, 2
@@ -113,7 +126,7 @@ def _sparkline(result: TargetResult) -> str:
     points = " ".join(
         f"{pad + i * step:.1f},{h - pad - (v / top) * (h - 2 * pad):.1f}" for i, v in enumerate(values)
     )
-    kind = "leak" if result.growth.slope_bytes > 0 else "clean"
+    kind = _tone(result, shown)
     title = "retained after each micro-batch: " + ", ".join(human_bytes(v) for v in values)
     return (
         f'<svg class="spark {kind}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">'
@@ -124,11 +137,12 @@ def _sparkline(result: TargetResult) -> str:
 # ---------------------------------------------------------------- one result
 
 
-def _result_section(index: int, result: TargetResult, root: Path, debug: bool) -> str:
+def _result_section(index: int, result: TargetResult, fail_on: str) -> str:
+    shown = shown_verdict(result, fail_on)
     head = (
         f'<h2><code>{_e(result.target)}</code> <span class="mode">[{_e(result.mode.value)}]</span>'
-        + (f' <span class="mode">[rank {result.rank}]</span>' if result.rank is not None else "")
-        + f" {_badge(result.verdict.value)}"
+        + (f' <span class="mode">[rank {_e(result.rank)}]</span>' if result.rank is not None else "")
+        + f" {_badge(shown)}"
         + (
             f' <span class="retained">{_e(human_bytes(result.retained_bytes))} retained per micro-batch</span>'
             if result.verdict is Verdict.LEAK
@@ -136,14 +150,12 @@ def _result_section(index: int, result: TargetResult, root: Path, debug: bool) -
         )
         + "</h2>"
     )
-    parts = [f'<section class="result {result.verdict.value}" id="result-{index}">', head]
-    parts.append(f'<p class="line">{_e(result_line(result))}</p>')
+    parts = [f'<section class="result {_e(shown)}" id="result-{index}">', head]
+    parts.append(f'<p class="line">{_e(result_line(result, fail_on))}</p>')
     if result.error:
         parts.append(f'<div class="error-box"><strong>error</strong> {_e(result.error)}</div>')
-        if debug and result.traceback:
-            parts.append(f"<pre class=\"traceback\">{_e(result.traceback.rstrip())}</pre>")
     if result.growth is not None and result.growth.retained_bytes:
-        parts.append(_growth_figure(result))
+        parts.append(_growth_figure(result, shown))
     if result.projection is not None:
         parts.append(f'<p class="projection">{_e(projection_line(result.projection).strip())}</p>')
     for warning in result.warnings:
@@ -151,7 +163,7 @@ def _result_section(index: int, result: TargetResult, root: Path, debug: bool) -
     if result.findings:
         parts.append(f'<h3>Findings ({len(result.findings)})</h3>')
         for j, finding in enumerate(result.findings):
-            parts.append(_finding_card(f"{index}-{j}", result, finding, root))
+            parts.append(_finding_card(f"{index}-{j}", result, finding))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -171,7 +183,7 @@ def _nice_ceiling(value: float) -> float:
     return math.ceil(scaled) * unit
 
 
-def _growth_figure(result: TargetResult) -> str:
+def _growth_figure(result: TargetResult, shown: str) -> str:
     g = result.growth
     assert g is not None
     values = list(g.retained_bytes)
@@ -183,7 +195,7 @@ def _growth_figure(result: TargetResult) -> str:
     n = len(values)
     slot = plot_w / n
     bar_w = min(56.0, slot * 0.6)
-    kind = "leak" if g.slope_bytes > 0 else "clean"
+    kind = _tone(result, shown)
 
     def y(v: float) -> float:
         return top + plot_h - (v / ymax) * plot_h
@@ -207,7 +219,7 @@ def _growth_figure(result: TargetResult) -> str:
         if g.graph_nodes and i < len(g.graph_nodes):
             label += f", {g.graph_nodes[i]} live graph nodes"
         out.append(
-            f'<rect class="bar" data-bytes="{v}" x="{cx - bar_w / 2:.1f}" y="{yy:.1f}" width="{bar_w:.1f}" '
+            f'<rect class="bar" data-bytes="{_e(v)}" x="{cx - bar_w / 2:.1f}" y="{yy:.1f}" width="{bar_w:.1f}" '
             f'height="{h:.1f}"><title>{_e(label)}</title></rect>'
         )
         out.append(f'<text class="value" x="{cx:.1f}" y="{yy - 5:.1f}" text-anchor="middle">{_e(human_bytes(v))}</text>')
@@ -221,23 +233,31 @@ def _growth_figure(result: TargetResult) -> str:
     )
     out.append("</svg>")
     slope = human_bytes(int(max(g.slope_bytes, 0)))
-    caption = (
-        f"<strong>{_e(slope)} per micro-batch</strong> ({'growing: a leak' if kind == 'leak' else 'flat'}) "
-        f"over {n} micro-batches"
-    )
+    caption = f"<strong>{_e(slope)} per micro-batch</strong> ({_e(_shape(result))}) over {n} micro-batches"
     if storage:
         caption += f"; dashed: graph-free storage held ({_e(human_bytes(int(max(g.storage_slope_bytes, 0))))} per micro-batch)"
     if g.nodes_by_micro_batch:
         caption += "; live graph nodes by micro-batch " + ", ".join(
-            f"#{i}: {c}" for i, c in enumerate(g.nodes_by_micro_batch)
+            f"#{i}: {_e(c)}" for i, c in enumerate(g.nodes_by_micro_batch)
         )
     return f'<figure class="growth-figure">{"".join(out)}<figcaption>{caption}</figcaption></figure>'
+
+
+def _shape(result: TargetResult) -> str:
+    """What the plot shows, in the words of the verdict and the leak's kind."""
+    g = result.growth
+    assert g is not None
+    if result.verdict is Verdict.LEAK:
+        if result.kind == "bounded":
+            return "bounded: a leak that holds the latest step's graph until the next step"
+        return "growing: a leak" if result.kind == "growing" or g.slope_bytes > 0 else "a leak"
+    return "flat" if g.slope_bytes <= 0 else "rising, not judged a leak"
 
 
 # ---------------------------------------------------------------- findings
 
 
-def _finding_card(key: str, result: TargetResult, finding: Finding, root: Path) -> str:
+def _finding_card(key: str, result: TargetResult, finding: Finding) -> str:
     severity = finding.severity
     facts = [
         ("holder", finding.holder),
@@ -262,11 +282,10 @@ def _finding_card(key: str, result: TargetResult, finding: Finding, root: Path) 
         parts.append(f'<p class="allowed">allowed: {_e(finding.allowed_reason)}</p>')
     parts.append(f'<p class="fix"><strong>Fix</strong> {_e(finding.hint)}</p>')
     if finding.source is not None:
-        parts.append(_snippet("created at", finding.source, root))
-    stored_at = getattr(finding, "stored_at", None)
-    if stored_at is not None:
-        op = getattr(finding, "store_op", None)
-        parts.append(_snippet(f"stored at{f' ({op})' if op else ''}", stored_at, root))
+        parts.append(_snippet("created at", finding, finding.source))
+    if finding.stored_at is not None:
+        op = finding.store_op
+        parts.append(_snippet(f"stored at{f' ({op})' if op else ''}", finding, finding.stored_at))
     called_from: Sequence[Source] = getattr(finding, "called_from", ()) or ()
     if called_from:
         items = "".join(f"<li><code>{_e(s)}</code></li>" for s in called_from)
@@ -277,31 +296,19 @@ def _finding_card(key: str, result: TargetResult, finding: Finding, root: Path) 
     return "\n".join(parts)
 
 
-def _snippet(title: str, source: Source, root: Path) -> str:
+def _snippet(title: str, finding: Finding, source: Source) -> str:
     where = f"{source.file}:{source.line} in {source.function}"
     head = f'<figcaption><span class="snippet-title">{_e(title)}</span> <code>{_e(where)}</code></figcaption>'
-    lines = _read_lines(source.file, root)
-    if lines is None or not 1 <= source.line <= len(lines):
-        why = "file not found" if lines is None else f"the file has {len(lines)} lines"
+    snippet = snippet_for(finding, source)
+    if snippet is None:
+        why = "not captured when the check ran (a file outside the project, or not found)"
         return f'<figure class="snippet missing">{head}<p class="muted">source not shown: {_e(why)} ({_e(source.file)})</p></figure>'
-    first = max(1, source.line - CONTEXT_LINES)
-    last = min(len(lines), source.line + CONTEXT_LINES)
     rows = []
-    for number in range(first, last + 1):
-        cls = ' class="hl"' if number == source.line else ""
-        rows.append(f'<span{cls}><span class="ln">{number}</span>{_e(lines[number - 1]) or " "}</span>')
+    for number, text in enumerate(snippet.lines, start=snippet.first_line):
+        cls = ' class="hl"' if number == snippet.line else ""
+        rows.append(f'<span{cls}><span class="ln">{_e(number)}</span>{_e(text) or " "}</span>')
     code = "".join(rows)
     return f'<figure class="snippet">{head}<pre><code>{code}</code></pre></figure>'
-
-
-def _read_lines(file: str, root: Path) -> list[str] | None:
-    path = Path(file)
-    if not path.is_absolute():
-        path = root / path
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except (OSError, ValueError):
-        return None
 
 
 # ---------------------------------------------------------------- retained graph
@@ -310,16 +317,16 @@ def _read_lines(file: str, root: Path) -> list[str] | None:
 def _graph_figure(key: str, result: TargetResult, finding: Finding, view: GraphView) -> str:
     svg = graph_svg(view, key)
     shown = len(view.nodes)
-    caption = f"retained graph below <code>{_e(finding.path)}</code>: {view.total_nodes} nodes"
+    caption = f"retained graph below <code>{_e(finding.path)}</code>: {_e(view.total_nodes)} nodes"
     if view.truncated:
         left = view.total_nodes - shown
         caption += (
-            f", the first {shown} (breadth first) drawn, <strong>{left} left out</strong>; all of them: "
+            f", the first {shown} (breadth first) drawn, <strong>{_e(left)} left out</strong>; all of them: "
             f"<code>leakscope explain {_e(result.target)} --mode {_e(result.mode.value)} --path {_e(finding.path)}</code>"
         )
     caption += ". Red: saves tensors for backward (their bytes stay alive); amber: a leaf that is not a Parameter, or its grad."
     return (
-        f'<details class="graph" open><summary>Retained graph ({view.total_nodes} nodes)</summary>'
+        f'<details class="graph" open><summary>Retained graph ({_e(view.total_nodes)} nodes)</summary>'
         f'<figure class="graph-figure"><div class="scroll">{svg}</div><figcaption>{caption}</figcaption></figure></details>'
     )
 
@@ -381,7 +388,7 @@ def graph_svg(view: GraphView, key: str = "g") -> str:
     marker = f"arrow-{_e(key)}"
     out = [
         f'<svg class="graph" width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
-        f'role="img" aria-label="retained autograd graph" data-nodes="{len(view.nodes)}" data-total="{view.total_nodes}">',
+        f'role="img" aria-label="retained autograd graph" data-nodes="{len(view.nodes)}" data-total="{_e(view.total_nodes)}">',
         f'<defs><marker id="{marker}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
         'orient="auto-start-reverse"><path class="arrowhead" d="M0,0 L10,5 L0,10 z"/></marker></defs>',
     ]
@@ -406,7 +413,7 @@ def _node_svg(box: Box, view: GraphView, described: set[int]) -> str:
         title += f"\n{hidden} more input(s) not drawn"
     is_root = n.id == view.root
     parts = [
-        f'<g class="node {_node_kind(n)}{" root" if is_root else ""}" data-id="{n.id}"><title>{_e(title)}</title>',
+        f'<g class="node {_node_kind(n)}{" root" if is_root else ""}" data-id="{_e(n.id)}"><title>{_e(title)}</title>',
         f'<rect x="{x:.1f}" y="{y:.1f}" width="{box.width:.1f}" height="{box.height:.1f}" rx="5"/>',
         f'<text class="name" x="{x + _PAD:.1f}" y="{y + _PAD + 11:.1f}">{_e(n.name)}</text>',
     ]
