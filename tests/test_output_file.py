@@ -104,6 +104,13 @@ def test_write_atomic_keeps_the_mode_and_leaves_no_temporary_file(tmp_path: Path
     assert target.read_bytes() == b"new\n"
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.txt"]
+    fresh = tmp_path / "new.txt"  # a new file: what open() would have made, 0o666 less the umask
+    umask = os.umask(0o022)
+    try:
+        write_atomic(fresh, b"x")
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
 
 
 def test_a_failed_write_keeps_the_previous_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -149,26 +149,35 @@ def emit(text: str, output: Path | None) -> None:
 
 
 def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in its directory and a rename (NOTE [Reports are never lost])."""
+    """Write ``data`` to ``path`` through a new file in its directory and a rename (NOTE [Reports are never lost]).
+
+    The temporary file is created exclusively (never an existing file or a link someone
+    put there) with the permissions a new file gets (0o666 less the umask, applied by the
+    kernel), or the permissions of the regular file it replaces.
+    """
+    import secrets
     import stat
-    import tempfile
 
     try:
         info = path.lstat()
-        mode = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
+        keep = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
     except OSError:
-        mode = None
-    if mode is None:  # a new file gets what open() would give it: 0o666 less the umask
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        keep = None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
         with os.fdopen(fd, "wb") as f:
+            if keep is not None:
+                os.fchmod(f.fileno(), keep)
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
