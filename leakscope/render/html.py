@@ -109,12 +109,10 @@ def _summary_table(report: Report, fail_on: str) -> str:
     )
 
 
-def _tone(result: TargetResult, shown: str) -> str:
-    """The colour of a result's plots: its verdict's (a bounded leak is a leak), never the slope's alone."""
-    if shown in ("leak", "warning"):
-        return shown
-    g = result.growth
-    return "warning" if g is not None and g.slope_bytes > 0 else "clean"
+def _tone(shown: str) -> str:
+    """The colour of a result's plots: its verdict's as the gate made it (a bounded leak is a leak,
+    flat or not), never the slope's alone."""
+    return shown if shown in ("leak", "warning") else "clean"
 
 
 def _sparkline(result: TargetResult, shown: str) -> str:
@@ -126,7 +124,7 @@ def _sparkline(result: TargetResult, shown: str) -> str:
     points = " ".join(
         f"{pad + i * step:.1f},{h - pad - (v / top) * (h - 2 * pad):.1f}" for i, v in enumerate(values)
     )
-    kind = _tone(result, shown)
+    kind = _tone(shown)
     title = "retained after each micro-batch: " + ", ".join(human_bytes(v) for v in values)
     return (
         f'<svg class="spark {kind}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">'
@@ -195,7 +193,7 @@ def _growth_figure(result: TargetResult, shown: str) -> str:
     n = len(values)
     slot = plot_w / n
     bar_w = min(56.0, slot * 0.6)
-    kind = _tone(result, shown)
+    kind = _tone(shown)
 
     def y(v: float) -> float:
         return top + plot_h - (v / ymax) * plot_h

@@ -260,7 +260,7 @@ def _result(data: dict[str, Any], where: str) -> TargetResult:
     findings_data = _list(data.pop("findings", []), f"{where}.findings")
     projection = data.pop("projection", None)
     if projection is not None:
-        data["projection"] = _projection(_object(projection, f"{where}.projection"))
+        data["projection"] = _projection(_object(projection, f"{where}.projection"), f"{where}.projection")
     result: TargetResult = from_data(TargetResult, data, ints=_INTS, where=where)
     _one_of(result.kind, _KINDS, f"{where}.kind")
     findings = tuple(
@@ -296,7 +296,7 @@ def _finding(data: dict[str, Any], result: TargetResult, where: str) -> Finding:
     return dataclasses.replace(finding, path=printed(path))
 
 
-def _projection(data: dict[str, Any]) -> dict[str, Any]:
+def _projection(data: dict[str, Any], where: str) -> dict[str, Any]:
     """The JSON report's flat projection in the shape of ``Projection`` (its ``scale`` nested)."""
     scale_keys = ("hidden", "tokens", "dtype", "micro_batches", "gpu_memory", "vocab", "layers", "batch")
     out = {k: v for k, v in data.items() if k not in scale_keys}
@@ -307,5 +307,6 @@ def _projection(data: dict[str, Any]) -> dict[str, Any]:
     terms = data.get("terms")
     if isinstance(terms, list):
         for i, term in enumerate(terms):
-            _one_of(_object(term, f"projection.terms[{i}]").get("part"), ("growing", "bounded"), f"projection.terms[{i}].part")
+            at = f"{where}.terms[{i}]"
+            _one_of(_object(term, at).get("part"), ("growing", "bounded"), f"{at}.part")
     return out
