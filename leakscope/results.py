@@ -97,6 +97,22 @@ class Edit:
 
 
 @dataclasses.dataclass(frozen=True)
+class Snippet:
+    """Lines of a user file around one :class:`Source`, read when the check ran (``leakscope.snippets``).
+
+    Reports carry their snippets, so rendering one (``leakscope render``) reads no file.
+    """
+
+    #: ``Source.file`` of the line it shows
+    file: str
+    #: the line it is about (``Source.line``)
+    line: int
+    #: the number of ``lines[0]``
+    first_line: int
+    lines: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """One reference that keeps (part of) this step's autograd graph alive.
 
@@ -137,6 +153,8 @@ class Finding:
     node_cost: str | None = None
     #: the one-line change that fixes it, when one can be derived and cannot change a gradient
     edit: Edit | None = None
+    #: the lines around ``source`` and ``stored_at``, captured when the check ran (``leakscope.snippets``)
+    snippets: tuple[Snippet, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
