@@ -96,7 +96,7 @@ def test_leaky_update_in_a_ray_actor_is_named_caller_side_and_by_actor(python: P
     assert said["micro_batches"] == 6  # children detach: the actor's update ran to its end
     _nothing_left_patched(said)
     # Reached through the environment the local cluster's workers inherit.
-    assert said["sitecustomize"] == str(ROOT / "leakscope" / "watch" / "_site" / "sitecustomize.py")
+    assert said["sitecustomize"] == str(ROOT / "leakscope" / "live" / "_site" / "sitecustomize.py")
 
 
 def test_detached_update_in_a_ray_actor_is_clean(python: Path) -> None:

@@ -88,15 +88,16 @@ def finding(held: Held, obs: Observation, ctx: Context, *, confirmed: bool = Fal
     return with_fix(f, held, None, ctx)
 
 
-def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context) -> Finding:
-    """``f`` with its stored-at line (when known) and the fix derived from it and from its plan."""
+def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context, *, promptly: bool = True) -> Finding:
+    """``f`` with its stored-at line (when known) and the fix derived from it and from its plan;
+    ``promptly``: backward ran through the holder's newest entry within the step that stored it."""
     store = StoreSite(site.op, site.code, site.where, site.graph_names) if site is not None else None
     changes: dict[str, Any] = {}
     if site is not None:
         changes.update(stored_at=site.where, store_op=site.op)
     if f.severity == "leak" and f.path not in (UNKNOWN, CYCLE):
         done = site.backward_done if site is not None else None
-        plan = plan_for(held, ctx.backward, backward_done=done) if held is not None else Plan.DETACH
+        plan = plan_for(held, ctx.backward, backward_done=done, promptly=promptly) if held is not None else Plan.DETACH
         graph_note = "; if it is only logged, compute it under torch.no_grad()" if f.cause is Cause.ACTIVATIONS else ""
         hint: str | None
         if plan is Plan.RELEASE_AFTER_BACKWARD:
@@ -311,7 +312,8 @@ def look_findings(
         f = held_finding(
             first, obs.node_bytes, confirmed=True, adapter=ctx.adapter, kind=kind, node_cost=obs.node_cost_note,
         )
-        f = with_fix(f, first, sites.get(shape), ctx)
+        newest = max(members, key=lambda h: (max(h.steps), str(h.path)))
+        f = with_fix(f, first, sites.get(shape), ctx, promptly=newest.backward_ran)
         f = _kind_hint(f, steps, len(calls), latest)
         findings.setdefault((call.target, call.mode), []).append(f)
         firsts.append(first)

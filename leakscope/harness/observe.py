@@ -76,6 +76,8 @@ class Held:
     feeds_loss: bool = False
     #: a held leaf of a step (a checkpoint input forced to require grad), not a graph node
     leaf: bool = False
+    #: held through a container that accumulates (a list, deque or set entry, a step-keyed mapping)
+    accumulating: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,6 +281,7 @@ def describe(
         partly_freed=stats.freed > 0 and stats.intact > 0,
         feeds_loss=node is not None and node_key(node) in loss_nodes,
         leaf=node is None,
+        accumulating=_through_accumulator(hit.link),
     )
 
 
@@ -372,17 +375,20 @@ def _accumulates(link: Link) -> bool:
     return False
 
 
+def _through_accumulator(link: Link | None) -> bool:
+    while link is not None and link.parent is not None:
+        if _accumulates(link):
+            return True
+        link = link.parent
+    return False
+
+
 def _loop_local(hit: Hit, loop_roots: frozenset[str]) -> bool:
     """NOTE [The loop's latest result]: held by a loop's own variable, not through a container
     that accumulates (``out = step(...)`` and ``out["loss"]``, not ``outputs[0]``)."""
     if not (hit.root.kind == "caller" or hit.root.name in loop_roots):
         return False
-    link: Link | None = hit.link
-    while link is not None and link.parent is not None:
-        if _accumulates(link):
-            return False
-        link = link.parent
-    return True
+    return not _through_accumulator(hit.link)
 
 
 def observation(
