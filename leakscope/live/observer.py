@@ -74,7 +74,7 @@ from typing import Any
 
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
 from leakscope.live.methods import MethodSpec, engine_of
-from leakscope.results import Finding, Mode, TargetResult
+from leakscope.results import Finding, Mode, Severity, TargetResult
 
 
 class WatchStop(BaseException):
@@ -341,7 +341,7 @@ class Observer:
             for f in found_here:
                 if f.source is not None:
                     self.sources.setdefault(f.path.shape(), f.source)
-                elif f.severity == "leak" and not final and f.path not in (UNKNOWN, CYCLE):
+                elif f.severity is Severity.LEAK and not final and f.path not in (UNKNOWN, CYCLE):
                     self.anomaly_next = True  # NOTE [Created at, in a running job]
         if not final and frame is not None and self.options.source:
             self._start_tracing(look.findings, frame, args)
@@ -431,7 +431,7 @@ class Observer:
 
         wanted = [
             f for found in findings.values() for f in found
-            if f.severity == "leak" and f.path.shape() not in self.sites and f.path not in (UNKNOWN, CYCLE)
+            if f.severity is Severity.LEAK and f.path.shape() not in self.sites and f.path not in (UNKNOWN, CYCLE)
         ]
         if not wanted:
             return
