@@ -3,7 +3,7 @@
 - :mod:`~leakscope.harness.target` resolves ``pkg.mod:Name``; :mod:`~leakscope.harness.protocol`
   turns it into an ``EngineSpec``;
 - :mod:`~leakscope.harness.run` builds the subject and runs one step (running only);
-- :mod:`~leakscope.harness.steps`: which step built each graph node, in any thread;
+- :mod:`~leakscope.probe.steps`: which step built each graph node, in any thread;
 - :mod:`~leakscope.harness.trial`: what a caller keeps after a check's steps;
 - :mod:`~leakscope.harness.observe`: the one walk of ``check`` and ``watch``, and its tensor-free
   descriptions (``Held``, ``Observation``);

@@ -160,7 +160,7 @@ def iter_nodes(roots: Iterable[Any], stop: Callable[[Any], bool] | None = None) 
     """Every node reachable from ``roots``, each once, without recursion.
 
     ``stop(node)`` True: the node is neither yielded nor entered (a graph built
-    before the steps that are judged; NOTE [A step's graph] in leakscope/harness/steps.py).
+    before the steps that are judged; NOTE [A step's graph] in leakscope/probe/steps.py).
     """
     seen: dict[int, Any] = {}  # holds the Python wrappers so ids stay unique
     stack = [r for r in roots if r is not None]

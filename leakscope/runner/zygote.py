@@ -94,7 +94,7 @@ PRELOAD = (
     "leakscope.harness.run",
     "leakscope.harness.runtime",
     "leakscope.harness.source",
-    "leakscope.harness.steps",
+    "leakscope.probe.steps",
     "leakscope.harness.stored",
     "leakscope.harness.target",
     "leakscope.harness.trial",
