@@ -10,7 +10,7 @@ distribution that is neither in the release's lock nor needed by torch or leaksc
 the process then sees the reference venv's packages, torch and leakscope's own dependencies,
 as the research runs did.
 
-Only .venv's copy is hidden (its site-packages folders, ``dirs``): another copy further on
+Only .venv's copy is hidden (the running interpreter's own site-packages): another copy further on
 ``sys.path`` still imports, as it did in the reference venv (setuptools' pkg_resources puts its
 vendored platformdirs on ``sys.path`` when no platformdirs is installed).
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import sysconfig
 from collections.abc import Iterable, Iterator, Sequence
 from importlib.machinery import ModuleSpec, PathFinder
 from types import ModuleType
@@ -60,7 +61,9 @@ class HidingPathFinder:
             yield dist
 
 
-def install(modules: Iterable[str], distributions: Iterable[str], dirs: Iterable[str]) -> None:
-    """Put a :class:`HidingPathFinder` where ``sys.meta_path`` has PathFinder."""
-    finder = HidingPathFinder(modules, distributions, dirs)
+def install(modules: Iterable[str], distributions: Iterable[str]) -> None:
+    """Put a :class:`HidingPathFinder`, blind to ``modules`` and ``distributions`` of the running
+    interpreter's site-packages, where ``sys.meta_path`` has PathFinder."""
+    paths = sysconfig.get_paths()
+    finder = HidingPathFinder(modules, distributions, {paths["purelib"], paths["platlib"]})
     sys.meta_path[:] = [finder if entry is PathFinder else entry for entry in sys.meta_path]

@@ -117,7 +117,7 @@ def write_hiding(release: Release, keep: set[str]) -> None:
         "# Written by realbugs/overlays.py: hides the .venv packages this release's reference venv\n"
         "# did not have (realbugs/hide.py).\n"
         "from realbugs.hide import install\n\n"
-        f"install(\n    {modules!r},\n    {dists!r},\n    {site_dirs()!r},\n)\n",
+        f"install(\n    {modules!r},\n    {dists!r},\n)\n",
         encoding="utf-8",
     )
 
