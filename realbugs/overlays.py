@@ -6,6 +6,11 @@ interpreter's own environment (the repository's .venv) lacks at that exact versi
 ``uv pip install --target DIR --no-deps``: exact pins, no resolver, so no release's metadata
 (``torch<2``, ``torch<1.8``) can pull a torch in, and torch is never installed there.
 
+uv links the files from its cache (hard links, its default): an overlay costs almost no disk and
+installs in a second when the cache has the wheels, but a tool that edits a file in an overlay
+edits the cached copy too. The overlays are git-ignored, so ruff and mypy never see them; delete
+uv's cache (``uv cache clean``) if one was edited.
+
 Each overlay also gets a ``sitecustomize.py`` that hides the .venv packages the reference venv
 did not have (realbugs/hide.py says why), rewritten on every run.
 
