@@ -82,11 +82,22 @@ class Segment:
         return f".<{name}>"
 
 
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _builtin_literal(key: object, depth: int = 0) -> bool:
+    """A key whose ``repr`` only builtins write: a scalar, or a tuple of such keys (a tuple's repr
+    calls its items' ``__repr__``: a tensor or a module inside one would run user code)."""
+    if type(key) in _SCALARS:
+        return True
+    return type(key) is tuple and depth < 8 and len(key) <= 16 and all(_builtin_literal(k, depth + 1) for k in key)
+
+
 def key_segment(key: object) -> Segment:
     """The segment of a mapping value under ``key`` (no user code runs: only builtin reprs)."""
     if type(key) is str and key.isidentifier():
         return Segment(SegmentKind.KEY, key)
-    if type(key) in (str, int, float, bool, tuple, type(None)):
+    if _builtin_literal(key):
         try:
             return Segment(SegmentKind.KEY, repr(key))
         except Exception:

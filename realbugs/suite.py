@@ -51,6 +51,10 @@ class Release:
     #: why ``leakscope watch`` on the current main gets this release wrong (the test expects the
     #: right answer and marks it xfail, strict, until leakscope is fixed); empty when it is right
     watch_xfail: str = ""
+    #: holders of one step's graph at a time (bounded) that this release keeps besides the bug,
+    #: in both releases (a torchmetrics metric's ``_forward_cache``, ignite's ``state.output``):
+    #: real retention leakscope reports, not the upstream bug
+    also_bounded: tuple[str, ...] = ()
 
     @property
     def overlay(self) -> Path:
@@ -101,6 +105,7 @@ def load() -> list[Bug]:
                 bug=row["name"], side=side, version=row[side]["version"],
                 pins=tuple(row[side]["pins"]), lock=_lock(SUITE / row[side]["lock"]),
                 watch_xfail=row[side].get("watch_xfail", ""),
+                also_bounded=tuple(row[side].get("also_bounded", ())),
             )
             for side in SIDES
         }

@@ -136,6 +136,14 @@ def _names_detached(code: str, names: tuple[str, ...]) -> str | None:
     return head + body if changed else None
 
 
+def _complete(code: str) -> bool:
+    """Whether ``code`` is a whole statement on its own: every bracket it opens it closes."""
+    depth = 0
+    for _, ch, d in _structure(code):
+        depth = d + (1 if ch in "([{" else 0)
+    return depth == 0 and not code.rstrip().endswith(("\\", ",", "(", "[", "{"))
+
+
 def _detaches_a_container(code: str) -> bool:
     """A rewrite that would call ``.detach()`` on a container literal or constructor: an error, not a fix."""
     return bool(re.search(r"(?:[\]}]\)?|\b(?:dict|list|tuple|set)\([^()]*\))\)?\.detach\(\)", code)) or bool(
@@ -237,8 +245,8 @@ def rewrite(store: StoreSite, path: HolderPath) -> str | None:
     are detached where they are read (NOTE [The names a fix detaches]), else the value the line
     stores; never a container literal or constructor."""
     code = _without_comment(store.code)
-    if store.op == "return":
-        return None
+    if store.op == "return" or not _complete(code):
+        return None  # a return, or one line of a statement that goes on (``x = torch.cat([``)
     if store.graph_names and store.op != "hook":
         by_names = _names_detached(code, store.graph_names)
         if by_names is not None:
@@ -267,11 +275,20 @@ def rewrite(store: StoreSite, path: HolderPath) -> str | None:
     return rewritten
 
 
+def _spelled(path: HolderPath) -> bool:
+    """Whether the path reads as code the user can write (no ``<Type>`` key, no ``__self__`` of a
+    bound method, no frame local)."""
+    code = path.code()
+    return "<" not in code and "__self__" not in code and ".f_locals" not in code
+
+
 def release_fix(path: HolderPath, store: StoreSite | None) -> str:
     """The fix for a holder backward runs through while it is held (NOTE [Fixes that never break
     training]): release it once backward has run, never detach it before."""
     container = path.container()
-    if container != path:
+    if not _spelled(container):
+        release = f"the object at {path} must drop it (set it to None) once backward has run"
+    elif container != path:
         release = f"{container.code()}.clear() once the update's backward has run"
     else:
         release = f"{path.code()} = None once backward has run"

@@ -325,13 +325,14 @@ class StoreTracer:
             if w.site is not None or w.signature is None:
                 continue
             now = w.signature()
-            if where is not None and now[0] != -1 and now != w.last:
+            stored = w.newest() if w.newest is not None else _MISSING
+            if where is not None and now[0] != -1 and now != w.last and stored is not None:
+                # (a holder set to None first, ``self._forward_cache = None``, stores nothing yet)
                 w.site = where
-                stored = w.newest() if w.newest is not None else _MISSING
                 w.backward_done = _backward_done(stored) if stored is not _MISSING else None
-                del stored
                 w.graph_names = _graph_names(self.last_frame, where.line)
                 w.seq = _sequence_now()
+            del stored
             w.last = now
 
     def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:

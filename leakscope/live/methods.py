@@ -17,13 +17,15 @@ from leakscope.errors import UsageError
 #: call site (the strategy's ``training_step``) is watched: ``Strategy`` from pytorch_lightning
 #: 1.6 on, ``TrainingTypePlugin`` before. ``transformers.Trainer.training_step`` covers every
 #: transformers 4.x and 5.x release and TRL's trainers built on it; TRL's PPOTrainer before
-#: 0.12 is not a Trainer, and its step is ``PPOTrainer.step``.
+#: 0.12 is not a Trainer: one ``PPOTrainer.step`` runs every minibatch of a batch through
+#: ``train_minibatch`` (0.4 to 0.11), and what a step keeps between minibatches is a leak inside
+#: one ``step()``, so the minibatch is the call watched.
 DEFAULT_METHODS = (
     "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead.forward_step",
     "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithValueHead.forward_step",
     "verl.workers.engine.megatron.transformer_impl:MegatronEngineWithLMHead.forward_step",
     "transformers.trainer:Trainer.training_step",
-    "trl.trainer.ppo_trainer:PPOTrainer.step",
+    "trl.trainer.ppo_trainer:PPOTrainer.train_minibatch",
     "lightning.pytorch.strategies.strategy:Strategy.training_step",
     "pytorch_lightning.strategies.strategy:Strategy.training_step",
     "pytorch_lightning.plugins.training_type.training_type_plugin:TrainingTypePlugin.training_step",

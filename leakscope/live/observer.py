@@ -161,8 +161,9 @@ class Observer:
         if n < self.options.skip:
             return original(*args, **kwargs)
         frame = sys._getframe(2)  # the caller of the patched method (wrapper -> call)
-        # The engine first, then the step's arguments (NOTE [The engine of a framework's step]).
-        holders = (engine_of(spec, args[0]), *args[1:]) if args else args
+        # The engine first, then the step's arguments (NOTE [The engine of a framework's step]); a
+        # module-level function has no engine: its arguments are all arguments.
+        holders = (engine_of(spec, args[0]), *args[1:]) if args and not spec.is_function else (None, *args)
         try:
             if len(self.calls) >= self.options.micro_batches:
                 self.look(frame, holders, final=True)
@@ -278,7 +279,7 @@ class Observer:
         return False
 
     def _remember(self, args: tuple[Any, ...], original: Callable[..., Any]) -> None:
-        if args:
+        if args and args[0] is not None:
             engine = args[0]
             if not any(ref() is engine for ref in self.engines):
                 try:
@@ -469,7 +470,8 @@ class Observer:
         roots: list[Any] = []
         engines = [args[0]] if args else [e for e in (ref() for ref in self.engines) if e is not None]
         for engine in engines[:1]:
-            roots.append(Root("engine", engine, "engine"))
+            if engine is not None:
+                roots.append(Root("engine", engine, "engine"))
         for i, value in enumerate(args[1:]):
             roots.append(Root(f"args[{i}]", value, "argument"))
         seen_modules: set[str] = set()
