@@ -118,6 +118,11 @@ class Edit:
     column: int
     before: str
     after: str
+    #: ``leakscope fix`` / ``check --fix`` proved it: re-run with the edit, the holder was gone and
+    #: every parameter gradient of one train step unchanged (NOTE [A fix is proven, not worded])
+    verified: bool = False
+    #: what the proof found, in words (why it is verified, or why it could not be); None: not tried
+    proof: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
