@@ -15,7 +15,7 @@ from leakscope.options import CheckOptions
 from leakscope.results import Report, TargetResult
 
 if TYPE_CHECKING:
-    from leakscope.diagnose.proof import FixReport
+    from leakscope.results import FixReport
 
 
 def check(
@@ -120,7 +120,7 @@ def fix(
     A proof re-runs the check and one train step with the edited module, in a child process
     (NOTE [A fix is proven, not worded] in ``leakscope/harness/proof.py``); nothing is written
     unless ``apply``, and then only verified edits, atomically, and only where the line still reads
-    as it did at the check. The returned :class:`~leakscope.diagnose.proof.FixReport` carries the
+    as it did at the check. The returned :class:`~leakscope.results.FixReport` carries the
     check's report with each edit marked verified or not, and one result per leaking finding.
     """
     from leakscope.harness.proof import tolerance

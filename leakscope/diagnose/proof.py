@@ -11,26 +11,11 @@ edit a suggestion, with the reason in words.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 from collections.abc import Mapping, Sequence
 
 from leakscope.harness.proof import GradientCheck
 from leakscope.results import Edit, Finding, Report, TargetResult, Verdict
-
-
-class FixStatus(str, enum.Enum):
-    """What ``leakscope fix`` could say of a finding's fix."""
-
-    #: re-run with the edit: the holder is gone and every gradient unchanged
-    VERIFIED = "verified"
-    #: a one-line edit exists but could not be verified (the reason says why)
-    UNVERIFIED = "unverified"
-    #: no one-line edit: the hint says what to change
-    NONE = "none"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,38 +37,6 @@ class EditProof:
     gradients: GradientCheck | None = None
     #: the edit could not even be tried (the file changed, the edited module does not import)
     error: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class FixResult:
-    """One finding of the check and what ``leakscope fix`` did about it."""
-
-    target: str
-    mode: str
-    path: str
-    status: FixStatus
-    #: why it is verified, or why not; for ``none``, "no one-line edit"
-    reason: str
-    #: the check's fix sentence for the finding
-    hint: str
-    edit: Edit | None = None
-    #: the unified diff of the edit against the file as it was read (empty without an edit)
-    diff: str = ""
-    #: written to the file (``--apply``)
-    applied: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class FixReport:
-    """Everything ``leakscope fix`` produced: the check's report (its edits marked verified or not)
-    and one :class:`FixResult` per leaking finding."""
-
-    report: Report
-    fixes: tuple[FixResult, ...]
-    #: the gradient tolerance the proofs used, in words
-    tolerance: str = ""
-    #: ``--apply`` was given
-    apply: bool = False
 
 
 def leaking(result: TargetResult) -> list[Finding]:
@@ -151,7 +104,4 @@ def no_edit_reason(finding: Finding) -> str:
     return "no one-line edit: " + (finding.hint or "see the finding")
 
 
-__all__ = [
-    "EditGroup", "EditProof", "FixReport", "FixResult", "FixStatus", "decide", "edit_groups", "leaking",
-    "no_edit_reason",
-]
+__all__ = ["EditGroup", "EditProof", "decide", "edit_groups", "leaking", "no_edit_reason"]

@@ -28,16 +28,13 @@ from typing import IO, Any, NoReturn
 from leakscope.diagnose.proof import (
     EditGroup,
     EditProof,
-    FixReport,
-    FixResult,
-    FixStatus,
     decide,
     edit_groups,
     leaking,
 )
 from leakscope.options import CheckOptions
 from leakscope.phase import report as phase
-from leakscope.results import Edit, Report
+from leakscope.results import Edit, FixReport, FixResult, FixStatus, Report
 from leakscope.runner.isolation import _death_message, _kill_group, _read_records, _stderr_fd
 
 #: seconds one proof may take per edit (and for the unedited runs), without ``--timeout``
