@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from leakscope.cli import app
 from leakscope.diagnose.proof import EditGroup, decide
-from leakscope.harness.patch import StaleEdit, applied, unified_diff, write_atomic
+from leakscope.harness.patch import StaleEdit, applied, unified_diff
 from leakscope.options import CheckOptions
 from leakscope.render import render
 from leakscope.render.fixes import exit_code as fix_exit_code
@@ -246,15 +246,6 @@ def test_an_edit_replaces_its_line_keeping_indentation_and_line_endings() -> Non
 def test_an_edit_is_refused_when_its_line_changed_since_the_check(text: str) -> None:
     with pytest.raises(StaleEdit, match="changed since the check; run leakscope fix again"):
         applied(text, [EDIT], name="engine.py")
-
-
-def test_write_atomic_replaces_the_file_and_keeps_its_mode(tmp_path: Path) -> None:
-    path = tmp_path / "engine.py"
-    path.write_text("old\n")
-    path.chmod(0o640)
-    write_atomic(path, "new\n")
-    assert path.read_text() == "new\n" and (path.stat().st_mode & 0o777) == 0o640
-    assert [p.name for p in tmp_path.iterdir()] == ["engine.py"]  # no temporary file left beside it
 
 
 def _report(edit: Edit, verified: bool = False, proof: str | None = None) -> Report:

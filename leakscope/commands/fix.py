@@ -22,11 +22,14 @@ from leakscope.commands.common import (
     Model,
     Output,
     SetValues,
+    check_output,
     emit,
     explicit_flags,
     fail,
+    print_tracebacks,
 )
 from leakscope.errors import LeakscopeError
+from leakscope.render.escape import terminal
 
 
 class FixFormat(str, enum.Enum):
@@ -83,6 +86,7 @@ def fix(
     without a verified (or written) fix, 2 usage error, 3 a target could not be checked.
     """
     shown = FormatChoice(fmt.value)
+    check_output(output, shown)  # before anything runs (NOTE [Reports are never lost])
     targets_, options, _gate = prepare(
         explicit_flags(ctx), targets=list(targets or []), mode=mode, fmt=shown, output=output, factory=factory,
         model=model, confirm=confirm, micro_batches=micro_batches, device=device, at=None, config=config,
@@ -96,12 +100,10 @@ def fix(
             report = run_fix(targets_, options, apply=apply)
     except LeakscopeError as exc:
         if debug and exc.detail:
-            typer.echo(exc.detail, err=True)
+            typer.echo(terminal(exc.detail, newlines=True), err=True)
         fail(exc.message, int(exc.exit_code), shown, output)
-    if debug:
-        for result in report.report.results:
-            if result.traceback:
-                typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
+    if debug:  # tracebacks go to stderr, never into the report on stdout
+        print_tracebacks(report.report)
     if fmt is FixFormat.json:
         text = render_fixes.render_json(report, debug=debug)
     else:

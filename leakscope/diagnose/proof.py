@@ -11,7 +11,6 @@ edit a suggestion, with the reason in words.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 
 from leakscope.harness.proof import GradientCheck
@@ -59,7 +58,7 @@ def _bare(edit: Edit) -> Edit:
 
 
 def _number(x: float) -> str:
-    return "inf" if math.isinf(x) else f"{x:.3g}"
+    return f"{x:.3g}"
 
 
 def decide(group: EditGroup, proof: EditProof, original: Mapping[str, Sequence[str]]) -> tuple[bool, str]:
@@ -88,6 +87,8 @@ def decide(group: EditGroup, proof: EditProof, original: Mapping[str, Sequence[s
     if grads.error is not None:
         return False, f"cannot verify: {grads.error}"
     if grads.changed is not None:
+        if grads.changed_by is None:
+            return False, f"not verified: the edit changes the {grads.changed} (it is there on one side only)"
         return False, (
             f"not verified: the edit changes the {grads.changed} (max |diff| {_number(grads.changed_by)},"
             f" beyond {tolerance})"

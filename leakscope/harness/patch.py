@@ -1,9 +1,9 @@
 """One-line edits as text: applied to a file's text, shown as a unified diff, written atomically.
 
-Pure strings and one atomic write; no torch. The proof (:mod:`leakscope.harness.proof`)
-loads a module from :func:`applied` text, ``leakscope fix --diff`` prints
-:func:`unified_diff`, ``--apply`` calls :func:`write_atomic`: one rule for
-what an :class:`~leakscope.results.Edit` does to a file, used by all three.
+Pure strings; no torch. The proof (:mod:`leakscope.harness.proof`) loads a module
+from :func:`applied` text, ``leakscope fix --diff`` prints :func:`unified_diff`,
+``--apply`` writes :func:`applied` text (:func:`leakscope.atomic.write_atomic`): one
+rule for what an :class:`~leakscope.results.Edit` does to a file, used by all three.
 
 # NOTE [An edit applies only to the line it was derived from]
 # An Edit names a line, the column its text starts at, and that text (``before``,
@@ -16,8 +16,6 @@ what an :class:`~leakscope.results.Edit` does to a file, used by all three.
 from __future__ import annotations
 
 import difflib
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -88,26 +86,4 @@ def edit_lines(edit: Edit) -> tuple[str, str]:
     return f"{indent}{edit.before}", f"{indent}{edit.after}"
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it and a rename: a reader (or a
-    crash) sees the old file or the new one, never half of it. The file's mode is kept."""
-    directory = path.parent
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".leakscope-tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-__all__ = ["StaleEdit", "applied", "edit_lines", "read_source", "unified_diff", "write_atomic"]
+__all__ = ["StaleEdit", "applied", "edit_lines", "read_source", "unified_diff"]

@@ -200,8 +200,8 @@ class GradientCheck:
     max_diff: float = 0.0
     #: the first thing that differs beyond the tolerance (``gradient of module.blocks.0.up.weight``)
     changed: str | None = None
-    #: its largest ``|a - b|`` (``inf``: it has a gradient on one side only)
-    changed_by: float = 0.0
+    #: its largest ``|a - b|``; None: it has a gradient on one side only
+    changed_by: float | None = None
     #: the step (with the edit) could not run, or its gradients cannot be compared: why
     error: str | None = None
     rtol: float = RTOL
@@ -285,7 +285,9 @@ def compare(before: StepTensors, after: StepTensors, *, what: str = "the edited 
 
     if before.with_grad == 0:
         return GradientCheck(error="the train step leaves no parameter gradient to compare")
-    worst, compared, changed, changed_by = 0.0, 0, None, 0.0
+    worst, compared = 0.0, 0
+    changed: str | None = None
+    changed_by: float | None = None
     for name, a in before.tensors.items():
         b = after.tensors.get(name)
         compared += 1
@@ -299,12 +301,13 @@ def compare(before: StepTensors, after: StepTensors, *, what: str = "the edited 
                 worst = max(worst, float(delta.nan_to_num(0.0).max()) if delta.numel() else 0.0)
                 continue
             diff = float(delta.nan_to_num(math.inf).max())
-        worst = max(worst, diff)
+        if not math.isinf(diff):
+            worst = max(worst, diff)
         if changed is None:
-            changed, changed_by = name, diff
+            changed, changed_by = name, None if math.isinf(diff) else diff
     missing = [name for name in after.tensors if name not in before.tensors]
     if changed is None and missing:
-        changed, changed_by = missing[0], math.inf
+        changed = missing[0]
     return GradientCheck(compared=compared, max_diff=worst, changed=changed, changed_by=changed_by)
 
 

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from typing import Any
 
-from leakscope.results import FixReport, FixResult, FixStatus
 from leakscope.holders import shorten
+from leakscope.render.escape import terminal
+from leakscope.results import FixReport, FixResult, FixStatus
 
 SCHEMA_VERSION = 1
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\x80-\x9f]")
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with control characters (an escape sequence in an engine's string) shown, not obeyed."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def exit_code(fixes: FixReport) -> int:
@@ -87,7 +80,7 @@ def render_text(fixes: FixReport, *, diff: bool = False) -> str:
     if fixes.fixes:
         lines.append(f"gradients compared after one train step, same seed and micro-batch, {fixes.tolerance}")
     lines.append(summary_line(fixes))
-    return terminal_safe("\n".join(lines)) + "\n"
+    return "\n".join(terminal(line) for line in lines) + "\n"
 
 
 def fix_dict(fix: FixResult) -> dict[str, Any]:
@@ -121,4 +114,4 @@ def render_json(fixes: FixReport, *, debug: bool = False) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-__all__ = ["SCHEMA_VERSION", "exit_code", "fix_dict", "render_json", "render_text", "summary_line", "terminal_safe"]
+__all__ = ["SCHEMA_VERSION", "exit_code", "fix_dict", "render_json", "render_text", "summary_line"]

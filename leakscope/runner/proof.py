@@ -139,8 +139,9 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
     """The fix report: the check's report with each edit marked, a diff per edit against the file as it
     reads now, and with ``apply`` the verified edits written (NOTE [An edit applies only to the line it
     was derived from]); one :class:`FixResult` per leaking finding, in report order."""
+    from leakscope.atomic import write_atomic
     from leakscope.errors import LeakscopeError
-    from leakscope.harness.patch import applied, read_source, unified_diff, write_atomic
+    from leakscope.harness.patch import applied, read_source, unified_diff
 
     diffs: dict[Edit, str] = {}
     for _, edit in verdicts:
@@ -164,7 +165,7 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
                     chosen[edit.line] = edit
             try:
                 path = Path(file)
-                write_atomic(path, applied(read_source(path), list(chosen.values()), name=file))
+                write_atomic(path, applied(read_source(path), list(chosen.values()), name=file).encode("utf-8"))
                 written.update({edit: None for edit in chosen.values()})
             except LeakscopeError as exc:
                 written.update({edit: f"not applied: {exc.message}" for edit in chosen.values()})
@@ -175,26 +176,26 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
     for result in report.results:
         findings = []
         for finding in result.findings:
-            edit = finding.edit
-            verdict = verdicts.get((result.target, edit)) if edit is not None else None
-            if edit is not None and verdict is not None:
-                finding = dataclasses.replace(finding, edit=dataclasses.replace(edit, verified=verdict[0], proof=verdict[1]))
+            derived = finding.edit
+            verdict = verdicts.get((result.target, derived)) if derived is not None else None
+            if derived is not None and verdict is not None:
+                finding = dataclasses.replace(finding, edit=dataclasses.replace(derived, verified=verdict[0], proof=verdict[1]))
             findings.append(finding)
             if finding.severity != "leak":
                 continue
-            if edit is None or verdict is None:
+            if derived is None or verdict is None:
                 fixes.append(FixResult(
                     result.target, result.mode.value, str(finding.path), FixStatus.NONE, "no one-line edit", finding.hint,
                 ))
                 continue
             ok, reason = verdict
-            not_written = written.get(edit, "not applied") if apply and ok else None
+            not_written = written.get(derived, "not applied") if apply and ok else None
             if not_written:
                 reason = f"{reason}; {not_written}"
             fixes.append(FixResult(
                 result.target, result.mode.value, str(finding.path),
                 FixStatus.VERIFIED if ok else FixStatus.UNVERIFIED, reason, finding.hint,
-                edit=finding.edit, diff=diffs.get(edit, ""), applied=apply and ok and not not_written,
+                edit=finding.edit, diff=diffs.get(derived, ""), applied=apply and ok and not not_written,
             ))
         results.append(dataclasses.replace(result, findings=tuple(findings)))
     return FixReport(dataclasses.replace(report, results=tuple(results)), tuple(fixes), tolerance, apply)
@@ -259,7 +260,13 @@ class _Prover:
     def prove(self, edits: Sequence[Edit]) -> EditProof:
         from leakscope.adapters.registry import resolve_specs
         from leakscope.errors import LeakscopeError
-        from leakscope.harness.proof import GradientCheck, capture, compare, edited_modules, step_error
+        from leakscope.harness.proof import (
+            GradientCheck,
+            capture,
+            compare,
+            edited_modules,
+            step_error,
+        )
         from leakscope.policy import allow_result
         from leakscope.runner.inprocess import check_target
 
