@@ -368,3 +368,23 @@ def dataclass_without_edit() -> Any:
     finding = dataclasses.replace(report.results[0].findings[0], edit=None)
     result = dataclasses.replace(report.results[0], findings=(finding,))
     return fix_report(dataclasses.replace(report, results=(result,)), {}, apply=False, tolerance="")
+
+
+def test_a_trl_subclass_fix_is_verified_through_the_real_trainer() -> None:
+    """TRL's real ``training_step`` (its own backward) with and without the edit, in the TRL venv:
+    the proof re-imports the user's module only, never the lazily loaded libraries."""
+    from tests.conftest import framework_python, venv_env
+
+    python = framework_python(ROOT / ".venv-trl", ".ci/setup-trl.sh")
+    before = (FIXTURES / "trl_subjects" / "trainers.py").read_bytes()
+    proc = subprocess.run(
+        [str(python.parent / "leakscope"), "fix", "fixtures.trl_subjects.trainers:RefCacheSFT", "--mode", "train",
+         "--format", "json"],
+        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=900,
+    )
+    doc = json.loads(proc.stdout)
+    (fix,) = doc["fixes"]
+    assert fix["status"] == "verified", fix
+    assert fix["edit"]["after"] == "cache[key] = (self.reference_log_probs(model, inputs)).detach()"
+    assert proc.returncode == 0 and not fix["applied"]
+    assert (FIXTURES / "trl_subjects" / "trainers.py").read_bytes() == before

@@ -104,14 +104,19 @@ def _resolved(path: str | None) -> str | None:
 
 
 def user_modules(since: set[str]) -> list[str]:
-    """Modules loaded after ``since`` whose file is the user's (not a library's, not leakscope's)."""
+    """Modules loaded after ``since`` whose file is the user's project: not the standard library,
+    not leakscope's, and not an installed package (a library that loads lazily, as transformers
+    and TRL do, breaks when half of it is imported again)."""
     from leakscope.probe.library import is_library_file
 
     names = []
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if name not in since and isinstance(file, str) and not is_library_file(file):
-            names.append(name)
+        if name in since or not isinstance(file, str) or is_library_file(file):
+            continue
+        if {"site-packages", "dist-packages"} & set(Path(file).parts):
+            continue
+        names.append(name)
     return names
 
 
@@ -217,7 +222,8 @@ class StepTensors:
     """What one train step left: each parameter's gradient and value (this process only; tensors)."""
 
     tensors: dict[str, Any]
-    #: parameters that had a gradient after the step
+    #: parameters with a gradient after the step, or whose value the step's own update changed (a
+    #: framework that steps the optimizer and zeroes the gradients inside the step: Lightning)
     with_grad: int
 
 
@@ -237,6 +243,9 @@ def _parameters(model: Any, engine: Any) -> list[tuple[str, Any]]:
     if isinstance(model, torch.nn.Module):
         for name, p in model.named_parameters():
             add(f"module.{name}", p)
+    if isinstance(engine, torch.nn.Module):  # a LightningModule: its own parameters (and the model's again)
+        for name, p in engine.named_parameters():
+            add(f"engine.{name}", p)
     try:
         attrs = dict(vars(engine))
     except TypeError:
@@ -253,6 +262,8 @@ def _parameters(model: Any, engine: Any) -> list[tuple[str, Any]]:
 def capture(spec: EngineSpec, options: CheckOptions) -> StepTensors:
     """Run one train step on a fresh tiny model (seed 0, micro-batch 0) and keep every parameter's
     gradient and value; raises :class:`~leakscope.errors.LeakscopeError` when the step fails."""
+    import torch
+
     from leakscope.harness.distributed import process_group
     from leakscope.harness.guard import torch_state
     from leakscope.harness.run import build_subject, make_micro_batch, step_once
@@ -263,14 +274,18 @@ def capture(spec: EngineSpec, options: CheckOptions) -> StepTensors:
         model, engine = build_subject(spec, options)
         try:
             micro_batch = make_micro_batch(spec, options, 0)
+            initial = {id(p): p.detach().clone() for _, p in _parameters(model, engine)}
             step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
             tensors: dict[str, Any] = {}
-            with_grad = 0
+            with_grad = 0  # tensors that tell something: a gradient, or a value the step's update moved
             for name, p in _parameters(model, engine):
-                if p.grad is not None:
+                before = initial.get(id(p))
+                moved = before is None or before.shape != p.shape or not torch.equal(before, p.detach())
+                if p.grad is not None or moved:
                     with_grad += 1
                 tensors[f"gradient of {name}"] = None if p.grad is None else p.grad.detach().clone()
                 tensors[f"value of {name} after the step"] = p.detach().clone()
+            initial.clear()
             del micro_batch
         finally:
             if spec.close_engine is not None:
@@ -284,7 +299,7 @@ def compare(before: StepTensors, after: StepTensors, *, what: str = "the edited 
     import torch
 
     if before.with_grad == 0:
-        return GradientCheck(error="the train step leaves no parameter gradient to compare")
+        return GradientCheck(error="the train step leaves no parameter gradient (nor an updated parameter) to compare")
     worst, compared = 0.0, 0
     changed: str | None = None
     changed_by: float | None = None
