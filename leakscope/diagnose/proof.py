@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from leakscope.harness.proof import GradientCheck
+from leakscope.harness.proof import GradientCheck, in_project
 from leakscope.results import Edit, Finding, Report, TargetResult, Verdict
 
 
@@ -44,11 +44,12 @@ def leaking(result: TargetResult) -> list[Finding]:
 
 
 def edit_groups(report: Report) -> list[EditGroup]:
-    """Each distinct edit of each target, with the findings it is for, in report order."""
+    """Each distinct edit of each target, with the findings it is for, in report order; an edit of a
+    file outside the user's project (an installed package's line) is never proposed."""
     groups: dict[tuple[str, Edit], list[tuple[str, str]]] = {}
     for result in report.results:
         for finding in leaking(result):
-            if finding.edit is not None:
+            if finding.edit is not None and in_project(finding.edit.file):
                 groups.setdefault((result.target, _bare(finding.edit)), []).append((result.mode.value, str(finding.path)))
     return [EditGroup(target, edit, tuple(dict.fromkeys(found))) for (target, edit), found in groups.items()]
 
@@ -102,7 +103,12 @@ def decide(group: EditGroup, proof: EditProof, original: Mapping[str, Sequence[s
 
 def no_edit_reason(finding: Finding) -> str:
     """Why a finding has no edit to prove, in words."""
-    return "no one-line edit: " + (finding.hint or "see the finding")
+    if finding.edit is not None and not in_project(finding.edit.file):
+        return (
+            f"no one-line edit in your code: the line that stored it is in an installed package"
+            f" ({finding.edit.file}:{finding.edit.line}), which leakscope never edits"
+        )
+    return "no one-line edit"
 
 
 __all__ = ["EditGroup", "EditProof", "decide", "edit_groups", "leaking", "no_edit_reason"]

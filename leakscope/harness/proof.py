@@ -103,20 +103,25 @@ def _resolved(path: str | None) -> str | None:
         return None
 
 
-def user_modules(since: set[str]) -> list[str]:
-    """Modules loaded after ``since`` whose file is the user's project: not the standard library,
-    not leakscope's, and not an installed package (a library that loads lazily, as transformers
-    and TRL do, breaks when half of it is imported again)."""
+def in_project(file: str) -> bool:
+    """Whether ``file`` is the user's project: not the standard library, not leakscope's own code,
+    not an installed package. Only such a file is edited by a fix, and only its modules are imported
+    again between a proof's variants (a library that loads lazily, as transformers and TRL do,
+    breaks when half of it is imported again)."""
     from leakscope.probe.library import is_library_file
 
+    if is_library_file(file):
+        return False
+    return not ({"site-packages", "dist-packages"} & set(Path(file).parts))
+
+
+def user_modules(since: set[str]) -> list[str]:
+    """Modules loaded after ``since`` whose file is in the user's project (:func:`in_project`)."""
     names = []
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if name in since or not isinstance(file, str) or is_library_file(file):
-            continue
-        if {"site-packages", "dist-packages"} & set(Path(file).parts):
-            continue
-        names.append(name)
+        if name not in since and isinstance(file, str) and in_project(file):
+            names.append(name)
     return names
 
 
@@ -332,6 +337,6 @@ def step_error(exc: LeakscopeError) -> GradientCheck:
 
 
 __all__ = [
-    "ATOL", "RTOL", "GradientCheck", "StepTensors", "capture", "compare", "edited_modules", "forget", "step_error",
-    "tolerance", "user_modules",
+    "ATOL", "RTOL", "GradientCheck", "StepTensors", "capture", "compare", "edited_modules", "forget", "in_project",
+    "step_error", "tolerance", "user_modules",
 ]

@@ -75,6 +75,8 @@ def render_text(fixes: FixReport, *, diff: bool = False) -> str:
             if diff and fix.diff:
                 lines.extend(f"  {line}" for line in fix.diff.rstrip("\n").splitlines())
         else:
+            if fix.reason != "no one-line edit":
+                lines.append(f"  {fix.reason}")
             lines.append(f"  fix: {fix.hint}")
         lines.append("")
     if fixes.fixes:

@@ -31,6 +31,7 @@ from leakscope.diagnose.proof import (
     decide,
     edit_groups,
     leaking,
+    no_edit_reason,
 )
 from leakscope.options import CheckOptions
 from leakscope.phase import report as phase
@@ -185,7 +186,8 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
                 continue
             if derived is None or verdict is None:
                 fixes.append(FixResult(
-                    result.target, result.mode.value, str(finding.path), FixStatus.NONE, "no one-line edit", finding.hint,
+                    result.target, result.mode.value, str(finding.path), FixStatus.NONE, no_edit_reason(finding),
+                    finding.hint,
                 ))
                 continue
             ok, reason = verdict
