@@ -388,3 +388,28 @@ def test_a_trl_subclass_fix_is_verified_through_the_real_trainer() -> None:
     assert fix["edit"]["after"] == "cache[key] = (self.reference_log_probs(model, inputs)).detach()"
     assert proc.returncode == 0 and not fix["applied"]
     assert (FIXTURES / "trl_subjects" / "trainers.py").read_bytes() == before
+
+
+def test_a_lightning_module_fix_is_verified_and_a_library_line_is_never_edited() -> None:
+    """Lightning's real Trainer.fit, in the Lightning venv: the manual-optimization module's
+    ``self.losses.append(loss)`` gets a verified detach; the metric's retention is stored inside
+    torchmetrics and Lightning, whose lines are never proposed for editing."""
+    from tests.conftest import framework_python, venv_env
+
+    python = framework_python(ROOT / ".venv-lightning", ".ci/setup-lightning.sh")
+    docs: dict[str, Any] = {}
+    for target, extra in (
+        ("fixtures.lightning_manual:LitModel", ()),
+        ("fixtures.lightning_metric:LitModule", ("--factory", "fixtures.lightning_metric:make_module")),
+    ):
+        proc = subprocess.run(
+            [str(python.parent / "leakscope"), "fix", target, *extra, "--mode", "train", "--format", "json"],
+            cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=900,
+        )
+        docs[target] = json.loads(proc.stdout)
+    (manual,) = docs["fixtures.lightning_manual:LitModel"]["fixes"]
+    assert (manual["path"], manual["status"]) == ("engine.losses[0]", "verified"), manual
+    assert manual["edit"]["after"] == "self.losses.append(loss.detach())"
+    metric = docs["fixtures.lightning_metric:LitModule"]["fixes"]
+    assert [f["status"] for f in metric] == ["none", "none"]
+    assert all(f["reason"].startswith("no one-line edit in your code: the line that stored it is in an installed package") for f in metric)

@@ -108,8 +108,8 @@ def check(
     fix: Annotated[
         bool,
         typer.Option("--fix", help="Prove each finding's one-line edit (re-run with it, gradients compared); the "
-                     "report marks it verified, and SARIF, github and html show verified edits. Writes nothing: "
-                     "`leakscope fix --apply` does."),
+                     "report marks it verified, and SARIF, github and html show verified edits. Writes no "
+                     "source file (leakscope fix does)."),
     ] = False,
 ) -> None:
     """Check engines for autograd graphs their forward_step leaves reachable.
