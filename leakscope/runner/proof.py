@@ -36,7 +36,8 @@ from leakscope.diagnose.proof import (
 from leakscope.options import CheckOptions
 from leakscope.phase import report as phase
 from leakscope.results import Edit, FixReport, FixResult, FixStatus, Report
-from leakscope.runner.isolation import _death_message, _kill_group, _read_records, _stderr_fd
+from leakscope.runner.isolation import _death_message, _read_records, _stderr_fd
+from leakscope.runner.zygote import kill_group
 
 #: seconds one proof may take per edit (and for the unedited runs), without ``--timeout``
 DEFAULT_TIMEOUT_PER_RUN = 600.0
@@ -77,13 +78,13 @@ def prove_target(
             returncode = proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
             timed_out = True
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             returncode = proc.wait()
         except BaseException:
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
             proc.wait()
             raise
-        _kill_group(proc.pid)  # whatever the engine left running in the child's group
+        kill_group(proc.pid)  # whatever the engine left running in the child's group
         records = _read_records(results)
     proofs: dict[int, EditProof] = {}
     combined: tuple[tuple[int, ...], EditProof] | None = None
