@@ -67,7 +67,7 @@ CLEAN_TWINS = tuple(
 )
 #: fast enough for the suite, and still each holder's single step (the growth run is not needed to
 #: find these holders)
-FAST = ("--mode", "train", "--micro-batches", "1", "--no-confirm")
+FAST = ("--mode", "train", "--micro-batches", "1", "--no-confirm", "--jobs", "2")
 SARIF_SCHEMA = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 
 
@@ -413,3 +413,19 @@ def test_a_lightning_module_fix_is_verified_and_a_library_line_is_never_edited()
     metric = docs["fixtures.lightning_metric:LitModule"]["fixes"]
     assert [f["status"] for f in metric] == ["none", "none"]
     assert all(f["reason"].startswith("no one-line edit in your code: the line that stored it is in an installed package") for f in metric)
+
+
+def test_a_file_target_is_proven_under_the_name_the_resolver_gives_it(tmp_path: Path) -> None:
+    """``path/to/file.py:Name`` is loaded by path, past every import finder: the proof loads the edited
+    text under the same name first. Without --apply the file is left as it was."""
+    (tmp_path / "sub").mkdir()
+    shutil.copy(FIXTURES / "watch" / "history_engine.py", tmp_path / "sub" / "history_engine.py")
+    before = (tmp_path / "sub" / "history_engine.py").read_bytes()
+    code, doc = _leakscope("fix", "sub/history_engine.py:HistoryEngine", *FAST, cwd=tmp_path)
+    (fix,) = doc["fixes"]
+    assert (code, fix["status"], fix["applied"]) == (0, "verified", False), fix
+    assert fix["edit"] == {
+        "file": "sub/history_engine.py", "line": 30, "column": 9, "before": "self.entropies.append(entropy)",
+        "after": "self.entropies.append(entropy.detach())", "verified": True, "proof": fix["reason"],
+    }
+    assert (tmp_path / "sub" / "history_engine.py").read_bytes() == before

@@ -78,6 +78,10 @@ def fix(
                      help=f"Kill a target's check, or one proof run, after SECONDS (0: no limit). Default: {DEFAULT_TIMEOUT:g}.",
                      show_default=False),
     ] = None,
+    jobs: Annotated[
+        int,
+        typer.Option("--jobs", "-j", min=1, metavar="N", help="Check N targets at once (the proofs run one at a time)."),
+    ] = 1,
 ) -> None:
     """Check engines, then prove each finding's one-line fix: re-run with the edit and compare one train
     step's gradients. Verified edits are written with --apply; nothing is written without it.
@@ -90,7 +94,7 @@ def fix(
     targets_, options, _gate = prepare(
         explicit_flags(ctx), targets=list(targets or []), mode=mode, fmt=shown, output=output, factory=factory,
         model=model, confirm=confirm, micro_batches=micro_batches, device=device, at=None, config=config,
-        isolate=True, timeout=timeout, jobs=1,
+        isolate=True, timeout=timeout, jobs=jobs,
     )
     from leakscope.api import fix as run_fix
     from leakscope.render import fixes as render_fixes
