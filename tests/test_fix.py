@@ -325,19 +325,35 @@ def test_html_shows_the_diff_beside_the_stored_at_snippet_escaped() -> None:
     assert 'class="snippet edit verified"' in render(_report(EDIT, True, "verified: proven"), "html")
 
 
-def test_check_fix_gives_sarif_with_the_verified_fix() -> None:
+def test_check_fix_once_then_render_sarif_and_github_from_the_saved_report(tmp_path: Path) -> None:
+    """CI checks once (``check --fix -f json -o``) and renders later: the saved report keeps what was
+    proven, so the SARIF fix and the GitHub suggestion come from ``leakscope render`` alone."""
+    saved = tmp_path / "report.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "leakscope", "check", fixture_target("cached_logits"), "--fix", "--format", "sarif", *FAST],
+        [sys.executable, "-m", "leakscope", "check", fixture_target("cached_logits"), "--fix", "-f", "json",
+         "-o", str(saved), *FAST],
         cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
     )
-    sarif = json.loads(proc.stdout)
+    assert proc.returncode == 1, proc.stderr[-3000:]  # still a leak until the fix is applied
+    rendered = {
+        fmt: subprocess.run(
+            [sys.executable, "-m", "leakscope", "render", str(saved), "-f", fmt],
+            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
+        ).stdout
+        for fmt in ("sarif", "github")
+    }
+    sarif = json.loads(rendered["sarif"])
     jsonschema.validators.validator_for(SARIF_SCHEMA)(SARIF_SCHEMA).validate(sarif)
     (result,) = sarif["runs"][0]["results"]
     (change,) = result["fixes"][0]["artifactChanges"]
     assert change["artifactLocation"]["uri"] == "fixtures/cached_logits.py"
-    assert change["replacements"][0]["insertedContent"]["text"] == "self.last_logits = logits.detach()"
+    assert change["replacements"] == [{
+        "deletedRegion": {"startLine": 24, "startColumn": 9, "endLine": 24, "endColumn": 34},
+        "insertedContent": {"text": "self.last_logits = logits.detach()"},
+    }]
     assert result["fixes"][0]["description"]["text"].startswith("verified: ")
-    assert proc.returncode == 1  # still a leak until the fix is applied
+    assert "::notice file=fixtures/cached_logits.py,line=24,title=leakscope verified fix::" in rendered["github"]
+    assert "%0A```suggestion%0A        self.last_logits = logits.detach()%0A```" in rendered["github"]
 
 
 # -- the command line ---------------------------------------------------------------------------------
