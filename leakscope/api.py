@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import platform
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakscope import __version__
 from leakscope.options import CheckOptions
 from leakscope.results import Report, TargetResult
+
+if TYPE_CHECKING:
+    from leakscope.results import FixReport
 
 
 def check(
@@ -104,4 +107,29 @@ def explain(target: Any, path: str | None = None, options: CheckOptions | None =
     return view
 
 
-__all__ = ["check", "explain"]
+def fix(
+    targets: Sequence[Any] | str | Any,
+    options: CheckOptions | None = None,
+    *,
+    apply: bool = False,
+    on_result: Callable[[TargetResult], None] | None = None,
+) -> FixReport:
+    """Check each target, then prove every one-line edit its findings carry, and with ``apply`` write
+    the verified ones into the user's files.
+
+    A proof re-runs the check and one train step with the edited module, in a child process
+    (NOTE [A fix is proven, not worded] in ``leakscope/harness/proof.py``); nothing is written
+    unless ``apply``, and then only verified edits, atomically, and only where the line still reads
+    as it did at the check. The returned :class:`~leakscope.results.FixReport` carries the
+    check's report with each edit marked verified or not, and one result per leaking finding.
+    """
+    from leakscope.harness.proof import tolerance
+    from leakscope.runner.proof import fix_report, prove_target, verdicts_of
+
+    options = options or CheckOptions()
+    report = check(targets, options, on_result=on_result)
+    verdicts = verdicts_of(report, lambda target, groups, original: prove_target(target, groups, original, options))
+    return fix_report(report, verdicts, apply=apply, tolerance=tolerance())
+
+
+__all__ = ["check", "explain", "fix"]

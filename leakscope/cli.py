@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from leakscope import __version__
-from leakscope.commands import check, estimate, explain, render, watch
+from leakscope.commands import check, estimate, explain, fix, render, watch
 from leakscope.errors import ExitCode
 
 app = typer.Typer(
@@ -28,6 +28,7 @@ app = typer.Typer(
 app.command("check")(check.check)
 app.command("estimate")(estimate.estimate)
 app.command("explain")(explain.explain)
+app.command("fix")(fix.fix)
 app.command("watch", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})(
     watch.watch
 )

@@ -118,6 +118,11 @@ class Edit:
     column: int
     before: str
     after: str
+    #: ``leakscope fix`` / ``check --fix`` proved it: re-run with the edit, the holder was gone and
+    #: every parameter gradient of one train step unchanged (NOTE [A fix is proven, not worded])
+    verified: bool = False
+    #: what the proof found, in words (why it is verified, or why it could not be); None: not tried
+    proof: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -308,3 +313,52 @@ class GraphView:
     total_nodes: int
     truncated: bool
     paths: tuple[str, ...] = ()
+
+
+# What `leakscope fix` did about each leaking finding (NOTE [A fix is proven, not worded]).
+
+
+class FixStatus(str, enum.Enum):
+    """What ``leakscope fix`` could say of a finding's fix."""
+
+    #: re-run with the edit: the holder is gone and every gradient unchanged
+    VERIFIED = "verified"
+    #: a one-line edit exists but could not be verified (the reason says why)
+    UNVERIFIED = "unverified"
+    #: no one-line edit: the hint says what to change
+    NONE = "none"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclasses.dataclass(frozen=True)
+class FixResult:
+    """One finding of the check and what ``leakscope fix`` did about it."""
+
+    target: str
+    mode: str
+    path: str
+    status: FixStatus
+    #: why it is verified, or why not; for ``none``, "no one-line edit"
+    reason: str
+    #: the check's fix sentence for the finding
+    hint: str
+    edit: Edit | None = None
+    #: the unified diff of the edit against the file as it was read (empty without an edit)
+    diff: str = ""
+    #: written to the file (``--apply``)
+    applied: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class FixReport:
+    """Everything ``leakscope fix`` produced: the check's report (its edits marked verified or not)
+    and one :class:`FixResult` per leaking finding."""
+
+    report: Report
+    fixes: tuple[FixResult, ...]
+    #: the gradient tolerance the proofs used, in words
+    tolerance: str = ""
+    #: ``--apply`` was given
+    apply: bool = False

@@ -105,6 +105,12 @@ def check(
         typer.Option("--jobs", "-j", min=1, metavar="N",
                      help="Check N targets at once, each in its own process; the report keeps their order."),
     ] = 1,
+    fix: Annotated[
+        bool,
+        typer.Option("--fix", help="Prove each finding's one-line edit (re-run with it, gradients compared); the "
+                     "report marks it verified, and SARIF, github and html show verified edits. Writes no "
+                     "source file (leakscope fix does)."),
+    ] = False,
 ) -> None:
     """Check engines for autograd graphs their forward_step leaves reachable.
 
@@ -113,7 +119,7 @@ def check(
     run(
         explicit_flags(ctx), targets=list(targets or []), mode=mode, fmt=fmt, output=output, factory=factory,
         model=model, confirm=confirm, micro_batches=micro_batches, device=device, at=at, debug=debug,
-        config=config, quiet=quiet, progress=progress, isolate=isolate, timeout=timeout, jobs=jobs,
+        config=config, quiet=quiet, progress=progress, isolate=isolate, timeout=timeout, jobs=jobs, fix=fix,
     )
 
 
@@ -138,12 +144,62 @@ def run(
     timeout: float | None = None,
     jobs: int = 1,
     every_setting: bool = True,
+    fix: bool = False,
 ) -> None:
     """Merge ``[tool.leakscope]`` under the command line's ``flags``, check, render, exit.
 
     ``every_setting``: check every realistic value of the adapters' knobs (the gate);
     ``estimate`` projects the framework's default only.
     """
+    targets, options, gate = prepare(
+        flags, targets=targets, mode=mode, fmt=fmt, output=output, factory=factory, model=model, confirm=confirm,
+        micro_batches=micro_batches, device=device, at=at, config=config, isolate=isolate, timeout=timeout,
+        jobs=jobs, every_setting=every_setting,
+    )
+    from leakscope.harness.distributed import barrier, is_reporting_rank, session
+
+    with session():  # under torchrun: one process group for the check and the merged report
+        try:
+            # the live status line: on a terminal, unless JSON or --quiet was asked for
+            shown = False if quiet else (False if progress is None and fmt is FormatChoice.json else progress)
+            report = _check(targets, options, progress=shown, fix=fix)
+        except LeakscopeError as exc:
+            if debug and exc.detail:
+                typer.echo(terminal(exc.detail, newlines=True), err=True)
+            fail(exc.message, int(exc.exit_code), fmt, output)
+        if debug:  # tracebacks go to stderr, never into the report on stdout
+            print_tracebacks(report)
+        from leakscope.policy import exit_code
+
+        text = report_text(report, fmt, output, fail_on=gate, debug=debug)
+        # under torchrun rank 0 prints the merged report
+        if is_reporting_rank() and (output is not None or not quiet):
+            emit(text, output)
+        barrier()  # no rank exits (torchrun would stop the others) before it is written
+    raise typer.Exit(exit_code(report, gate))
+
+
+def prepare(
+    flags: dict[str, object],
+    *,
+    targets: list[str],
+    mode: ModeChoice,
+    fmt: FormatChoice,
+    output: Path | None,
+    factory: str | None,
+    model: str,
+    confirm: bool,
+    micro_batches: int,
+    device: DeviceChoice,
+    at: str | None,
+    config: Path | None,
+    isolate: bool,
+    timeout: float | None,
+    jobs: int,
+    every_setting: bool = True,
+) -> tuple[list[str], CheckOptions, str]:
+    """The targets, the check's options and the gate (``fail_on``): ``[tool.leakscope]`` merged under the
+    command line's ``flags``; a bad value fails in one line (exit 2). ``check`` and ``fix`` share it."""
     from leakscope import config as project_config
     from leakscope.errors import ConfigError
     from leakscope.harness.target import split_target
@@ -190,28 +246,11 @@ def run(
         )
     except UsageError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
-    from leakscope.harness.distributed import barrier, is_reporting_rank, session
-
-    with session():  # under torchrun: one process group for the check and the merged report
-        try:
-            options = settings.check_options(options)
-            # the live status line: on a terminal, unless JSON or --quiet was asked for
-            shown = False if quiet else (False if progress is None and fmt is FormatChoice.json else progress)
-            report = _check(targets, options, progress=shown)
-        except LeakscopeError as exc:
-            if debug and exc.detail:
-                typer.echo(terminal(exc.detail, newlines=True), err=True)
-            fail(exc.message, int(exc.exit_code), fmt, output)
-        if debug:  # tracebacks go to stderr, never into the report on stdout
-            print_tracebacks(report)
-        from leakscope.policy import exit_code
-
-        text = report_text(report, fmt, output, fail_on=gate, debug=debug)
-        # under torchrun rank 0 prints the merged report
-        if is_reporting_rank() and (output is not None or not quiet):
-            emit(text, output)
-        barrier()  # no rank exits (torchrun would stop the others) before it is written
-    raise typer.Exit(exit_code(report, gate))
+    try:
+        options = settings.check_options(options)
+    except LeakscopeError as exc:
+        fail(exc.message, int(exc.exit_code), fmt, output)
+    return targets, options, gate
 
 
 def _require_hf() -> None:
@@ -223,16 +262,20 @@ def _require_hf() -> None:
         raise UsageError(f"--model hf-lora needs {' and '.join(missing)}, which is not installed; {HF_EXTRA_HINT}")
 
 
-def _check(targets: list[str], options: CheckOptions, progress: bool | None = None) -> Report:
-    """Run the library check with stdout redirected: engines that print cannot corrupt the report."""
+def _check(targets: list[str], options: CheckOptions, progress: bool | None = None, fix: bool = False) -> Report:
+    """Run the library check with stdout redirected: engines that print cannot corrupt the report.
+    ``fix``: and prove each finding's edit (:func:`leakscope.api.fix`, writing nothing)."""
     from leakscope.api import check as run_check
+    from leakscope.api import fix as run_fix
     from leakscope.render import progress as display
 
     total = len(targets) * len(options.modes)
     enabled = display.wanted(progress)
     with display.display(total, enabled, modes=len(options.modes), timeout=options.timeout) as on_result:
         with contextlib.redirect_stdout(sys.stderr):
+            if fix:
+                return run_fix(targets, options, on_result=on_result).report
             return run_check(targets, options, on_result=on_result)
 
 
-__all__ = ["DEFAULT_TIMEOUT", "check", "run"]
+__all__ = ["DEFAULT_TIMEOUT", "check", "prepare", "run"]

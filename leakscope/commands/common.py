@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import os
 import sys
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from leakscope import __version__
+from leakscope.atomic import write_atomic
 from leakscope.errors import ExitCode
 from leakscope.render.escape import terminal
 
@@ -146,43 +146,6 @@ def emit(text: str, output: Path | None) -> None:
             f"leakscope: error: cannot write the report to {terminal(output)}: {exc.strerror or exc}", err=True
         )
         raise typer.Exit(int(ExitCode.USAGE)) from None
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a new file in its directory and a rename (NOTE [Reports are never lost]).
-
-    The temporary file is created exclusively (never an existing file or a link someone
-    put there) with the permissions a new file gets (0o666 less the umask, applied by the
-    kernel), or the permissions of the regular file it replaces.
-    """
-    import secrets
-    import stat
-
-    try:
-        info = path.lstat()
-        keep = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
-    except OSError:
-        keep = None
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-    while True:
-        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
-        try:
-            fd = os.open(tmp, flags, 0o666)
-            break
-        except FileExistsError:
-            continue
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if keep is not None:
-                os.fchmod(f.fileno(), keep)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> NoReturn:

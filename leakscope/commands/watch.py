@@ -6,6 +6,7 @@ import contextlib
 import enum
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -24,8 +25,6 @@ from leakscope.errors import LeakscopeError, UsageError
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from leakscope.live.job import JobResult
 
 
@@ -70,6 +69,17 @@ def watch(
         bool, typer.Option("--source/--no-source", help="Record where retaining tensors were created (anomaly-mode traces).")
     ] = True,
     debug: Annotated[bool, typer.Option("--debug", help="Show the job's traceback when it fails.")] = False,
+    emit_test: Annotated[
+        Path | None,
+        typer.Option("--emit-test", metavar="FILE",
+                     help="Write a pytest test (the leakscope fixture) that checks each class whose watched step "
+                     "kept a graph, failing until the leak is fixed (docs/fix.md)."),
+    ] = None,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option("--allow", metavar="PATH",
+                     help="With --emit-test: a finding path you confirm is deliberate, allowlisted in the test (repeatable)."),
+    ] = None,
 ) -> None:
     """Run a training job and find which earlier step's graph it keeps alive, who holds it, and the bytes.
 
@@ -79,6 +89,10 @@ def watch(
     from leakscope.live.session import WatchOptions
 
     check_output(output, fmt)  # before the job runs
+    if emit_test is not None:
+        check_output(emit_test, fmt)
+    elif allow:
+        fail("--allow names findings for the test --emit-test writes; add --emit-test FILE", 2, fmt, output)
     argv = list(args or [])
     if module is not None and script is not None:  # -m MODULE takes the rest as the module's arguments
         argv, script = [script, *argv], None
@@ -117,7 +131,31 @@ def watch(
             )
     except LeakscopeError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
+    if emit_test is not None and done.reporting:
+        _emit_test(done.report, emit_test, list(allow or []), script)
     raise typer.Exit(_output(done, fmt, output, debug))
+
+
+def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) -> None:
+    """Write the regression test for the report's leaking classes (NOTE [From a real job to a gate]);
+    say on stderr what it checks, or that there was nothing to write."""
+    from leakscope.atomic import write_atomic
+    from leakscope.render import regression
+
+    found = regression.leaking_classes(report, script)
+    if not found:
+        typer.echo(f"leakscope: no step kept a graph: {terminal(path)} not written", err=True)
+        return
+    seen = {p for paths in found.values() for p in paths}
+    for entry in allow:
+        if entry not in seen and not (entry.endswith("*") and any(p.startswith(entry[:-1]) for p in seen)):
+            typer.echo(f"leakscope: warning: --allow {terminal(entry)} matches no finding of this watch", err=True)
+    try:
+        write_atomic(path, regression.render(report, allow=allow, script=script).encode("utf-8"))
+    except OSError as exc:
+        typer.echo(f"leakscope: error: cannot write {terminal(path)}: {exc.strerror or exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"leakscope: wrote {terminal(path)}: it checks {terminal(', '.join(found))}", err=True)
 
 
 @contextlib.contextmanager

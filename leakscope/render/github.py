@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from leakscope.harness.patch import edit_lines
 from leakscope.policy import exit_code
 from leakscope.render.escape import github_data, github_property, terminal
 from leakscope.render.summary import finding_message, label, report_line
-from leakscope.results import Finding, Report, Severity, Verdict
+from leakscope.results import Finding, Report, Severity, TargetResult, Verdict
 
 _COMMAND = {"leak": "error", "warning": "warning", "allowed": "notice"}
 
@@ -34,6 +35,20 @@ def _annotation(finding: Finding, message: str) -> str:
     return command(name, message, file=finding.source.file, line=max(1, finding.source.line), title=title)
 
 
+def suggestion(result: TargetResult, finding: Finding) -> str:
+    """A verified edit as a ``::notice`` on the line it rewrites, whose message is a ``suggestion``
+    block (the line as it will read) a reviewer can commit; "" when the edit is not verified."""
+    edit = finding.edit
+    if edit is None or not edit.verified:
+        return ""
+    _, after = edit_lines(edit)
+    message = (
+        f"{label(result)}: verified fix for {finding.path}: {edit.proof or 'verified by leakscope fix'}\n"
+        f"```suggestion\n{after}\n```"
+    )
+    return command("notice", message, file=edit.file, line=edit.line, title="leakscope verified fix")
+
+
 def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
     """One workflow command per finding, error and warning, then the summary line."""
     lines = []
@@ -42,6 +57,9 @@ def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
             lines.append(command("error", f"{label(result)}: {result.error}", title="leakscope error"))
         for finding in result.findings:
             lines.append(_annotation(finding, finding_message(result, finding)))
+            suggested = suggestion(result, finding)
+            if suggested:
+                lines.append(suggested)
         for warning in result.warnings:
             lines.append(command("warning", f"{label(result)}: {warning}", title="leakscope warning"))
     lines.append(terminal(report_line(report, exit_code(report, fail_on), fail_on)))

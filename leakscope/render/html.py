@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
+from leakscope.harness.patch import edit_lines
 from leakscope.render.escape import html as _e
 from leakscope.render.graph_layout import Box, layout
 from leakscope.render.summary import (
@@ -283,7 +284,9 @@ def _finding_card(key: str, result: TargetResult, finding: Finding) -> str:
         parts.append(_snippet("created at", finding, finding.source))
     if finding.stored_at is not None:
         op = finding.store_op
-        parts.append(_snippet(f"stored at{f' ({op})' if op else ''}", finding, finding.stored_at))
+        stored = _snippet(f"stored at{f' ({op})' if op else ''}", finding, finding.stored_at)
+        edit = _edit_figure(finding)
+        parts.append(f'<div class="fix-pair">{stored}{edit}</div>' if edit else stored)
     called_from: Sequence[Source] = getattr(finding, "called_from", ()) or ()
     if called_from:
         items = "".join(f"<li><code>{_e(s)}</code></li>" for s in called_from)
@@ -292,6 +295,28 @@ def _finding_card(key: str, result: TargetResult, finding: Finding) -> str:
         parts.append(_graph_figure(key, result, finding, finding.graph))
     parts.append("</article>")
     return "\n".join(parts)
+
+
+def _edit_figure(finding: Finding) -> str:
+    """The finding's one-line edit as a diff, shown beside the stored-at snippet; titled by what
+    ``leakscope fix`` proved of it (verified, not verified and why, or not proven yet)."""
+    edit = finding.edit
+    if edit is None:
+        return ""
+    if edit.verified:
+        title, cls = "verified fix", "verified"
+    elif edit.proof:
+        title, cls = "suggested edit, not verified", "unverified"
+    else:
+        title, cls = "suggested edit, not proven (leakscope fix proves it)", "unproven"
+    head = f'<figcaption><span class="snippet-title">{_e(title)}</span> <code>{_e(f"{edit.file}:{edit.line}")}</code></figcaption>'
+    before, after = edit_lines(edit)
+    rows = (
+        f'<span class="del"><span class="ln">-{_e(edit.line)}</span>{_e(before)}</span>'
+        f'<span class="ins"><span class="ln">+{_e(edit.line)}</span>{_e(after)}</span>'
+    )
+    proof = f'<p class="muted proof">{_e(edit.proof)}</p>' if edit.proof else ""
+    return f'<figure class="snippet edit {cls}">{head}<pre><code>{rows}</code></pre>{proof}</figure>'
 
 
 def _snippet(title: str, finding: Finding, source: Source) -> str:

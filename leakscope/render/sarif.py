@@ -135,9 +135,34 @@ def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str
             },
             "logicalLocations": [{"fullyQualifiedName": f"{result.target}.{finding.source.function}"}],
         })
+    fixes = sarif_fixes(finding)
+    if fixes:
+        out["fixes"] = fixes
     if finding.severity is Severity.ALLOWED:
         out["suppressions"] = [{"kind": "external", "justification": finding.allowed_reason or ""}]
     return out
+
+
+def sarif_fixes(finding: Finding) -> list[dict[str, Any]]:
+    """The finding's edit as a SARIF fix, when ``leakscope fix`` verified it (never a suggestion it could
+    not prove): the line's text from the edit's column is replaced by the new text. Columns count
+    Unicode code points (the run's ``columnKind``)."""
+    edit = finding.edit
+    if edit is None or not edit.verified:
+        return []
+    return [{
+        "description": {"text": f"{edit.proof or 'verified by leakscope fix'}"},
+        "artifactChanges": [{
+            "artifactLocation": artifact_location(edit.file),
+            "replacements": [{
+                "deletedRegion": {
+                    "startLine": edit.line, "startColumn": edit.column,
+                    "endLine": edit.line, "endColumn": edit.column + len(edit.before),
+                },
+                "insertedContent": {"text": edit.after},
+            }],
+        }],
+    }]
 
 
 def sarif_dict(report: Report) -> dict[str, Any]:
@@ -173,6 +198,7 @@ def sarif_dict(report: Report) -> dict[str, Any]:
                 "rules": rules,
             }},
             "invocations": [invocation],
+            "columnKind": "unicodeCodePoints",
             "results": results,
             "properties": {"torchVersion": report.torch_version, "pythonVersion": report.python_version},
         }],

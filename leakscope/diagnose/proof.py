@@ -1,0 +1,114 @@
+"""Whether a proven edit is a fix: the decision, from what the re-run and the step comparison showed.
+
+NOTE [A fix is proven, not worded] (leakscope/harness/proof.py) says how the
+evidence is gathered; here it is judged, from descriptions only (no torch): a fix
+is **verified** when the re-run with the edit no longer finds the holder in any
+mode it was found in, finds no new one, errored nowhere, and one train step's
+gradients are unchanged within the stated tolerance. Anything else keeps the
+edit a suggestion, with the reason in words.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from leakscope.harness.proof import GradientCheck, in_project
+from leakscope.results import Edit, Finding, Report, TargetResult, Verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class EditGroup:
+    """One edit and every finding it fixes (the same edit often fixes a holder in both modes, or two
+    holders of one object)."""
+
+    target: str
+    edit: Edit
+    #: ``(mode, path)`` of each finding the edit is for
+    findings: tuple[tuple[str, str], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class EditProof:
+    """What the proof child saw for one edit group: the re-run's results and the step comparison."""
+
+    results: tuple[TargetResult, ...] = ()
+    gradients: GradientCheck | None = None
+    #: the edit could not even be tried (the file changed, the edited module does not import)
+    error: str | None = None
+
+
+def leaking(result: TargetResult) -> list[Finding]:
+    """The findings ``fix`` is about: leaks, not warnings or allowed ones."""
+    return [f for f in result.findings if f.severity == "leak"]
+
+
+def edit_groups(report: Report) -> list[EditGroup]:
+    """Each distinct edit of each target, with the findings it is for, in report order; an edit of a
+    file outside the user's project (an installed package's line) is never proposed."""
+    groups: dict[tuple[str, Edit], list[tuple[str, str]]] = {}
+    for result in report.results:
+        for finding in leaking(result):
+            if finding.edit is not None and in_project(finding.edit.file):
+                groups.setdefault((result.target, _bare(finding.edit)), []).append((result.mode.value, str(finding.path)))
+    return [EditGroup(target, edit, tuple(dict.fromkeys(found))) for (target, edit), found in groups.items()]
+
+
+def _bare(edit: Edit) -> Edit:
+    return dataclasses.replace(edit, verified=False, proof=None)
+
+
+def _number(x: float) -> str:
+    return f"{x:.3g}"
+
+
+def decide(group: EditGroup, proof: EditProof, original: Mapping[str, Sequence[str]]) -> tuple[bool, str]:
+    """``(verified, reason)`` for one edit group. ``original``: the leak paths of the check, by mode."""
+    if proof.error is not None:
+        return False, f"cannot verify: {proof.error}"
+    by_mode = {r.mode.value: r for r in proof.results}
+    for result in proof.results:
+        if result.verdict is Verdict.ERROR:
+            return False, f"cannot verify: the edited code could not be checked ({result.mode.value}): {result.error}"
+    for mode, path in group.findings:
+        rerun = by_mode.get(mode)
+        if rerun is None:
+            return False, f"cannot verify: the re-run has no {mode} result"
+        if any(str(f.path) == path for f in leaking(rerun)):
+            return False, f"not verified: with the edit the re-run still finds a graph at {path} ({mode}, {rerun.verdict.value})"
+    for result in proof.results:
+        known = set(original.get(result.mode.value, ()))
+        new = [str(f.path) for f in leaking(result) if str(f.path) not in known]
+        if new:
+            return False, f"not verified: with the edit the re-run finds a new holder, {new[0]} ({result.mode.value})"
+    grads = proof.gradients
+    if grads is None:
+        return False, "cannot verify: no train step was compared"
+    tolerance = f"rtol={grads.rtol:g}, atol={grads.atol:g}"
+    if grads.error is not None:
+        return False, f"cannot verify: {grads.error}"
+    if grads.changed is not None:
+        if grads.changed_by is None:
+            return False, f"not verified: the edit changes the {grads.changed} (it is there on one side only)"
+        return False, (
+            f"not verified: the edit changes the {grads.changed} (max |diff| {_number(grads.changed_by)},"
+            f" beyond {tolerance})"
+        )
+    paths = ", ".join(dict.fromkeys(path for _, path in group.findings))
+    return True, (
+        f"verified: with the edit no graph is held at {paths}, and one train step's gradients and parameters"
+        f" are unchanged ({grads.compared} tensors within {tolerance}; max |diff| {_number(grads.max_diff)})"
+    )
+
+
+def no_edit_reason(finding: Finding) -> str:
+    """Why a finding has no edit to prove, in words."""
+    if finding.edit is not None and not in_project(finding.edit.file):
+        return (
+            f"no one-line edit in your code: the line that stored it is in an installed package"
+            f" ({finding.edit.file}:{finding.edit.line}), which leakscope never edits"
+        )
+    return "no one-line edit"
+
+
+__all__ = ["EditGroup", "EditProof", "decide", "edit_groups", "leaking", "no_edit_reason"]

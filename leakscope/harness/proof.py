@@ -1,0 +1,342 @@
+"""Prove a fix: run the user's code with an edit applied, and compare one train step's gradients.
+
+# NOTE [A fix is proven, not worded]
+# A sentence can be wrong: detaching a value that feeds the loss silently cuts a
+# gradient, detaching a lambda raises, detaching a loss a framework backprops
+# later trains nothing. So ``leakscope fix`` runs what it proposes. In a child
+# process (``leakscope.runner.proof``), the edited text of the user's file is
+# loaded under the module's own name (:func:`edited_modules`: a meta-path finder
+# that serves the edited source for that file, nothing written next to it), the
+# check is run again, and one train step is run with and without the edit on the
+# same fresh tiny model, seed and micro-batch (:func:`capture`, :func:`compare`).
+# A fix is verified only when the holder is gone and every parameter's gradient
+# (and value after the step, for frameworks that step the optimizer inside it)
+# is equal within ``rtol``/``atol``; the unedited step is run twice first, so an
+# engine that is not deterministic is reported as "cannot verify", never as a
+# changed gradient. Between variants every user module loaded since the child
+# started is dropped from ``sys.modules``, so module state (a registry list, a
+# class attribute) starts empty each time, as in a fresh job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import linecache
+import math
+import sys
+import types
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from leakscope.errors import LeakscopeError, TargetError
+from leakscope.harness.protocol import EngineSpec
+from leakscope.options import CheckOptions
+from leakscope.results import Mode
+
+#: gradients are equal when ``|a - b| <= ATOL + RTOL * |b|`` elementwise (``torch.allclose``)
+RTOL = 1e-5
+ATOL = 1e-7
+
+
+def tolerance() -> str:
+    """The tolerance in words, as every report states it."""
+    return f"rtol={RTOL:g}, atol={ATOL:g}"
+
+
+# -- the edited module under its own name ---------------------------------------------------------
+
+
+class _EditedLoader(importlib.machinery.SourceFileLoader):
+    """Loads ``path`` from the edited text in memory: the module keeps its name and ``__file__``."""
+
+    def __init__(self, fullname: str, path: str, text: str) -> None:
+        super().__init__(fullname, path)
+        self._text = text
+
+    def get_data(self, path: str) -> bytes:
+        if path == self.path:
+            return self._text.encode("utf-8")
+        return super().get_data(path)
+
+    def path_stats(self, path: str) -> Mapping[str, Any]:
+        # No stats: the bytecode cache of the unedited file is never read, nor a new one written.
+        raise OSError("edited in memory")
+
+
+class _EditedFinder(importlib.abc.MetaPathFinder):
+    """Finds modules as the other finders do; for an edited file, serves the edited text."""
+
+    def __init__(self, texts: Mapping[str, str]) -> None:
+        self.texts = dict(texts)
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is None:
+                continue
+            origin = _resolved(spec.origin) if spec.has_location and spec.origin else None
+            text = self.texts.get(origin) if origin is not None else None
+            if text is None or spec.origin is None:
+                return None  # the next finder (the one that found it) loads it as usual
+            return importlib.util.spec_from_file_location(
+                fullname, spec.origin, loader=_EditedLoader(fullname, spec.origin, text),
+                submodule_search_locations=spec.submodule_search_locations,
+            )
+        return None
+
+
+def _resolved(path: str | None) -> str | None:
+    if not path:
+        return None
+    try:
+        return str(Path(path).resolve())
+    except OSError:
+        return None
+
+
+def in_project(file: str) -> bool:
+    """Whether ``file`` is the user's project: not the standard library, not leakscope's own code,
+    not an installed package. Only such a file is edited by a fix, and only its modules are imported
+    again between a proof's variants (a library that loads lazily, as transformers and TRL do,
+    breaks when half of it is imported again)."""
+    from leakscope.probe.library import is_library_file
+
+    if is_library_file(file):
+        return False
+    return not ({"site-packages", "dist-packages"} & set(Path(file).parts))
+
+
+def user_modules(since: set[str]) -> list[str]:
+    """Modules loaded after ``since`` whose file is in the user's project (:func:`in_project`)."""
+    names = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name not in since and isinstance(file, str) and in_project(file):
+            names.append(name)
+    return names
+
+
+def forget(names: Sequence[str]) -> None:
+    """Drop modules from ``sys.modules`` (and from their parent package), so the next import runs
+    their code again."""
+    for name in names:
+        sys.modules.pop(name, None)
+        parent, _, child = name.rpartition(".")
+        package = sys.modules.get(parent) if parent else None
+        if package is not None and getattr(package, child, None) is not None:
+            with contextlib.suppress(AttributeError):
+                delattr(package, child)
+
+
+def _edited_names(texts: Mapping[str, str]) -> list[str]:
+    return [
+        name for name, module in list(sys.modules.items())
+        if _resolved(getattr(module, "__file__", None)) in texts
+    ]
+
+
+@contextlib.contextmanager
+def edited_modules(texts: Mapping[Path, str], *, since: set[str], target: str | None = None) -> Iterator[None]:
+    """Within the block, importing a module whose file is a key of ``texts`` runs the edited text
+    instead (NOTE [A fix is proven, not worded]). User modules loaded since ``since``, and the edited
+    ones, are forgotten before and after, so each variant imports afresh. ``target``: a
+    ``path/to/file.py:Name`` target whose file is edited is loaded here, under the name the target
+    resolver gives it (the resolver loads a file by path, past every finder)."""
+    by_path = {str(path.resolve()): text for path, text in texts.items()}
+    forget([*user_modules(since), *_edited_names(by_path)])
+    finder = _EditedFinder(by_path)
+    sys.meta_path.insert(0, finder)
+    for path, text in by_path.items():  # tracebacks and stored-at lines read the edited lines
+        linecache.cache[path] = (len(text), None, text.splitlines(keepends=True), path)
+    try:
+        if target is not None:
+            _load_file_target(target, by_path)
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for path in by_path:
+            linecache.cache.pop(path, None)
+        forget([*user_modules(since), *_edited_names(by_path)])
+
+
+def _load_file_target(target: str, texts: Mapping[str, str]) -> None:
+    from leakscope.harness.target import split_target
+
+    module_part, _ = split_target(target)
+    if not (module_part.endswith(".py") or "/" in module_part):
+        return
+    path = Path(module_part).resolve()
+    text = texts.get(str(path))
+    if text is None:
+        return
+    name = path.stem if path.stem.isidentifier() else "leakscope_target"  # as leakscope.harness.target names it
+    loader = _EditedLoader(name, str(path), text)
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    added = str(path.parent) not in sys.path
+    if added:
+        sys.path.insert(0, str(path.parent))
+    try:
+        loader.exec_module(module)
+    except BaseException as exc:
+        sys.modules.pop(name, None)
+        raise TargetError(f"the edited {module_part} does not import: {type(exc).__name__}: {exc}") from None
+    finally:
+        if added:
+            sys.path.remove(str(path.parent))
+
+
+# -- one train step's gradients -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientCheck:
+    """One train step with the edit against one without: what was compared and what differed."""
+
+    #: tensors compared (each parameter's gradient, and its value after the step)
+    compared: int = 0
+    #: the largest ``|a - b|`` over everything compared
+    max_diff: float = 0.0
+    #: the first thing that differs beyond the tolerance (``gradient of module.blocks.0.up.weight``)
+    changed: str | None = None
+    #: its largest ``|a - b|``; None: it has a gradient on one side only
+    changed_by: float | None = None
+    #: the step (with the edit) could not run, or its gradients cannot be compared: why
+    error: str | None = None
+    rtol: float = RTOL
+    atol: float = ATOL
+
+    @property
+    def equal(self) -> bool:
+        return self.error is None and self.changed is None and self.compared > 0
+
+
+@dataclasses.dataclass
+class StepTensors:
+    """What one train step left: each parameter's gradient and value (this process only; tensors)."""
+
+    tensors: dict[str, Any]
+    #: parameters with a gradient after the step, or whose value the step's own update changed (a
+    #: framework that steps the optimizer and zeroes the gradients inside the step: Lightning)
+    with_grad: int
+
+
+def _parameters(model: Any, engine: Any) -> list[tuple[str, Any]]:
+    """The model's parameters, then the engine's own: its modules' parameters and its leaf tensors
+    that require grad (a learnable coefficient), each once."""
+    import torch
+
+    seen: set[int] = set()
+    out: list[tuple[str, Any]] = []
+
+    def add(name: str, t: Any) -> None:
+        if id(t) not in seen:
+            seen.add(id(t))
+            out.append((name, t))
+
+    if isinstance(model, torch.nn.Module):
+        for name, p in model.named_parameters():
+            add(f"module.{name}", p)
+    if isinstance(engine, torch.nn.Module):  # a LightningModule: its own parameters (and the model's again)
+        for name, p in engine.named_parameters():
+            add(f"engine.{name}", p)
+    try:
+        attrs = dict(vars(engine))
+    except TypeError:
+        attrs = {}
+    for attr, value in attrs.items():
+        if isinstance(value, torch.nn.Module):
+            for name, p in value.named_parameters():
+                add(f"engine.{attr}.{name}", p)
+        elif isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad:
+            add(f"engine.{attr}", value)
+    return out
+
+
+def capture(spec: EngineSpec, options: CheckOptions) -> StepTensors:
+    """Run one train step on a fresh tiny model (seed 0, micro-batch 0) and keep every parameter's
+    gradient and value; raises :class:`~leakscope.errors.LeakscopeError` when the step fails."""
+    import torch
+
+    from leakscope.harness.distributed import process_group
+    from leakscope.harness.guard import torch_state
+    from leakscope.harness.run import build_subject, make_micro_batch, step_once
+    from leakscope.harness.runtime import single_threaded
+
+    changed: list[str] = []  # torch state the engine left changed: restored, and no concern of a proof
+    with torch_state(changed), process_group(options.device), single_threaded():
+        model, engine = build_subject(spec, options)
+        try:
+            micro_batch = make_micro_batch(spec, options, 0)
+            initial = {id(p): p.detach().clone() for _, p in _parameters(model, engine)}
+            step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
+            tensors: dict[str, Any] = {}
+            with_grad = 0  # tensors that tell something: a gradient, or a value the step's update moved
+            for name, p in _parameters(model, engine):
+                before = initial.get(id(p))
+                moved = before is None or before.shape != p.shape or not torch.equal(before, p.detach())
+                if p.grad is not None or moved:
+                    with_grad += 1
+                tensors[f"gradient of {name}"] = None if p.grad is None else p.grad.detach().clone()
+                tensors[f"value of {name} after the step"] = p.detach().clone()
+            initial.clear()
+            del micro_batch
+        finally:
+            if spec.close_engine is not None:
+                spec.close_engine(engine)
+            del engine, model
+    return StepTensors(tensors, with_grad)
+
+
+def compare(before: StepTensors, after: StepTensors, *, what: str = "the edited step") -> GradientCheck:
+    """Every tensor of ``before`` against ``after`` (NOTE [A fix is proven, not worded])."""
+    import torch
+
+    if before.with_grad == 0:
+        return GradientCheck(error="the train step leaves no parameter gradient (nor an updated parameter) to compare")
+    worst, compared = 0.0, 0
+    changed: str | None = None
+    changed_by: float | None = None
+    for name, a in before.tensors.items():
+        b = after.tensors.get(name)
+        compared += 1
+        if a is None and b is None:
+            continue
+        if a is None or b is None or a.shape != b.shape:
+            diff = math.inf
+        else:
+            delta = (a.double() - b.double()).abs()
+            if torch.allclose(b, a, rtol=RTOL, atol=ATOL, equal_nan=True):
+                worst = max(worst, float(delta.nan_to_num(0.0).max()) if delta.numel() else 0.0)
+                continue
+            diff = float(delta.nan_to_num(math.inf).max())
+        if not math.isinf(diff):
+            worst = max(worst, diff)
+        if changed is None:
+            changed, changed_by = name, None if math.isinf(diff) else diff
+    missing = [name for name in after.tensors if name not in before.tensors]
+    if changed is None and missing:
+        changed = missing[0]
+    return GradientCheck(compared=compared, max_diff=worst, changed=changed, changed_by=changed_by)
+
+
+def step_error(exc: LeakscopeError) -> GradientCheck:
+    """A step that could not run: the comparison says why."""
+    return GradientCheck(error=exc.message)
+
+
+__all__ = [
+    "ATOL", "RTOL", "GradientCheck", "StepTensors", "capture", "compare", "edited_modules", "forget", "in_project",
+    "step_error", "tolerance", "user_modules",
+]
