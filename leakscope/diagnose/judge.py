@@ -49,7 +49,15 @@ from leakscope.diagnose.kinds import (
     with_kinds,
 )
 from leakscope.diagnose.safety import Backward, Plan, plan_for
-from leakscope.diagnose.storefix import StoreSite, after_loss_fix, fix_for, release_fix, rewrite
+from leakscope.diagnose.storefix import (
+    StoreSite,
+    after_loss_fix,
+    fix_for,
+    node_fix,
+    release_fix,
+    rewrite,
+    with_comment,
+)
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
 from leakscope.phase import report
 from leakscope.results import (
@@ -75,12 +83,10 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Context:
-    """What the judge needs to know beyond an observation: who runs backward, the adapter, and (a
-    check's single step) the sequence number of the step's loss."""
+    """What the judge needs to know beyond an observation: who runs backward, and the adapter."""
 
     backward: Backward
     adapter: str | None = None
-    loss_seq: int | None = None
 
 
 # -- the shared rules --------------------------------------------------------------------------
@@ -111,25 +117,20 @@ def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context, *, 
         plan = plan_for(held, ctx.backward, backward_done=done, promptly=promptly) if held is not None else Plan.DETACH
         graph_note = "; if it is only logged, compute it under torch.no_grad()" if f.cause is Cause.ACTIVATIONS else ""
         hint: str | None
-        if plan is Plan.RELEASE_AFTER_BACKWARD:
+        if held is not None and held.node:
+            hint = node_fix(f.path, f.grad_fn, store)
+        elif plan is Plan.RELEASE_AFTER_BACKWARD:
             hint = release_fix(f.path, store)
-        elif plan is Plan.DETACH_AFTER_LOSS and not _stored_after_loss(site, ctx.loss_seq):
+        elif plan is Plan.DETACH_AFTER_LOSS and not (site is not None and site.detach_safe):
             hint = after_loss_fix(f.path, store, graph_note)
         else:
             hint = fix_for(store, f.path, f.holder, f.cause, ctx.adapter)
             after = rewrite(store, f.path) if store is not None and site is not None else None
-            if after is not None and site is not None:
-                before = store.code if store is not None else ""
-                changes["edit"] = Edit(site.where.file, site.where.line, site.column, before, after)
+            if after is not None and site is not None and store is not None and not (held is not None and held.node):
+                changes["edit"] = Edit(site.where.file, site.where.line, site.column, store.code, with_comment(store.code, after))
         if hint:
             changes["hint"] = hint
     return dataclasses.replace(f, **changes) if changes else f
-
-
-def _stored_after_loss(site: Site | None, loss_seq: int | None) -> bool:
-    """Whether the holder was stored after the step's loss was computed (its sequence number then was
-    past the loss node's): a detached copy stored there cannot change the loss's gradient."""
-    return site is not None and site.seq is not None and loss_seq is not None and site.seq > loss_seq
 
 
 def _kind_hint(f: Finding, steps: frozenset[int], watched: int, latest: int) -> Finding:
@@ -152,7 +153,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     report("finding holders")
     first = experiment.step(source=options.source)
     obs = first.observation
-    ctx = Context(Backward.FRAMEWORK if spec.runs_backward else Backward.CALLER, spec.adapter, obs.loss_seq)
+    ctx = Context(Backward.FRAMEWORK if spec.runs_backward else Backward.CALLER, spec.adapter)
     warnings: list[str] = []
     held = list(obs.held)
     by_path = {h.path: h for h in held}
@@ -209,6 +210,13 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         wanted = [f.path for f in findings if f.severity is Severity.LEAK and f.path not in (UNKNOWN, CYCLE)]
         if wanted:
             sites = experiment.store_sites(wanted)
+            for path, site in list(sites.items()):
+                reference = by_path.get(path)
+                if reference is not None and reference.feeds_loss and not site.detach_safe:
+                    # Stored before the loss was computed: tell by a run whether a detached copy
+                    # stored there changes a gradient (the loss reads it back) or not.
+                    if experiment.detach_keeps_gradients(path):
+                        sites[path] = dataclasses.replace(site, detach_safe=True)
             findings = [
                 with_fix(f, by_path.get(f.path), sites.get(f.path), ctx) if f.path in sites else f for f in findings
             ]

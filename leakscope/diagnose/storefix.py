@@ -118,6 +118,8 @@ def _names_detached(code: str, names: tuple[str, ...]) -> str | None:
     """The line with each of ``names`` read as ``name.detach()`` where it is read (the right of an
     assignment, or a call's arguments), not where it is assigned; None when none is read there.
     A name already followed by ``.detach(``, ``.item(`` or ``.tolist(`` is left as it is."""
+    if re.search(r"\blambda\b", code):
+        return None  # a name a lambda closes over stays in its closure, attached, whatever its body does
     head, body = "", code
     m = _ASSIGNMENT.fullmatch(code)
     if m is not None and "(" not in m.group("lhs"):
@@ -219,6 +221,8 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
         return None
     code, at = _without_comment(store.code), store.where
     rewritten = rewrite(store, path)
+    if rewritten is None and store.op == "hook":
+        return None  # the hook's own wording stands (fixes._special_hint, fixes._hook_hint)
     if rewritten is None:
         stored = _stored_expr(code, store.op)
         inner = _inner_tensor(path, stored[0], store.op) if stored is not None else None
@@ -247,7 +251,7 @@ def rewrite(store: StoreSite, path: HolderPath) -> str | None:
     code = _without_comment(store.code)
     if store.op == "return" or not _complete(code):
         return None  # a return, or one line of a statement that goes on (``x = torch.cat([``)
-    if store.graph_names and store.op != "hook":
+    if store.graph_names:
         by_names = _names_detached(code, store.graph_names)
         if by_names is not None:
             return by_names
@@ -270,9 +274,16 @@ def rewrite(store: StoreSite, path: HolderPath) -> str | None:
             rewritten = _assignment_detached(code, False)
     elif store.op == "accumulate":
         rewritten = _assignment_detached(code, True)
-    if rewritten is None or _detaches_a_container(rewritten):
-        return None
+    if rewritten is None or _detaches_a_container(rewritten) or re.search(r"\blambda\b[^)]*\)\.detach\(\)", rewritten):
+        return None  # never .detach() a container, or a lambda
     return rewritten
+
+
+def with_comment(before: str, after: str) -> str:
+    """``after`` with the trailing comment ``before`` had, so an edit keeps it."""
+    code = _without_comment(before)
+    comment = before[len(code):]
+    return after + comment if comment.strip().startswith("#") else after
 
 
 def _spelled(path: HolderPath) -> bool:
@@ -300,14 +311,26 @@ def release_fix(path: HolderPath, store: StoreSite | None) -> str:
     )
 
 
+def node_fix(path: HolderPath, grad_fn: str, store: StoreSite | None) -> str:
+    """The fix for a holder of a graph node itself (``self.nodes.append(t.grad_fn)``, a
+    ``GradientEdge``): no detach on its line removes it, the node is what keeps the graph."""
+    where = f" (stored at {store.where}: {_without_comment(store.code)})" if store is not None else ""
+    return (
+        f"{path.code()} keeps a graph node of this step ({grad_fn}){where}, and a node keeps its whole graph:"
+        " keep what you need from it instead (its name(), a detached tensor), or drop it once the step is done"
+    )
+
+
 def after_loss_fix(path: HolderPath, store: StoreSite | None, graph_note: str = "") -> str:
     """The fix for a holder the step's loss is computed from: detach only once the loss is computed."""
     where = f" at {store.where} ({_without_comment(store.code)})" if store is not None else ""
     return (
         f"the step's loss is computed from {path.code()}: store a detached copy{where} only after the loss"
-        f" is computed ({path.code()} = {path.leaf_name()}.detach() after the loss line); detaching it"
+        f" is computed ({path.code()} = {path.code()}.detach() after the loss line); detaching it"
         f" before the loss would cut the gradient through it{graph_note}"
     )
 
 
-__all__ = ["StoreSite", "VERL_ADAPTER", "after_loss_fix", "fix_for", "release_fix", "rewrite"]
+__all__ = [
+    "StoreSite", "VERL_ADAPTER", "after_loss_fix", "fix_for", "node_fix", "release_fix", "rewrite", "with_comment",
+]

@@ -21,6 +21,7 @@ step costs milliseconds) and answers with plain data
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import TYPE_CHECKING, Any
 
 from leakscope.harness.observe import (
@@ -38,7 +39,7 @@ from leakscope.harness.trial import Trial, new_trial, record_step, run_trial
 from leakscope.holders import HolderPath
 from leakscope.options import CheckOptions, ModelSize
 from leakscope.phase import report
-from leakscope.probe.autograd import INSPECTION, UNTIL_GC, storage_key, storage_nbytes
+from leakscope.probe.autograd import INSPECTION, UNTIL_GC, sequence_nr, storage_key, storage_nbytes
 from leakscope.probe.liveness import settle
 from leakscope.probe.release import ReleaseFailed, release
 from leakscope.probe.walk import Hit
@@ -112,7 +113,7 @@ class Experiment:
             return observation(
                 held, latest=len(trial.steps.ranges) - 1, unexplained=alive if not found.holders else {},
                 alive=alive, nodes_by_step=nodes_by_step, graph_nodes=total, stats=found.stats,
-                cuda=self.options.device == "cuda", loss_seq=trial.loss_seq,
+                cuda=self.options.device == "cuda",
             )
         finally:
             found.clear()
@@ -339,13 +340,20 @@ class Experiment:
     # -- where a holder was stored --------------------------------------------------------
     def store_sites(self, paths: list[HolderPath]) -> dict[HolderPath, Stored]:
         """Re-run the step traced: the line that stored each holder (NOTE [Stored at])."""
-        from leakscope.harness.stored import trace_stores
-        from leakscope.probe.library import is_library_file
+        import dataclasses as dc
 
-        def is_user_file(file: str) -> bool:
-            return not is_library_file(file)
+        from leakscope.harness.stored import trace_stores
+        from leakscope.probe.library import is_user_file_of
 
         model, engine = build_subject(self.spec, self.options)
+        # An installed package's line is traced only when it defines the engine (a framework
+        # trainer a user subclasses); a library the engine calls (torchmetrics storing into its own
+        # cache) runs untraced, so the stored-at line is the user's line that called it.
+        owners = [sys.modules.get(k.__module__) for k in type(engine).__mro__] + list(self.spec.modules)
+
+        def is_user_file(file: str) -> bool:
+            return is_user_file_of(file, owners)
+
         roots = {"engine": engine, "module": model, "micro_batch": make_micro_batch(self.spec, self.options, 0)}
         del model, engine
         result: list[Any] = []
@@ -354,14 +362,43 @@ class Experiment:
             result.append(step_once(self.spec, roots["engine"], roots["micro_batch"], self.mode))
 
         try:
-            return trace_stores(paths, roots, is_user_file, run)
-        except Exception:
-            return {}  # the untraced verdict stands; stored-at is an extra
+            try:
+                sites = trace_stores(paths, roots, is_user_file, run)
+            except Exception:
+                return {}  # the untraced verdict stands; stored-at is an extra
+            loss_node = getattr(result[0][0], "grad_fn", None) if result else None
+            loss_seq = sequence_nr(loss_node) if loss_node is not None else None
+            del loss_node
+            # NOTE [Fixes that never break training]: stored after this run's loss was computed?
+            return {
+                path: dc.replace(site, detach_safe=True)
+                if site.seq is not None and loss_seq is not None and site.seq > loss_seq else site
+                if site.seq is not None and loss_seq is not None else site
+                for path, site in sites.items()
+            }
         finally:
             result.clear()
             if self.spec.close_engine is not None:  # end what the adapter started (a paused framework loop)
                 self.spec.close_engine(roots["engine"])
             roots.clear()
+
+    def detach_keeps_gradients(self, path: HolderPath) -> bool | None:
+        """Whether storing a detached copy where the step stores the holder at ``path`` leaves every
+        gradient of one train step as it was (NOTE [Fixes that never break training]): two runs,
+        the second replacing the store, as it is made, by a detached copy. None: not told (not a
+        train step, the store could not be replaced, or the step cannot be compared)."""
+        from leakscope.errors import LeakscopeError
+        from leakscope.harness.proof import capture, compare
+
+        if self.mode is not Mode.TRAIN:
+            return None
+        try:
+            before = capture(self.spec, self.options)
+            after = capture(self.spec, self.options, detach_stores=[path])
+        except LeakscopeError:
+            return None
+        check = compare(before, after)
+        return None if check.error is not None else check.equal
 
     # -- at other sizes (the projection) ---------------------------------------------------
     def at_size(self, size: ModelSize, micro_batches: int) -> Experiment:

@@ -78,6 +78,9 @@ class Held:
     leaf: bool = False
     #: held through a container that accumulates (a list, deque or set entry, a step-keyed mapping)
     accumulating: bool = False
+    #: the reference is to a graph node (``loss.grad_fn``, a ``GradientEdge``'s node), not a tensor:
+    #: no ``.detach()`` of anything on its line removes it
+    node: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,8 +103,6 @@ class Observation:
     #: what one graph node costs here, and how that was found (NOTE [What a node costs])
     node_bytes: int = 0
     node_cost_note: str = ""
-    #: the sequence number of the step's loss (a check's single step), for NOTE [Fixes that never break training]
-    loss_seq: int | None = None
     walk_errors: int = 0
     first_walk_error: str | None = None
     truncated: bool = False
@@ -282,6 +283,7 @@ def describe(
         feeds_loss=node is not None and node_key(node) in loss_nodes,
         leaf=node is None,
         accumulating=_through_accumulator(hit.link),
+        node=kinds().is_node(obj),
     )
 
 
@@ -394,7 +396,7 @@ def _loop_local(hit: Hit, loop_roots: frozenset[str]) -> bool:
 def observation(
     held: list[Held], *, latest: int, unexplained: Mapping[str, int] | None = None,
     alive: Mapping[str, int] | None = None, nodes_by_step: tuple[int, ...] = (), graph_nodes: int = 0,
-    held_nodes: int | None = None, stats: WalkStats | None = None, cuda: bool = False, loss_seq: int | None = None,
+    held_nodes: int | None = None, stats: WalkStats | None = None, cuda: bool = False,
 ) -> Observation:
     """An :class:`Observation`, with the node cost (when a graph is held) and the CUDA figure filled in."""
     if held_nodes is None:
@@ -402,7 +404,7 @@ def observation(
     cost = node_cost() if held or held_nodes else None
     return Observation(
         held=tuple(held), latest=latest, unexplained=dict(unexplained or {}), alive=dict(alive or {}),
-        nodes_by_step=nodes_by_step, graph_nodes=graph_nodes, held_nodes=held_nodes, loss_seq=loss_seq,
+        nodes_by_step=nodes_by_step, graph_nodes=graph_nodes, held_nodes=held_nodes,
         node_bytes=cost.bytes_per_node if cost else 0,
         node_cost_note=cost.describe() if cost else "", walk_errors=stats.errors if stats else 0,
         first_walk_error=stats.first_error if stats else None, truncated=stats.truncated if stats else False,

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leakscope.errors import LeakscopeError, TargetError
+from leakscope.errors import EngineError, LeakscopeError, TargetError
 from leakscope.harness.protocol import EngineSpec
 from leakscope.options import CheckOptions
 from leakscope.results import Mode
@@ -264,9 +264,13 @@ def _parameters(model: Any, engine: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def capture(spec: EngineSpec, options: CheckOptions) -> StepTensors:
+def capture(spec: EngineSpec, options: CheckOptions, *, detach_stores: Sequence[Any] = ()) -> StepTensors:
     """Run one train step on a fresh tiny model (seed 0, micro-batch 0) and keep every parameter's
-    gradient and value; raises :class:`~leakscope.errors.LeakscopeError` when the step fails."""
+    gradient and value; raises :class:`~leakscope.errors.LeakscopeError` when the step fails.
+
+    ``detach_stores``: holder paths whose store the step's own code makes is replaced, as it is
+    made, by a detached copy (the fix "store a detached copy there", tried without editing a file).
+    """
     import torch
 
     from leakscope.harness.distributed import process_group
@@ -280,7 +284,22 @@ def capture(spec: EngineSpec, options: CheckOptions) -> StepTensors:
         try:
             micro_batch = make_micro_batch(spec, options, 0)
             initial = {id(p): p.detach().clone() for _, p in _parameters(model, engine)}
-            step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
+            if detach_stores:
+                from leakscope.harness.stored import StoreTracer
+                from leakscope.probe.library import is_library_file
+
+                roots = {"engine": engine, "module": model, "micro_batch": micro_batch}
+                tracer = StoreTracer(list(detach_stores), roots, lambda f: not is_library_file(f), detach=True)
+                tracer.install()
+                try:
+                    step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
+                finally:
+                    tracer.remove()
+                    roots.clear()
+                if not tracer.detached:
+                    raise EngineError("the store could not be replaced by a detached copy")
+            else:
+                step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
             tensors: dict[str, Any] = {}
             with_grad = 0  # tensors that tell something: a gradient, or a value the step's update moved
             for name, p in _parameters(model, engine):

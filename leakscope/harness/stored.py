@@ -200,6 +200,9 @@ class Stored:
     seq: int | None = None
     #: the 1-based column where ``code`` starts on its line (its indentation + 1)
     column: int = 1
+    #: a detached copy stored there cannot change a gradient: it was stored after the step's loss
+    #: was computed, or a run that stored it detached gave the same gradients; None: not known
+    detach_safe: bool | None = None
 
 
 @dataclasses.dataclass
@@ -259,6 +262,43 @@ def _sequence_now() -> int | None:
         return None
 
 
+def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
+    """Put a detached copy where the path's newest entry holds a tensor (the experiment of NOTE
+    [Fixes that never break training]: does storing a detached copy change a gradient?). Only a
+    trial's own objects are ever changed; False when the slot cannot be set."""
+    import torch
+
+    segments = tuple(Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments)
+    if not segments:
+        return False
+    parent_of = resolver(HolderPath(path.root, segments[:-1], path.kind), roots)
+    if parent_of is None:
+        return False
+    parent, last = parent_of(), segments[-1]
+    value = _step(parent, last) if parent is not _MISSING else _MISSING
+    if not isinstance(value, torch.Tensor) or value.grad_fn is None:
+        return False
+    detached = value.detach()
+    try:
+        if last.kind is SegmentKind.INDEX and isinstance(parent, list):
+            parent[int(last.name)] = detached
+        elif last.kind is SegmentKind.KEY and isinstance(parent, dict):
+            key = _key(last)
+            if key is _MISSING:
+                return False
+            parent[key] = detached
+        elif last.kind in (SegmentKind.KEY, SegmentKind.ATTR) and isinstance(last.name, str):
+            instance = object.__getattribute__(parent, "__dict__")
+            if not isinstance(instance, dict) or last.name not in instance:
+                return False
+            instance[last.name] = detached
+        else:
+            return False
+    except Exception:
+        return False
+    return True
+
+
 def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
     """A resolver of ``path`` with every list index at the list's end: what an append just stored."""
     segments = tuple(Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments)
@@ -295,11 +335,16 @@ class StoreTracer:
 
     def __init__(
         self, paths: Sequence[HolderPath], roots: dict[str, Any], is_user_file: Callable[[str], bool],
-        *, growth: bool = False,
+        *, growth: bool = False, detach: bool = False,
     ) -> None:
         from leakscope.harness.source import display_path
 
         self._display = display_path
+        #: put a detached copy in place of each store it sees (a trial's own objects only)
+        self.detach = detach
+        self._roots = roots if detach else {}
+        #: the paths whose store was replaced by a detached copy
+        self.detached: list[HolderPath] = []
         self.watches = []
         for path in paths:
             signature = None if path.root == "output" else _signature(path, roots, growth)
@@ -332,6 +377,9 @@ class StoreTracer:
                 w.backward_done = _backward_done(stored) if stored is not _MISSING else None
                 w.graph_names = _graph_names(self.last_frame, where.line)
                 w.seq = _sequence_now()
+                if self.detach and _detach_newest(w.path, self._roots):
+                    self.detached.append(w.path)
+                    now = w.signature()
             del stored
             w.last = now
 

@@ -21,7 +21,7 @@ from leakscope.harness.protocol import EngineSpec, build_engine
 from leakscope.harness.run import build_subject, make_micro_batch, step_once
 from leakscope.options import CheckOptions
 from leakscope.phase import report
-from leakscope.probe.autograd import sequence_nr, storage_key
+from leakscope.probe.autograd import storage_key
 from leakscope.probe.liveness import Evidence, collect_evidence
 from leakscope.probe.steps import StepGraphs
 from leakscope.probe.walk import Root, walk
@@ -47,9 +47,8 @@ class Trial:
     #: ``modules`` plus the project modules they import, whose globals are walked too
     walked_modules: tuple[types.ModuleType, ...]
     param_storages: set[tuple[str, int]] = dataclasses.field(default_factory=set)
-    #: identities of the nodes of the (single) step's loss graph, and the loss's sequence number
+    #: identities of the nodes of the (single) step's loss graph
     loss_nodes: frozenset[int] = frozenset()
-    loss_seq: int | None = None
 
     @property
     def excluded_storages(self) -> set[tuple[str, int]]:
@@ -286,7 +285,6 @@ def record_step(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> i
     index = trial.steps.end(roots)
     if index == 0:
         trial.loss_nodes = loss_graph(loss_node, trial.steps)
-        trial.loss_seq = sequence_nr(loss_node) if loss_node is not None else None
     found = trial.collect(options)
     roots.extend(found.nodes())
     found.clear()

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import sys
 import threading
 import time
@@ -417,7 +416,7 @@ class Observer:
     ) -> None:
         """Trace the job until the next look, for the leaks whose stored-at line is not known yet."""
         from leakscope.harness.stored import StoreTracer
-        from leakscope.probe.library import is_library_file
+        from leakscope.probe.library import is_installed_file, is_library_file
 
         wanted = [
             f for found in findings.values() for f in found
@@ -435,7 +434,7 @@ class Observer:
             if is_library_file(file):
                 return False
             resolved = os.path.realpath(file)
-            return not _INSTALLED.search(resolved) or resolved in owners
+            return not is_installed_file(resolved) or resolved in owners
 
         try:
             self.tracer = StoreTracer([f.path for f in wanted], roots, is_user_file, growth=True)
@@ -579,8 +578,6 @@ def _locals_of(frame: types.FrameType) -> dict[str, Any]:
     return out
 
 
-#: an installed package's file: traced only when it owns a holder (:func:`_owner_files`)
-_INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
 
 
 def _owner_files(findings: Sequence[Finding], frames: Sequence[types.FrameType], args: tuple[Any, ...]) -> set[str]:

@@ -19,8 +19,11 @@ Matching is by the whole first component of a module name: a user module
 from __future__ import annotations
 
 import os
+import re
 import sysconfig
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 #: Top-level packages whose objects are library machinery, not engine state.
 LIBRARY_PACKAGES = frozenset({
@@ -72,6 +75,32 @@ def is_state_module(name: str) -> bool:
     if top in _STATELESS_PACKAGES or top in sys.stdlib_module_names or top.startswith("_"):
         return False
     return True
+
+
+#: an installed package's file (site-packages or dist-packages)
+_INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
+
+
+def is_installed_file(filename: str) -> bool:
+    """A file of an installed package (not the user's project, not the standard library)."""
+    try:
+        resolved = os.path.realpath(filename)
+    except OSError:
+        resolved = filename
+    return bool(_INSTALLED.search(resolved))
+
+
+def is_user_file_of(filename: str, owners: Iterable[Any]) -> bool:
+    """Whether a line of ``filename`` can be the one to change for a holder of ``owners`` (modules,
+    or None): never a library's; an installed package's only when it is one of the owners' files
+    (a framework trainer the user subclasses), else the user's own code."""
+    if is_library_file(filename):
+        return False
+    if not is_installed_file(filename):
+        return True
+    resolved = os.path.realpath(filename)
+    files = {os.path.realpath(f) for f in (getattr(m, "__file__", None) for m in owners) if isinstance(f, str)}
+    return resolved in files
 
 
 def is_library_type(tp: type) -> bool:
@@ -132,7 +161,9 @@ def is_library_file(filename: str) -> bool:
 
 __all__ = [
     "LIBRARY_PACKAGES",
+    "is_installed_file",
     "is_state_module",
+    "is_user_file_of",
     "TORCH_USER_PACKAGES",
     "is_interpreter_internal",
     "is_leakscope_machinery",
