@@ -161,9 +161,12 @@ def test_the_jobs_own_failure_is_reported_with_what_was_watched() -> None:
         # --timeout wakes a job blocked in time.sleep (a real SIGINT to the main thread) ...
         # (60 s: the clock counts from the launch, and the two steps, about 5 s on an idle machine, must fit
         # on a loaded two-core CI machine)
-        (["--timeout", "60"], ["--hang"], "the job ran past --timeout 60s and was interrupted; the report covers"),
+        # The message names the phase the job was in.
+        (["--timeout", "60"], ["--hang"],
+         "the job ran past --timeout 60s while running the job after watched call #1 and was interrupted; the report covers"),
         # ... and reports without it when the job ignores SIGINT (NOTE [A job past its timeout]).
-        (["--timeout", "60"], ["--hang", "--ignore-sigint"], "the job ran past --timeout 60s and did not stop"),
+        (["--timeout", "60"], ["--hang", "--ignore-sigint"],
+         "the job ran past --timeout 60s while running the job after watched call #1 and did not stop"),
     ],
 )
 def test_a_job_that_exits_is_interrupted_or_hangs_is_reported_with_its_holders(

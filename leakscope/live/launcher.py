@@ -14,6 +14,7 @@ import traceback
 import types
 from collections.abc import Sequence
 
+from leakscope import phase
 from leakscope.errors import UsageError
 
 
@@ -39,6 +40,7 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
 
     from leakscope.live.observer import WatchStop
 
+    phase.report("importing the job")
     saved_path = list(sys.path)
     if as_module:
         if os.getcwd() not in sys.path:
@@ -75,6 +77,7 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
     sys.argv = [file if not as_module else (file or target), *argv]
     sys.path.insert(0, path0)
     outcome = Outcome(module=module)
+    phase.report("running the job before its first watched call")
     try:
         exec(code, module.__dict__)
     except WatchStop:

@@ -74,6 +74,7 @@ from typing import Any
 
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
 from leakscope.live.methods import MethodSpec, engine_of
+from leakscope.phase import report as report_phase
 from leakscope.results import Finding, Growth, Mode, TargetResult, Verdict
 
 
@@ -215,6 +216,7 @@ class Observer:
 
         from leakscope.harness.trial import next_sequence_nr
 
+        report_phase(f"in watched call #{len(self.calls)}")
         mode = Mode.TRAIN if torch.is_grad_enabled() else Mode.FORWARD_ONLY
         record = self.options.source and self.anomaly_next
         self.anomaly_next = False
@@ -266,6 +268,7 @@ class Observer:
         from leakscope.probe.liveness import alive_bytes, settle
         from leakscope.probe.walk import WalkStats, walk
 
+        report_phase("looking for held graphs " + ("for the last time" if final else f"before watched call #{len(self.calls)}"))
         self._stop_tracing()
         settle()
         roots = self._roots(frame, args, extra_modules, extra_frames)
