@@ -171,10 +171,11 @@ def _job_report(
     code = returncode if returncode >= 0 else 128 - returncode
     if partial is not None and state.get("complete") and returncode == 0:
         return partial, label, 0, False  # the watch was done; then the job ended the process itself
+    covers = "; the report covers the looks before" if partial is not None else ""
     if killed:
         error = (
             f"the job ran past --timeout {timeout:g}s while {phase} and did not stop when interrupted, nor "
-            f"{STUCK_GRACE_S + KILL_GRACE_S:g}s later: its process was killed; the report covers the looks before"
+            f"{STUCK_GRACE_S + KILL_GRACE_S:g}s later: its process was killed{covers}"
         )
     elif returncode < 0:
         name = _signal_name(-returncode)
@@ -182,11 +183,11 @@ def _job_report(
             "a crash in native code (an extension or torch; its Python stack is on stderr)"
             if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT") else "a signal from outside (out of memory?)"
         )
-        error = f"the job's process died of {name} while {phase}: {cause}; the report covers the looks before"
+        error = f"the job's process died of {name} while {phase}: {cause}{covers}"
     else:
         error = (
             f"the job's process ended with exit status {returncode} while {phase}, before leakscope wrote its report "
-            f"(os._exit({returncode}), or an exit from C); the report covers the looks before"
+            f"(os._exit({returncode}), or an exit from C){covers}"
         )
     results = (*(partial.results if partial is not None else ()),
                TargetResult(target=target, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=error))

@@ -115,7 +115,7 @@ class Progress:
         self.phase = "starting"
         self.begun = begun
         self.ended = False
-        self._looks = 0
+        self._seen = (0, 0)
         self._report: Any = None
         self._complete = False
         self._lock = threading.Lock()
@@ -153,10 +153,11 @@ class Progress:
         from leakscope.serialize import to_data
 
         with self._lock:
-            looks = len(self.watch.observer.looks)
-            if not self._complete and looks != self._looks:
-                self._looks = looks
-                self._report = to_data(self.watch.partial_report()) if looks else None
+            observer = self.watch.observer
+            seen = (len(observer.looks), len(observer.calls))
+            if not self._complete and seen != self._seen:
+                self._seen = seen
+                self._report = to_data(self.watch.partial_report()) if seen[0] else None
             state = {"label": self.label or process_label(), "phase": self.phase, "report": self._report,
                      "complete": self._complete}
             write_json(self.path, state)
