@@ -66,10 +66,11 @@ def watch_job(
     import tempfile
 
     from leakscope.harness.distributed import launcher_env
+    from leakscope.live.launcher import require_script
 
     options.specs()  # usage errors raise here, before the job starts
-    if not as_module and not os.path.isfile(target):
-        raise UsageError(f"no such script: {target}; give the path of the training script to run")
+    if not as_module:
+        require_script(target)
     ranks = launcher_env()
     exchange = None
     if ranks is not None and ranks[1] > 1:
@@ -83,6 +84,10 @@ def watch_job(
                     target, argv, options, as_module, timeout, directory, exchange.job_env() if exchange else {},
                     stopping,
                 )
+        except LeakscopeError as exc:
+            if exchange is not None:
+                exchange.abort(target, exc.message)
+            raise
         except BaseException:
             if exchange is not None:
                 exchange.close()

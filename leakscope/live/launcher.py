@@ -56,8 +56,7 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
         file = spec.origin
         path0 = os.getcwd()
     else:
-        if not os.path.isfile(target):
-            raise UsageError(f"no such script: {target}; give the path of the training script to run")
+        require_script(target)
         with open(target, "rb") as f:
             source = f.read()
         try:
@@ -114,6 +113,12 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
     return outcome
 
 
+def require_script(target: str) -> None:
+    """Raise the usage error for a script path that is not a file."""
+    if not os.path.isfile(target):
+        raise UsageError(f"no such script: {target}; give the path of the training script to run")
+
+
 def _keep_frames(outcome: Outcome, exc: BaseException) -> None:
     """The frames the job was in when it raised, exited or was interrupted (innermost first): the
     loop's locals are still alive there, and the look at the end searches them."""
@@ -123,4 +128,4 @@ def _keep_frames(outcome: Outcome, exc: BaseException) -> None:
         tb = tb.tb_next
 
 
-__all__ = ["Outcome", "run"]
+__all__ = ["Outcome", "require_script", "run"]

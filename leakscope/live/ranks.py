@@ -64,12 +64,12 @@ def rank_wait_s() -> float:
 class RankExchange:
     """One rank's end of the launch's store (NOTE [One launch's store])."""
 
-    def __init__(self, store: Any, rank: int, world: int, hosted: bool) -> None:
+    def __init__(self, store: Any, rank: int, world: int, agent: bool) -> None:
         self.store = store
         self.rank = rank
         self.world = world
-        #: True when this process hosts the store (rank 0 without an agent store)
-        self.hosted = hosted
+        #: True when torchrun's agent hosts the store; False when rank 0's leakscope watch does
+        self.agent = agent
         self.started = time.monotonic()
         self.prefix = (
             f"leakscope/watch/{os.environ.get('TORCHELASTIC_RUN_ID') or 'none'}/"
@@ -103,14 +103,14 @@ class RankExchange:
                 f"rank {rank} of {world}: cannot {what} the launch's store at {host}:{port}: "
                 f"{type(exc).__name__}: {exc}; is another job using MASTER_PORT {port}?"
             ) from None
-        exchange = cls(store, rank, world, hosted)
+        exchange = cls(store, rank, world, agent)
         exchange._set("started", str(os.getpid()))
         exchange._beat.start()
         return exchange
 
     def job_env(self) -> dict[str, str]:
-        """What the job's process needs in its environment: to join the store this process hosts."""
-        return {"TORCHELASTIC_USE_AGENT_STORE": "True"} if self.hosted else {}
+        """What the job's process needs in its environment: to join the store rank 0's leakscope watch hosts."""
+        return {} if self.agent else {"TORCHELASTIC_USE_AGENT_STORE": "True"}
 
     # -- the store ---------------------------------------------------------------------
     def _key(self, name: str, rank: int | None = None) -> str:
@@ -143,6 +143,27 @@ class RankExchange:
 
     def close(self) -> None:
         self._beating.set()
+
+    def abort(self, job: str, message: str) -> None:
+        """This rank could not run its job (a usage or target error): tell the other end at once."""
+        from leakscope.live.processes import process_label
+
+        if self.rank == 0:
+            try:
+                self._set("done", "1")
+            except Exception:
+                pass
+            self.close()
+            return
+        import platform
+
+        from leakscope import __version__
+
+        report = Report(
+            results=(TargetResult(target=job, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=message),),
+            leakscope_version=__version__, torch_version="", python_version=platform.python_version(),
+        )
+        self.send(process_label(), report, lambda: True)
 
     # -- the reports -------------------------------------------------------------------
     def send(self, label: str, report: Report, stopping: Callable[[], bool]) -> None:
