@@ -98,9 +98,8 @@ def _output(done: JobResult, fmt: FormatChoice, output: Path | None, debug: bool
 
     report = done.report
     if not done.reporting:
-        # A torchrun rank other than 0: rank 0 reports (and exits with) the merged verdict. This
-        # rank exits with its job's own code, so that a leak it found does not make torchrun stop
-        # rank 0 before it has printed the report.
+        # A torchrun rank other than 0: rank 0 reports (and exits with) the merged verdict, and this
+        # rank has waited until it printed (NOTE [One launch's store]); it exits with its job's own code.
         return int(done.job_exit_code)
     for result in report.results:
         if result.verdict.value == "error" and result.error:
