@@ -79,7 +79,8 @@ def watch_job(
         exchange = RankExchange.join(*ranks)  # before the job: rank 0 may host the store its env:// joins
     with _Stopping() as stopping:
         try:
-            with tempfile.TemporaryDirectory(prefix="leakscope-watch-") as directory:
+            # A process of the job still writing into it must not turn its removal into an error.
+            with tempfile.TemporaryDirectory(prefix="leakscope-watch-", ignore_cleanup_errors=True) as directory:
                 report, label, code = _supervise(
                     target, argv, options, as_module, timeout, directory, exchange.job_env() if exchange else {},
                     stopping,
@@ -168,7 +169,8 @@ def _job_report(
     returncode = job.returncode if job.returncode is not None else -signal.SIGKILL
     report = report_of(result)
     if result is not None and report is not None:
-        return report, str(result.get("label", "")), int(result.get("job_exit_code", 0)), bool(result.get("stopped"))
+        code = result.get("job_exit_code")
+        return report, str(result.get("label", "")), code if isinstance(code, int) else 1, result.get("stopped") is True
     state = read_json(Path(directory, f"state-{job.pid}.json")) or {}
     partial = report_of(state)
     phase = str(state.get("phase") or "starting")
