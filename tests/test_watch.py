@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -431,6 +432,7 @@ def test_library_api_leaves_nothing_behind() -> None:
 
     original = metric_engine.Trainer.train_step
     meta_path, trace, profile = list(sys.meta_path), sys.gettrace(), sys.getprofile()
+    excepthook = threading.excepthook
     frozen = gc.get_freeze_count()
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     trainer = metric_engine.Trainer(model)
@@ -457,6 +459,7 @@ def test_library_api_leaves_nothing_behind() -> None:
     # Restored: the original function object, no import hook, no tracer.
     assert metric_engine.Trainer.train_step is original
     assert sys.meta_path == meta_path and sys.gettrace() is trace and sys.getprofile() is profile
+    assert threading.excepthook is excepthook  # NOTE [Threads calling the step]: quiet only while watching
     assert gc.get_freeze_count() == frozen  # the heap frozen while watching is unfrozen
     # No reference from leakscope to the job's objects: drop the job's own, and they die.
     kept = metric_engine.METRICS[0]
