@@ -38,7 +38,8 @@ def check(
     if options.isolate:
         from leakscope.runner.isolation import check_isolated
 
-        return check_isolated(targets, options, on_result=on_result)  # the child resolves the device
+        # the child resolves the device
+        return _with_snippets(check_isolated(targets, options, on_result=on_result), targets)
     import torch
 
     from leakscope.harness.distributed import gather_report, session
@@ -56,12 +57,24 @@ def check(
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
-        return gather_report(Report(
+        return _with_snippets(gather_report(Report(
             results=tuple(results),
             leakscope_version=__version__,
             torch_version=str(torch.__version__),
             python_version=platform.python_version(),
-        ))
+        )), targets)
+
+
+def _with_snippets(report: Report, targets: Sequence[Any]) -> Report:
+    """The report with its source lines, read from the project and the targets' directories only
+    (NOTE [Snippets read only the checked project]): renderers never read a file."""
+    from pathlib import Path
+
+    from leakscope.harness.target import target_directory
+    from leakscope.snippets import capture
+
+    roots = [Path.cwd(), *filter(None, (target_directory(t) for t in targets))]
+    return capture(report, roots)
 
 
 __all__ = ["check"]

@@ -81,6 +81,38 @@ class Source:
 
 
 @dataclasses.dataclass(frozen=True)
+class Edit:
+    """A one-line change to the user's code that stops a holder keeping the graph (``leakscope fix``).
+
+    ``before`` and ``after`` are the line's text without its indentation, which starts at
+    ``column`` (1-based). Derived from the stored-at line (NOTE [The names a fix detaches]);
+    offered only where the plan cannot change a gradient (NOTE [Fixes that never break training]).
+    """
+
+    file: str
+    line: int
+    column: int
+    before: str
+    after: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Snippet:
+    """Lines of a user file around one :class:`Source`, read when the check ran (``leakscope.snippets``).
+
+    Reports carry their snippets, so rendering one (``leakscope render``) reads no file.
+    """
+
+    #: ``Source.file`` of the line it shows
+    file: str
+    #: the line it is about (``Source.line``)
+    line: int
+    #: the number of ``lines[0]``
+    first_line: int
+    lines: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Finding:
     """One reference that keeps (part of) this step's autograd graph alive.
 
@@ -106,7 +138,7 @@ class Finding:
     #: "leak" fails the gate, "warning" does not (see ``--fail-on``)
     severity: str = "leak"
     allowed_reason: str | None = None
-    #: the graph it keeps, bounded (``explain.FINDING_GRAPH_NODES``); None for a held leaf or unknown holder
+    #: the graph it keeps, bounded (``probe.view.FINDING_GRAPH_NODES``); None for a held leaf or unknown holder
     graph: GraphView | None = None
     #: "growing" or "bounded" (NOTE [Leak kinds] in leakscope/diagnose/kinds.py); None without a growth run
     kind: str | None = None
@@ -116,6 +148,13 @@ class Finding:
     store_op: str | None = None
     #: when ``source`` is a shared helper or a ``super()`` call: the engine-side calls that led to it, innermost first
     called_from: tuple[Source, ...] = ()
+    #: what one graph node was counted at in ``retained_bytes`` (``"746 B per graph node (measured)"``;
+    #: NOTE [What a node costs]); None when no node was counted
+    node_cost: str | None = None
+    #: the one-line change that fixes it, when one can be derived and cannot change a gradient
+    edit: Edit | None = None
+    #: the lines around ``source`` and ``stored_at``, captured when the check ran (``leakscope.snippets``)
+    snippets: tuple[Snippet, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

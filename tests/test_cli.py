@@ -98,3 +98,26 @@ def test_python_dash_m_runs_the_cli() -> None:
     out = subprocess.run([sys.executable, "-m", "leakscope", "--version"], capture_output=True, text=True)
     assert out.returncode == 0
     assert out.stdout.strip() == f"leakscope {__version__}"
+
+
+def test_fail_on_warning_the_verdict_line_footer_and_exit_code_agree() -> None:
+    """A cycle freed only by the GC is a warning: it fails --fail-on warning, and every line says so."""
+    strict = runner.invoke(app, ["check", "fixtures.cycle_until_gc:Engine", "--mode", "train", "--fail-on", "warning"])
+    assert strict.exit_code == 1, strict.output
+    assert "fixtures.cycle_until_gc:Engine [train] WARNING  1 warning (fails --fail-on warning)" in strict.stdout
+    assert strict.stdout.rstrip().endswith("0 leak, 1 warning, 0 clean, 0 error (exit 1)")
+    lenient = runner.invoke(app, ["check", "fixtures.cycle_until_gc:Engine", "--mode", "train"])
+    assert lenient.exit_code == 0
+    assert "fixtures.cycle_until_gc:Engine [train] CLEAN" in lenient.stdout
+    assert lenient.stdout.rstrip().endswith("0 leak, 1 clean, 0 error (exit 0)")
+
+
+def test_debug_writes_the_traceback_to_stderr_never_into_the_report() -> None:
+    args = ["check", "fixtures/bad/step_raises.py:Engine", "--no-isolate", "--mode", "train"]
+    debug = runner.invoke(app, [*args, "--debug"])
+    assert debug.exit_code == 3
+    assert "Traceback (most recent call last)" in debug.stderr
+    assert "Traceback" not in debug.stdout
+    plain = runner.invoke(app, args)
+    assert plain.stdout == debug.stdout  # the report is the same with or without --debug
+    assert "Traceback" not in plain.stderr

@@ -10,11 +10,12 @@ from typer.testing import CliRunner
 
 import leakscope
 from leakscope.cli import app
-from leakscope.diagnose.explain import build_view
 from leakscope.diagnose.projection import evaluate, parse_at, parse_bytes
 from leakscope.errors import UsageError
 from leakscope.harness.source import is_internal
 from leakscope.options import CheckOptions
+from leakscope.probe.cost import node_cost
+from leakscope.probe.view import build_view
 from leakscope.render.dot import render as render_dot
 from leakscope.render.tree import render as render_tree
 from leakscope.results import Mode
@@ -34,7 +35,11 @@ def test_cause_classes_on_their_fixtures() -> None:
     assert verl["output.model_output.entropy"].cause == "activations"  # type: ignore[attr-defined]
     assert _findings("fixtures.ctx_function:Engine")["output.scaled"].cause == "ctx"  # type: ignore[attr-defined]
     nodes = _findings("fixtures.nodes_only:Engine")["engine.scaled[0]"]
-    assert nodes.cause == "nodes-only" and nodes.retained_bytes == 0 and nodes.graph_nodes > 0  # type: ignore[attr-defined]
+    assert nodes.cause == "nodes-only" and nodes.graph_nodes > 0  # type: ignore[attr-defined]
+    # NOTE [One accounting]: a graph backward has freed is its nodes, never "0 B".
+    per_node = node_cost().bytes_per_node
+    assert nodes.retained_bytes == nodes.graph_nodes * per_node > 0  # type: ignore[attr-defined]
+    assert nodes.bytes_by_cause == {"nodes-only": nodes.retained_bytes}  # type: ignore[attr-defined]
     cycle = _findings("fixtures.cycle_until_gc:Engine")["<reference cycle>"]
     assert cycle.cause == "until-gc" and cycle.severity == "warning" and cycle.retained_bytes > 0  # type: ignore[attr-defined]
 
@@ -42,8 +47,11 @@ def test_cause_classes_on_their_fixtures() -> None:
 def test_bytes_by_cause_add_up_and_exclude_parameters() -> None:
     f = _findings("fixtures.verl_bug:Engine")["output.model_output.entropy"]
     assert sum(f.bytes_by_cause.values()) == f.retained_bytes  # type: ignore[attr-defined]
-    # leaf + grad: 2 x [B=2, S=8, H=32] fp32; side branch: 2 x [2, 8, V=64] fp32.
-    assert f.bytes_by_cause == {"activations": 2 * 2 * 8 * 64 * 4, "leaf+grad": 2 * 2 * 8 * 32 * 4}  # type: ignore[attr-defined]
+    # leaf + grad: 2 x [B=2, S=8, H=32] fp32; side branch: 2 x [2, 8, V=64] fp32; the graph's nodes.
+    nodes = f.graph_nodes * node_cost().bytes_per_node  # type: ignore[attr-defined]
+    assert f.bytes_by_cause == {  # type: ignore[attr-defined]
+        "activations": 2 * 2 * 8 * 64 * 4, "leaf+grad": 2 * 2 * 8 * 32 * 4, "nodes-only": nodes,
+    }
 
 
 def test_source_points_at_the_engine_line() -> None:

@@ -77,13 +77,13 @@ def test_ctx_attributes_of_a_custom_function() -> None:
     assert not any(slot == "ctx.scale" for _, _, slot in groups)
 
 
-def test_after_seq_stops_at_older_graphs() -> None:
+def test_a_stop_predicate_leaves_older_graphs_out() -> None:
     old = torch.ones(2, requires_grad=True).exp()  # built before the "step"
     seq = int(old.grad_fn._sequence_nr())
     new = (old * 5).sin()
     _, everything = _groups([new.grad_fn])
     assert (ACTIVATIONS, "ExpBackward0", "result") in everything
-    _, this_step = _groups([new.grad_fn], after_seq=seq)
+    _, this_step = _groups([new.grad_fn], stop=lambda node: int(node._sequence_nr()) <= seq)
     assert (ACTIVATIONS, "SinBackward0", "self") in this_step
     assert (ACTIVATIONS, "ExpBackward0", "result") not in this_step
     assert not any(cause == LEAF_GRAD for cause, _, _ in this_step)  # behind the older graph

@@ -28,6 +28,7 @@ from leakscope.render import render
 from leakscope.render.html import graph_svg
 from leakscope.render.json_report import load
 from leakscope.results import Finding, Holder, Mode, Report, Source, TargetResult, Verdict
+from leakscope.snippets import capture
 from tests.conftest import ROOT, holder_path
 
 runner = CliRunner()
@@ -114,25 +115,25 @@ def _esc(text: str) -> str:
     return html.escape(text, quote=True)
 
 
-def test_a_missing_source_file_is_said_not_fatal(report: Report) -> None:
+def test_a_line_not_captured_is_said_not_fatal(report: Report) -> None:
     train = report.results[0]
-    gone = dataclasses.replace(train.findings[0], source=Source("no/such/file.py", 3, "forward_step"))
+    gone = dataclasses.replace(train.findings[0], source=Source("no/such/file.py", 3, "forward_step"), snippets=())
     page = render(dataclasses.replace(report, results=(dataclasses.replace(train, findings=(gone,)),)), "html")
-    assert "source not shown: file not found (no/such/file.py)" in page
+    assert "source not shown: not captured when the check ran" in page and "(no/such/file.py)" in page
 
 
-@pytest.mark.skipif("stored_at" not in {f.name for f in dataclasses.fields(Finding)}, reason="no stored_at yet")
 def test_stored_at_gets_its_own_snippet(report: Report) -> None:
     train = report.results[0]
-    stored = dataclasses.replace(train.findings[0], stored_at=Source("fixtures/verl_bug.py", 29, "forward_step"))  # type: ignore[call-arg]
-    page = render(dataclasses.replace(report, results=(dataclasses.replace(train, findings=(stored,)),)), "html")
+    stored = dataclasses.replace(train.findings[0], stored_at=Source("fixtures/verl_bug.py", 29, "forward_step"))
+    changed = dataclasses.replace(report, results=(dataclasses.replace(train, findings=(stored,)),))
+    page = render(capture(changed, [ROOT]), "html")  # as leakscope.check does when it finishes
     assert "stored at" in page and '<span class="hl"><span class="ln">29</span>' in page
 
 
 def test_a_huge_graph_is_bounded_and_says_what_it_left_out() -> None:
     import torch
 
-    from leakscope.diagnose.explain import FINDING_GRAPH_NODES, view_of
+    from leakscope.probe.view import FINDING_GRAPH_NODES, view_of
 
     x = torch.randn(4, requires_grad=True)
     y = x
@@ -276,3 +277,38 @@ def test_page_in_headless_chromium_light_and_dark(tmp_path: Path) -> None:
         shots[scheme] = _first_pixel(shot.read_bytes())
     assert shots["light"] == (255, 255, 255)  # --bg of the light scheme
     assert shots["dark"] == (13, 17, 23)  # --bg of the dark scheme: prefers-color-scheme took effect
+
+
+def test_a_bounded_leak_is_drawn_in_leak_colours() -> None:
+    """A bounded leak is flat (slope 0), and still a leak: red bars under the red LEAK heading."""
+    report = leakscope.check("fixtures.cached_logits:Engine", CheckOptions(micro_batches=3))
+    train, forward_only = report.results
+    assert (train.verdict, train.kind, train.growth.slope_bytes) == (Verdict.LEAK, "bounded", 0.0)  # type: ignore[union-attr]
+    doc = _Elements(render(report, "html"))
+    assert [a["class"] for a in doc.having("svg", "growth")] == ["plot growth leak", "plot growth clean"]
+    assert [a["class"] for a in doc.having("svg", "spark")] == ["spark leak", "spark clean"]
+    assert "bounded: a leak that holds the latest step" in "".join(doc.text)
+
+
+def test_colours_follow_the_gate_under_fail_on_warning() -> None:
+    warned = TargetResult("pkg:E", Mode.TRAIN, Verdict.CLEAN, warnings=("the holder walk stopped",))
+    report = Report((warned,), "0", "t", "p")
+    strict = _Elements(render(report, "html", fail_on="warning"))
+    assert [a["class"] for a in strict.having("p", "banner")] == ["banner warning"]
+    assert [a["class"] for a in strict.having("section", "result")] == ["result warning"]
+    lenient = _Elements(render(report, "html", fail_on="leak"))  # the look-alike: the default gate passes it
+    assert [a["class"] for a in lenient.having("p", "banner")] == ["banner clean"]
+
+
+def test_the_style_sheet_is_package_data() -> None:
+    from importlib import resources
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    css = resources.files("leakscope.render").joinpath("report.css").read_text(encoding="utf-8")
+    assert f"<style>{css}</style>" in render(Report((), "0", "t", "p"), "html")
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    assert "render/report.css" in package_data["package-data"]["leakscope"]  # so a wheel carries it

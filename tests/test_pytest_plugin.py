@@ -140,3 +140,17 @@ def test_bad_pyproject_fails_the_check_naming_key_and_file(pytester: pytest.Pyte
         _lit(f"*leakscope: error: {pytester.path / 'pyproject.toml'} [tool.leakscope]: allowlist[0].reason: ")
         + "missing or empty*",
     ])
+
+
+def test_a_failing_warning_reads_as_one_under_fail_on_warning(pytester: pytest.Pytester) -> None:
+    """The failure message and the gate agree: a reference cycle fails fail_on="warning", counted as a warning."""
+    pytester.makepyfile(test_cycle="""
+def test_cycle(leakscope):
+    leakscope.check("fixtures.cycle_until_gc:Engine", mode="train", micro_batches=1, fail_on="warning")
+""")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*leakscope: 0 leak, 1 warning, 0 clean, 0 error (exit 1)",
+        _lit("*fixtures.cycle_until_gc:Engine [train]: 1 warning, failing --fail-on warning"),
+    ])

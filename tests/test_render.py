@@ -120,3 +120,53 @@ def test_text_footer_states_the_exit_code_the_process_uses_under_every_fail_on()
         code = exit_code(warned, fail_on)
         assert render(warned, "text", fail_on=fail_on).rstrip().endswith(f"(exit {code})")
     assert exit_code(warned, "warning") == 1 and exit_code(warned, "leak") == 0
+
+
+WARNED = Report(
+    (TargetResult("pkg:E", Mode.TRAIN, Verdict.CLEAN, warnings=("the holder walk stopped",)),
+     TargetResult("pkg:F", Mode.TRAIN, Verdict.CLEAN)),
+    "0", "t", "p",
+)
+
+
+def test_verdict_line_footer_and_exit_code_agree_under_every_fail_on() -> None:
+    """Under --fail-on warning a warning fails the gate: its verdict line says WARNING, the footer counts it."""
+    strict = "\n".join(line.rstrip() for line in render(WARNED, "text", fail_on="warning").splitlines())
+    assert strict == "\n".join([
+        "leakscope 0 · torch t · Python p",
+        "",
+        "pkg:E [train] WARNING  1 warning (fails --fail-on warning)",
+        "  warning: the holder walk stopped",
+        "",
+        "pkg:F [train] CLEAN",
+        "",
+        "0 leak, 1 warning, 1 clean, 0 error (exit 1)",
+    ])
+    # The look-alike: the default gate passes it, and every line says so.
+    lenient = render(WARNED, "text", fail_on="leak")
+    assert "pkg:E [train] CLEAN\n" in lenient and lenient.rstrip().endswith("0 leak, 2 clean, 0 error (exit 0)")
+    for fmt in ("github", "html"):
+        assert "0 leak, 1 warning, 1 clean, 0 error (exit 1)" in render(WARNED, fmt, fail_on="warning")
+        assert "0 leak, 2 clean, 0 error (exit 0)" in render(WARNED, fmt, fail_on="leak")
+    junit = render(WARNED, "junit", fail_on="warning")
+    assert 'message="pkg:E [train]: 1 warning, failing --fail-on warning" type="warning"' in junit
+
+
+def test_tracebacks_are_never_part_of_a_text_report() -> None:
+    """--debug writes them to stderr (the CLI); the report on stdout is the same with or without."""
+    assert "TB" not in render(REPORT, "text", debug=True)
+    assert render(REPORT, "text", debug=True) == render(REPORT, "text")
+
+
+def test_without_a_terminal_a_long_path_is_never_wrapped() -> None:
+    deep = holder_path("engine", *[f"layer_{i}" for i in range(14)], "cache")
+    finding = Finding(deep, Holder.ENGINE, "SqueezeBackward1", 3, 4096, True, "detach it")
+    report = Report((TargetResult("pkg:E", Mode.TRAIN, Verdict.LEAK, findings=(finding,), retained_bytes=4096),),
+                    "0", "t", "p")
+    path = str(deep)
+    assert 120 < len(path) < 160
+    rows = [line for line in render(report, "text").splitlines() if path in line]
+    assert len(rows) == 2  # the table row and the finding's own line: each path whole, on one line
+    # On a terminal (width given) the table folds to fit, as before.
+    folded = render(report, "text", width=120)
+    assert sum(1 for line in folded.splitlines() if path in line) == 1

@@ -12,7 +12,7 @@ import pytest
 
 from fixtures import self_backward
 from leakscope.adapters.registry import spec_for
-from leakscope.diagnose.verdict import judge
+from leakscope.diagnose.judge import judge
 from leakscope.harness.target import resolve
 from leakscope.options import CheckOptions
 from leakscope.results import Mode

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import leakscope
-from leakscope.diagnose.stored import store_op
 from leakscope.diagnose.storefix import StoreSite, fix_for
+from leakscope.harness.stored import store_op
 from leakscope.options import CheckOptions
 from leakscope.results import Cause, Holder, Mode, Source
 from tests.conftest import holder_path

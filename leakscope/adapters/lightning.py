@@ -1,9 +1,12 @@
 """The built-in adapter for PyTorch Lightning: a ``LightningModule`` driven by the real ``Trainer``.
 
-``leakscope check pkg.mod:MyLitModule`` builds the module as ``MyLitModule(model)``
-(its network as first argument, as lightning-hydra-template's modules take
-``net``), or through ``--factory pkg.mod:make(model) -> module``, and drives it
-through Lightning's own loops on CPU:
+``leakscope check pkg.mod:MyLitModule`` builds the module from its constructor
+(NOTE [Building a LightningModule]): ``MyLitModule(model)`` when its first argument
+takes the network (as lightning-hydra-template's modules take ``net``),
+``MyLitModule()`` with its hyperparameters' defaults otherwise, or through
+``--factory pkg.mod:make(model) -> module``, and drives it through Lightning's own
+loops on CPU (pytorch_lightning from 1.4, Lightning 2; what differs between releases
+is read from their signatures and their loops' behaviour, not from a version table):
 
 - **train mode**: one real ``Trainer.fit`` for the trial, one epoch, one batch
   per micro-batch. Lightning runs ``training_step``, backward (automatic
@@ -16,7 +19,8 @@ through Lightning's own loops on CPU:
   same way), one batch per micro-batch.
 
 The micro-batch leakscope hands in is the batch: a dict of ``input_ids``,
-``attention_mask`` and ``position_ids`` (``[B, S]`` int64). Findings are rooted
+``attention_mask`` and ``position_ids`` (``[B, S]`` int64), for a module built on
+leakscope's network; a module built on its own network gets its own data. Findings are rooted
 at ``engine.``, the module: its own state (``engine.training_step_outputs[0]``,
 ``engine.train_loss._forward_cache``) and the trainer's
 (``engine._trainer.…``).
@@ -25,16 +29,18 @@ What is not Lightning's default, and why (docs/frameworks.md keeps the same list
 
 - ``Trainer(accelerator="cpu", devices=1, max_epochs=1, logger=False,
   enable_checkpointing=False, enable_progress_bar=False,
-  enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1)``:
-  CPU, nothing written to disk, and ``self.log`` processed after every batch.
+  enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1)``
+  (before 1.5: ``checkpoint_callback=False``, ``progress_bar_refresh_rate=0``,
+  ``weights_summary=None``): CPU, nothing written to disk, and ``self.log``
+  processed after every batch. A callback counts batch starts (NOTE [Prefetching loops]).
 - ``inference_mode=False``: validation runs under ``torch.no_grad()``, not
   ``torch.inference_mode()``. No graph can be built under either; inference
   mode is thread-local state that cannot be handed across the pause.
 - ``detect_anomaly`` follows leakscope's own anomaly mode (on while it records
   where retained tensors were created).
 - The data loader is leakscope's: a sized iterable whose next batch is the next
-  micro-batch. ``train_dataloader()``/``val_dataloader()`` of the module are not
-  called.
+  micro-batch (or, for a module on its own network, the next batch of its own
+  ``train_dataloader()``/``val_dataloader()``, or its ``example_input_array``).
 - Lightning's info lines ("GPU available: ...") and its own warnings about
   this set-up ("no val_dataloader", "sync_dist") are silenced while it runs.
 
@@ -53,8 +59,11 @@ from leakscope.harness.target import ResolvedTarget
 #: where ``LightningModule`` lives, by package: the classic and the unified install
 MODULE_CLASSES = {
     "pytorch_lightning.core.module": "pytorch_lightning",
+    "pytorch_lightning.core.lightning": "pytorch_lightning",  # pytorch_lightning before 1.7
     "lightning.pytorch.core.module": "lightning.pytorch",
 }
+#: names of a constructor's first argument that takes the network (NOTE [Building a LightningModule])
+NETWORK_NAMES = ("net", "model", "network", "module", "backbone", "encoder", "policy")
 #: loggers whose INFO lines (accelerator summary, tips) are silenced while Lightning runs
 _LOGGERS = ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric")
 #: warnings Lightning raises about how leakscope drives it ("no val_dataloader", "sync_dist")
@@ -75,6 +84,7 @@ class _Signal:
 
 _WANT = _Signal("want next batch")  # the loop asks for the next batch: the previous one is done
 _STOP = _Signal("stop")  # no more batches: let the epoch end
+_MISSING = _Signal("missing")  # an attribute the module does not have
 
 
 def lightning_package(cls: Any) -> str | None:
@@ -137,26 +147,190 @@ def _pause() -> Any:
         state.restore()
 
 
+class _Feed:
+    """What the paused loop is fed, shared by its data loader and its callback (NOTE [Prefetching loops]).
+
+    Holds no batch once the loop has it: a placeholder is dropped as soon as it is filled.
+    """
+
+    def __init__(self, own: Any = None) -> None:
+        #: batches whose ``on_*_batch_start`` ran
+        self.started = 0
+        #: ``started`` when the loop last paused (None: it has not paused yet)
+        self.started_at_pause: int | None = None
+        #: placeholders the loop fetched ahead, oldest first, each filled at a later pause
+        self.pending: list[dict[str, Any]] = []
+        #: leakscope sent the stop: a batch that starts now is a placeholder never filled
+        self.stopping = False
+        #: the module's own data loader, called once the loop has set the module up (``train_dataloader``)
+        self.own = own
+        self._own_iter: Any = None
+        #: ``(module, what its _trainer was)`` while the module holds its trainer strongly for the
+        #: check (NOTE [The trainer of a 1.x module])
+        self.attached: tuple[Any, Any] | None = None
+
+    def attach(self, trainer: Any, module: Any) -> None:
+        """NOTE [The trainer of a 1.x module]"""
+        import weakref
+
+        if self.attached is not None or module is None:
+            return
+        own = vars(module)
+        held = own.get("_trainer", _MISSING)
+        if held is _MISSING or isinstance(held, weakref.ProxyTypes):
+            self.attached = (module, held)
+            own["_trainer"] = trainer
+
+    def detach(self) -> None:
+        """Put the module's ``_trainer`` back as Lightning left it."""
+        if self.attached is None:
+            return
+        module, held = self.attached
+        self.attached = None
+        own = vars(module)
+        if held is _MISSING:
+            own.pop("_trainer", None)
+        elif own.get("_trainer") is not held:
+            own["_trainer"] = held
+
+    def ahead(self) -> bool:
+        """True when the loop asks for a batch before it started the one it fetched last: a prefetch."""
+        return self.started_at_pause is not None and self.started == self.started_at_pause
+
+    def data(self, batch: Any) -> Any:
+        """The batch to run: leakscope's micro-batch, or the module's own next batch (NOTE [Building a LightningModule])."""
+        if self.own is None:
+            return batch
+        for _ in range(2):
+            if self._own_iter is None:
+                self._own_iter = iter(self.own())
+            try:
+                return next(self._own_iter)
+            except StopIteration:
+                self._own_iter = None
+        raise EngineError("the module's own data loader yields no batch; give it data or check it with --factory")
+
+    def batch_started(self, trainer: Any, module: Any) -> None:
+        """From the callback, at a batch's start: count it; after the stop, end the epoch before it runs."""
+        self.attach(trainer, module)
+        if self.stopping:
+            # NOTE [Prefetching loops]: the placeholder fetched ahead is never filled.
+            raise StopIteration
+        self.started += 1
+
+
 class _Loader:
     """The data loader Lightning iterates: each batch is the micro-batch leakscope sends next."""
+
+    def __init__(self, feed: _Feed) -> None:
+        self.feed = feed
 
     def __len__(self) -> int:
         return _LENGTH
 
     def __iter__(self) -> Any:
+        feed = self.feed
         while True:
+            if feed.ahead():
+                if feed.own is not None:  # the module's own data is there at any time: no placeholder
+                    ahead = feed.data(None)
+                else:
+                    ahead = {}
+                    feed.pending.append(ahead)
+                yield ahead
+                del ahead
+                continue
             batch = _pause()
+            feed.started_at_pause = feed.started
             if batch is _STOP:
+                feed.stopping = True
                 return
+            batch = feed.data(batch)
+            if feed.pending:
+                # The batch the loop runs next was fetched ahead: fill it, and give the loop
+                # a new placeholder for the one it asks for now.
+                feed.pending.pop(0).update(batch)
+                batch = {}
+                feed.pending.append(batch)
             yield batch
             # No local keeps the previous batch while the loop is paused.
             del batch
 
 
+# NOTE [Prefetching loops]
+# pytorch_lightning before 1.6 always fetches one batch ahead (1.4: `prefetch_iterator`;
+# 1.5: `DataFetcher`, whose `prefetch_batches` is at least 1): it asks for batch k+1 before it
+# runs batch k. leakscope has no batch k+1 then (its next micro-batch comes with the next
+# step), so the loader hands the loop an empty dict for it and fills that dict at the next
+# pause, the loop's next request, which comes after batch k's bookkeeping and before the
+# dict is moved to the device (1.4 and 1.5 move a batch after the fetch returns). A callback
+# counts batch starts: a request made before the batch fetched last has started is a
+# prefetch. The pause is therefore at the same place in every release, after a batch's
+# bookkeeping and before the next batch runs; releases that fetch a sized loader's batch only
+# when they run it (1.6 on, and Lightning 2) never see a placeholder. At the stop, the one
+# placeholder left is never filled: the callback raises StopIteration at its start, which
+# the epoch loop takes as the end of the epoch (as for a hook that returns -1), so the epoch
+# ends normally and no batch runs after the check.
+
+
+def _parameters(function: Any) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _first(parameters: set[str], *choices: tuple[str, Any]) -> dict[str, Any]:
+    """The first ``(name, value)`` whose name the signature takes, as keyword arguments (or none)."""
+    for name, value in choices:
+        if name in parameters:
+            return {name: value}
+    return {}
+
+
+def trainer_options(trainer_cls: Any, stage: str, anomaly: bool) -> dict[str, Any]:
+    """``Trainer(...)`` keyword arguments for a quiet CPU run, in the installed release's spelling.
+
+    Lightning 1.5 renamed ``checkpoint_callback``, ``progress_bar_refresh_rate`` and
+    ``weights_summary`` to ``enable_*``; ``detect_anomaly`` and ``inference_mode`` are newer
+    still. Each setting is given under the first name the signature takes.
+    """
+    parameters = _parameters(trainer_cls.__init__)
+    options: dict[str, Any] = {"max_epochs": 1, "logger": False, "num_sanity_val_steps": 0, "log_every_n_steps": 1}
+    if "accelerator" in parameters and "devices" in parameters:
+        options.update(accelerator="cpu", devices=1)
+    options.update(_first(parameters, ("enable_checkpointing", False), ("checkpoint_callback", False)))
+    options.update(_first(parameters, ("enable_progress_bar", False), ("progress_bar_refresh_rate", 0)))
+    options.update(_first(parameters, ("enable_model_summary", False), ("weights_summary", None)))
+    options.update(_first(parameters, ("inference_mode", False)))
+    options.update(_first(parameters, ("detect_anomaly", anomaly)))
+    if stage == "fit":
+        options["limit_val_batches"] = 0
+    return options
+
+
+def _callback(package: str, feed: _Feed) -> Any:
+    """A Lightning ``Callback`` that tells the feed when a batch starts (NOTE [Prefetching loops])."""
+    import importlib
+
+    base = importlib.import_module(package).Callback
+
+    # `*rest`: pytorch_lightning 1.x passes `dataloader_idx` to every batch hook; Lightning 2 refuses
+    # a callback whose on_train_batch_start names it.
+    def on_batch_start(self: Any, trainer: Any, module: Any, batch: Any, batch_idx: Any, *rest: Any) -> None:
+        feed.batch_started(trainer, module)
+
+    return type("LeakscopeBatchStarts", (base,), {
+        "on_train_batch_start": on_batch_start, "on_validation_batch_start": on_batch_start,
+    })()
+
+
 class _Run:
     """One Lightning loop (``fit`` or ``validate``) for one module, paused between batches."""
 
-    def __init__(self, module: Any, package: str, stage: str) -> None:
+    def __init__(self, module: Any, package: str, stage: str, own: Any = None) -> None:
         import greenlet
 
         self.module: Any = module
@@ -164,6 +338,8 @@ class _Run:
         self.stage = stage
         self.batches = 0
         self.ended = False
+        self.own = own
+        self.feed: _Feed | None = None
         self.glet: Any = greenlet.greenlet(self._main)
 
     def _main(self) -> Any:
@@ -172,18 +348,19 @@ class _Run:
         import torch
 
         trainer_cls = importlib.import_module(self.package).Trainer
-        options: dict[str, Any] = dict(
-            accelerator="cpu", devices=1, max_epochs=1, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-            log_every_n_steps=1, inference_mode=False, detect_anomaly=torch.is_anomaly_enabled(),
-        )
+        feed = self.feed = _Feed(self.own)
+        self.own = None
+        options = trainer_options(trainer_cls, self.stage, torch.is_anomaly_enabled())
+        trainer = trainer_cls(callbacks=[_callback(self.package, feed)], **options)
         if self.stage == "fit":
-            trainer = trainer_cls(limit_val_batches=0, **options)
-            trainer.fit(self.module, train_dataloaders=_Loader())
+            given = _first(_parameters(trainer.fit), ("train_dataloaders", _Loader(feed)), ("train_dataloader", _Loader(feed)))
+            trainer.fit(self.module, **given)
         else:
-            trainer = trainer_cls(**options)
-            trainer.validate(self.module, dataloaders=_Loader(), verbose=False)
-        del trainer
+            parameters = _parameters(trainer.validate)
+            given = _first(parameters, ("dataloaders", _Loader(feed)), ("val_dataloaders", _Loader(feed)))
+            trainer.validate(self.module, **given, **_first(parameters, ("verbose", False)))
+        feed.detach()
+        del trainer, feed, given
         return _STOP
 
     def _switch(self, *value: Any) -> Any:
@@ -231,8 +408,85 @@ class _Run:
         finally:
             if not self.glet.dead:
                 self.glet.throw()  # GreenletExit: unwinds the loop and its context managers
+            if self.feed is not None:
+                self.feed.detach()
             self.glet = None
             self.module = None
+            self.own = None
+            self.feed = None
+
+
+# NOTE [The trainer of a 1.x module]
+# Findings name Lightning's own state from the module, as `engine._trainer.fit_loop...`: in
+# Lightning 2 the module holds its trainer strongly in `_trainer`. pytorch_lightning 1.x gives
+# the module a `weakref.proxy` of it (`module.trainer` before 1.7, `module._trainer` from 1.7),
+# which the walk does not follow (a weak reference keeps nothing alive), so what Lightning 1.x
+# itself keeps between batches (1.4's `ResultCollection._minimize`, the last step's loss) had
+# no name. The user's script keeps the trainer; leakscope's stand-in for that script is the
+# module: at the first batch the callback sets `module._trainer` to the trainer itself, and
+# the run puts back what was there (nothing, or Lightning's proxy) when the loop ends.
+
+
+# NOTE [Building a LightningModule]
+# A module is built from its own constructor. When its first argument takes a network (annotated
+# as a Module, or named net/model/network/module/backbone/encoder/policy), it gets leakscope's
+# tiny network and leakscope's micro-batches, as lightning-hydra-template's `LitModule(net)`.
+# Any other argument must have a default: hyperparameters (`hidden=64, lr=1e-3`, what
+# `save_hyperparameters()` records) are taken at their defaults, so the module builds its own
+# network, and its step is fed data it can read: its own `train_dataloader()` /
+# `val_dataloader()` when it defines them (called by the loop's own set-up, after `setup()`),
+# else its `example_input_array` as the batch, else leakscope's micro-batch. A required
+# argument without a default cannot be guessed: that is one line asking for `--factory`.
+
+
+def build_module(cls: Any, model: Any) -> tuple[Any, bool]:
+    """``(module, whether it runs on leakscope's network and micro-batches)`` (NOTE [Building a LightningModule])."""
+    import inspect
+
+    try:
+        signature = inspect.signature(cls.__init__)
+    except (TypeError, ValueError):
+        return cls(model), True
+    parameters = [p for p in list(signature.parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    network = parameters[0] if parameters and _takes_network(parameters[0]) else None
+    required = [p.name for p in parameters if p.default is p.empty and p is not network]
+    if required:
+        raise EngineError(
+            f"{cls.__qualname__}.__init__ needs {', '.join(required)} (no default), which leakscope cannot choose "
+            "(it builds a LightningModule from its constructor's defaults, its first argument from leakscope's "
+            "network when that argument takes the network); build it with --factory pkg.mod:make_module "
+            "(a function make_module(net) that returns the module)"
+        )
+    if network is None:
+        return cls(), False
+    if network.kind is network.KEYWORD_ONLY:
+        return cls(**{network.name: model}), True
+    return cls(model), True
+
+
+def _takes_network(parameter: Any) -> bool:
+    if parameter.kind is parameter.VAR_POSITIONAL:
+        return False
+    if parameter.default is not parameter.empty and parameter.default is not None:
+        return False
+    annotation = parameter.annotation
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "") or str(annotation)
+    if annotation is not parameter.empty and "Module" in text:
+        return True
+    name = parameter.name.lower()
+    return name in NETWORK_NAMES or name.endswith("_net") or name.endswith("_model")
+
+
+def own_data(module: Any, stage: str) -> Any:
+    """What the module's step is fed instead of leakscope's batch: its own data loader method
+    (a bound method, called by the loop's set-up), its ``example_input_array``, or None."""
+    hook = "train_dataloader" if stage == "fit" else "val_dataloader"
+    if not _is_default(module, hook):
+        return getattr(module, hook)
+    example = getattr(module, "example_input_array", None)
+    if example is not None:
+        return lambda: [example]
+    return None
 
 
 class LightningAdapter:
@@ -249,14 +503,20 @@ class LightningAdapter:
     def __init__(self) -> None:
         #: the paused loop of each module being checked, by ``id(module)``
         self._runs: dict[int, _Run] = {}
+        #: modules built on their own network, fed their own data (by ``id``; forgotten at close)
+        self._own_data: set[int] = set()
 
     def recognises(self, resolved: ResolvedTarget) -> bool:
         """True for subclasses of ``LightningModule`` (``pytorch_lightning`` or ``lightning.pytorch``)."""
         return lightning_package(resolved.obj) is not None
 
     def build_engine(self, resolved: ResolvedTarget, model: Any) -> Any:
-        """``Cls(model)``: the module with leakscope's tiny network as its first argument."""
-        return resolved.obj(model)
+        """The module from its constructor (NOTE [Building a LightningModule]): ``Cls(model)`` when its
+        first argument takes the network, else ``Cls()`` with its hyperparameters' defaults."""
+        module, on_network = build_module(resolved.obj, model)
+        if not on_network:
+            self._own_data.add(id(module))
+        return module
 
     def micro_batch(self, size: Any, index: int) -> Any:
         """The batch Lightning hands to ``training_step``: a dict of ``[B, S]`` int64 tensors."""
@@ -274,7 +534,7 @@ class LightningAdapter:
         stage = "validate" if forward_only else "fit"
         run = self._runs.get(id(engine))
         if run is not None and (run.module is not engine or run.stage != stage):
-            self.close(engine)
+            self._runs.pop(id(engine)).finish()
             run = None
         if run is None:
             _require_greenlet()
@@ -289,7 +549,8 @@ class LightningAdapter:
                     f"{type(engine).__name__} defines no validation_step, so Lightning has no "
                     "forward-only loop to run; check it with --mode train"
                 )
-            run = self._runs[id(engine)] = _Run(engine, package, stage)
+            own = own_data(engine, stage) if id(engine) in self._own_data else None
+            run = self._runs[id(engine)] = _Run(engine, package, stage, own)
         run.run_batch(micro_batch)
         return None
 
@@ -298,6 +559,7 @@ class LightningAdapter:
         run = self._runs.pop(id(engine), None)
         if run is not None:
             run.finish()
+        self._own_data.discard(id(engine))
 
 
 def _require_greenlet() -> None:
@@ -311,10 +573,13 @@ def _require_greenlet() -> None:
 
 
 def _is_default(module: Any, hook: str) -> bool:
-    """True when ``hook`` is Lightning's own (not overridden by the module)."""
+    """True when ``hook`` is Lightning's own (not overridden by the module): defined by a class of
+    Lightning's packages (``LightningModule``, or its hook mix-ins such as 1.x's ``DataHooks``)."""
     for klass in type(module).__mro__:
         if hook in vars(klass):
-            return klass.__name__ == "LightningModule" and klass.__module__ in MODULE_CLASSES
+            package = MODULE_CLASSES.get(getattr(klass, "__module__", "") or "")
+            name = getattr(klass, "__module__", "") or ""
+            return package is not None or name.startswith(("pytorch_lightning.", "lightning.pytorch."))
     return True
 
 

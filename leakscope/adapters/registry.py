@@ -101,6 +101,12 @@ class AdapterHooks(Protocol):
         """End what the adapter started for ``engine`` (e.g. a paused loop); called once per engine."""
         ...
 
+    def unsupported(self, resolved: ResolvedTarget) -> str | None:
+        """One line when the installed release of the framework lacks what this adapter drives
+        (naming the supported range and what to run instead), else None. Called once per target,
+        after it is imported and recognised; the line errors every mode of the target (exit 3)."""
+        ...
+
     #: optional attribute: ``--factory`` builds the engine and this adapter still drives it
     #: (without it, ``--factory`` overrides the adapter)
     accepts_factory: bool
@@ -268,6 +274,10 @@ class _Match:
         """One spec per setting the adapter checks (its default alone without a ``variants`` hook)."""
         from leakscope.errors import UsageError
 
+        unsupported = getattr(self.adapter, "unsupported", None)
+        line = unsupported(resolved) if unsupported is not None else None
+        if line:
+            raise TargetError(line)
         variants = getattr(self.adapter, "variants", None)
         if variants is None:
             if given:

@@ -40,7 +40,9 @@ GRPO = ("trl.trainer.grpo_trainer", "GRPOTrainer")
 DPO = ("trl.trainer.dpo_trainer", "DPOTrainer")
 SFT = ("trl.trainer.sft_trainer", "SFTTrainer")
 TRAINER = ("transformers.trainer", "Trainer")
-KINDS = {GRPO: "grpo", DPO: "dpo", SFT: "sft", TRAINER: "trainer"}
+#: TRL's PPOTrainer before 0.12: not a transformers.Trainer (recognised to say how to watch it instead)
+PPO = ("trl.trainer.ppo_trainer", "PPOTrainer")
+KINDS = {GRPO: "grpo", DPO: "dpo", SFT: "sft", TRAINER: "trainer", PPO: "ppo"}
 
 #: micro-batches one accumulated optimizer step is made of (enough for ``--micro-batches`` 3)
 ACCUMULATION = 4
@@ -51,11 +53,12 @@ SPECIAL = ("<pad>", "<s>", "</s>", "<unk>")
 
 
 def kind_of(obj: Any) -> str | None:
-    """``grpo``/``dpo``/``sft``/``trainer`` for a Trainer class or subclass, else None (no imports)."""
+    """``grpo``/``dpo``/``sft``/``trainer`` for a Trainer class or subclass, ``ppo`` for TRL's
+    PPOTrainer before 0.12 (which is not a Trainer), else None (no imports)."""
     if not isinstance(obj, type):
         return None
     names = {(getattr(k, "__module__", ""), k.__name__) for k in getattr(obj, "__mro__", ())}
-    for key in (GRPO, DPO, SFT, TRAINER):
+    for key in (GRPO, DPO, SFT, TRAINER, PPO):
         if key in names:
             return KINDS[key]
     return None
@@ -101,55 +104,151 @@ def length_reward(completions: list[Any], **_: Any) -> list[float]:
     return [float(len(str(c))) / 10.0 for c in completions]
 
 
-def _common_args() -> dict[str, Any]:
-    return {
-        "output_dir": os.path.join(os.environ.get("TMPDIR", "/tmp"), "leakscope-trainer"),
-        "use_cpu": True,
-        "report_to": [],
-        "save_strategy": "no",
-        "logging_strategy": "no",
-        "bf16": False,
-        "fp16": False,
-        "per_device_train_batch_size": ROWS,
-        "per_device_eval_batch_size": ROWS,
-        "gradient_accumulation_steps": ACCUMULATION,
-        "dataloader_num_workers": 0,
-        "disable_tqdm": True,
-        "seed": 0,
-        "max_steps": 1,
-    }
+#: the transformers.Trainer API the adapter drives, found by its signatures (NOTE [Driving by signature])
+NEEDED_METHODS = ("training_step", "prediction_step", "get_train_dataloader", "get_eval_dataloader")
+#: TrainingArguments fields the adapter needs: each entry is one setting, spelled as in the newest release first
+NEEDED_FIELDS = (("use_cpu", "no_cuda"), ("report_to",), ("save_strategy",), ("logging_strategy",))
+#: what `check` drives, for the one line a target outside it gets
+SUPPORTED = "transformers.Trainer from 4.x and TRL's DPO/SFT trainers from 0.8 and GRPO from its first release"
+
+
+def watch_command(kind: str) -> str:
+    """The ``leakscope watch`` command that watches the job's own step instead (any version)."""
+    method = "trl.trainer.ppo_trainer:PPOTrainer.step" if kind == "ppo" else "transformers.trainer:Trainer.training_step"
+    return f"leakscope watch --method {method} your_train.py"
+
+
+# NOTE [Driving by signature]
+# Trainer APIs move between releases: transformers 4.46 renamed the trainer's `tokenizer=` to
+# `processing_class=` and gave `training_step` a `num_items_in_batch` argument; TRL 0.8 has
+# no DPOConfig or SFTConfig (its trainers take `max_length`, `dataset_text_field`,
+# `max_seq_length` as arguments, next to a plain TrainingArguments), later releases moved
+# them into their configs and renamed `max_seq_length` to `max_length`; TrainingArguments
+# spelled `use_cpu` as `no_cuda` before 4.34. So the adapter asks the installed classes, not
+# a version table: each setting goes to the config when the config class has that field, to
+# the trainer's `__init__` when its signature takes it, under the first spelling that exists.
+# A release without what the adapter needs (e.g. transformers 3.x, whose TrainingArguments
+# has no `save_strategy`) gets one line naming the supported range and the `watch` command.
+
+
+def _fields(config_cls: Any) -> set[str]:
+    import dataclasses
+
+    return {f.name for f in dataclasses.fields(config_cls)} if dataclasses.is_dataclass(config_cls) else set()
+
+
+def _parameters(function: Any) -> set[str]:
+    import inspect
+
+    try:
+        return set(inspect.signature(function).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _route(
+    settings: list[tuple[tuple[str, ...], Any]], config_fields: set[str], init_parameters: set[str]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(config kwargs, trainer kwargs)``: each setting under the first spelling the config has as a
+    field, else the first one the trainer's ``__init__`` takes; a setting neither knows is left out."""
+    config: dict[str, Any] = {}
+    init: dict[str, Any] = {}
+    for names, value in settings:
+        name = next((n for n in names if n in config_fields), None)
+        if name is not None:
+            config[name] = value
+            continue
+        name = next((n for n in names if n in init_parameters), None)
+        if name is not None:
+            init[name] = value
+    return config, init
+
+
+def missing_api(kind: str, cls: type) -> list[str]:
+    """What of the API the adapter drives the installed release lacks (empty when it can be driven)."""
+    if kind == "ppo":
+        return ["a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is PPOTrainer.step)"]
+    missing = [f"Trainer.{name}" for name in NEEDED_METHODS if not callable(getattr(cls, name, None))]
+    try:
+        from transformers import TrainingArguments
+    except ImportError as exc:  # pragma: no cover - recognised classes come from transformers
+        return [f"transformers.TrainingArguments ({exc})"]
+    fields = _fields(TrainingArguments)
+    missing.extend(f"TrainingArguments.{names[0]}" for names in NEEDED_FIELDS if not fields.intersection(names))
+    init = _parameters(cls)
+    if "args" not in init or not init.intersection(("processing_class", "tokenizer")):
+        missing.append("Trainer(args=..., processing_class= or tokenizer=...)")
+    return missing
+
+
+def _common_args() -> list[tuple[tuple[str, ...], Any]]:
+    return [
+        (("output_dir",), os.path.join(os.environ.get("TMPDIR", "/tmp"), "leakscope-trainer")),
+        (("use_cpu", "no_cuda"), True),
+        (("report_to",), []),
+        (("save_strategy",), "no"),
+        (("logging_strategy",), "no"),
+        (("bf16",), False),
+        (("fp16",), False),
+        (("per_device_train_batch_size",), ROWS),
+        (("per_device_eval_batch_size",), ROWS),
+        (("gradient_accumulation_steps",), ACCUMULATION),
+        (("dataloader_num_workers",), 0),
+        (("disable_tqdm",), True),
+        (("seed",), 0),
+        (("max_steps",), 1),
+    ]
+
+
+def _kind_settings(kind: str) -> list[tuple[tuple[str, ...], Any]]:
+    if kind == "grpo":
+        return [
+            (("num_generations",), ROWS), (("max_completion_length",), 4), (("temperature",), 1.0),
+            (("num_generations_eval",), ROWS), (("reward_funcs",), [length_reward]),
+        ]
+    if kind == "dpo":
+        # TRL 0.8: arguments of DPOTrainer; later: DPOConfig fields
+        return [(("max_length",), 16), (("max_prompt_length",), 8), (("remove_unused_columns",), False)]
+    if kind == "sft":
+        # TRL 0.8: `max_seq_length` and `dataset_text_field` are SFTTrainer arguments; later SFTConfig fields
+        return [(("max_length", "max_seq_length"), 16), (("dataset_text_field",), "text")]
+    return []
+
+
+def _config_class(kind: str) -> Any:
+    """TRL's own config for ``kind`` when the installed TRL has one (GRPOConfig, DPOConfig, SFTConfig),
+    else transformers' TrainingArguments (TRL 0.8's DPO and SFT trainers take those)."""
+    from transformers import TrainingArguments
+
+    names = {"grpo": "GRPOConfig", "dpo": "DPOConfig", "sft": "SFTConfig"}
+    if kind in names:
+        import trl
+
+        found = getattr(trl, names[kind], None)
+        if found is not None:
+            return found
+    return TrainingArguments
 
 
 def _build(kind: str, cls: type, model: Any) -> Any:
     tok = tokenizer()
     rows = ROWS * ACCUMULATION * 2
     train, evaluation = dataset(kind, rows), dataset(kind, rows)
-    args = _common_args()
-    if kind == "grpo":
-        from trl import GRPOConfig
+    config_cls = _config_class(kind)
+    fields = _fields(config_cls)
+    init_parameters = _parameters(cls)
+    config_kwargs, init_kwargs = _route(_common_args() + _kind_settings(kind), fields, init_parameters)
+    init_kwargs["processing_class" if "processing_class" in init_parameters else "tokenizer"] = tok
+    if kind == "trainer":
+        from transformers import DataCollatorForLanguageModeling
 
-        config = GRPOConfig(**args, num_generations=ROWS, max_completion_length=4, temperature=1.0,
-                            num_generations_eval=ROWS)
-        return cls(model=model, reward_funcs=[length_reward], args=config, train_dataset=train,
-                   eval_dataset=evaluation, processing_class=tok)
-    if kind == "dpo":
-        from trl import DPOConfig
+        def encode(example: dict[str, Any]) -> Any:
+            return tok(example["text"], truncation=True, max_length=16)
 
-        config = DPOConfig(**args, max_length=16)
-        return cls(model=model, args=config, train_dataset=train, eval_dataset=evaluation, processing_class=tok)
-    if kind == "sft":
-        from trl import SFTConfig
-
-        config = SFTConfig(**args, max_length=16)
-        return cls(model=model, args=config, train_dataset=train, eval_dataset=evaluation, processing_class=tok)
-    from transformers import DataCollatorForLanguageModeling, TrainingArguments
-
-    def encode(example: dict[str, Any]) -> Any:
-        return tok(example["text"], truncation=True, max_length=16)
-
-    train, evaluation = (d.map(encode, remove_columns=["text"]) for d in (train, evaluation))
-    return cls(model=model, args=TrainingArguments(**args), train_dataset=train, eval_dataset=evaluation,
-               processing_class=tok, data_collator=DataCollatorForLanguageModeling(tok, mlm=False))
+        train, evaluation = (d.map(encode, remove_columns=["text"]) for d in (train, evaluation))
+        init_kwargs["data_collator"] = DataCollatorForLanguageModeling(tok, mlm=False)
+    return cls(model=model, args=config_cls(**config_kwargs), train_dataset=train, eval_dataset=evaluation,
+               **init_kwargs)
 
 
 class TrainerAdapter:
@@ -175,6 +274,18 @@ class TrainerAdapter:
         """True for transformers.Trainer, TRL's trainers, and subclasses of them."""
         return kind_of(resolved.obj) is not None
 
+    def unsupported(self, resolved: ResolvedTarget) -> str | None:
+        """One line when the installed release lacks what the adapter drives (NOTE [Driving by signature])."""
+        kind = kind_of(resolved.obj)
+        assert kind is not None
+        missing = missing_api(kind, resolved.obj)
+        if not missing:
+            return None
+        return (
+            f"{resolved.spec} cannot be driven by leakscope check: {_release(kind)} lacks {', '.join(missing)}; "
+            f"check drives {SUPPORTED}; watch the job's own step instead: {watch_command(kind)}"
+        )
+
     def build_engine(self, resolved: ResolvedTarget, model: Any) -> Any:
         """The trainer around ``model``, as a user's script builds it (see the module docstring)."""
         import logging
@@ -192,6 +303,7 @@ class TrainerAdapter:
         # _inner_training_loop sets these before the first step; training_step reads them.
         trainer.current_gradient_accumulation_steps = ACCUMULATION
         trainer._leakscope_batches = _batches(trainer)
+        trainer._leakscope_counts_items = "num_items_in_batch" in _parameters(type(trainer).training_step)
         return trainer
 
     def micro_batch(self, size: Any, index: int) -> Any:
@@ -214,7 +326,21 @@ class TrainerAdapter:
             finally:
                 model.train()
         model.train()
-        return engine.training_step(model, train[index % len(train)], None)
+        batch = train[index % len(train)]
+        if engine._leakscope_counts_items:  # transformers >= 4.46: training_step(model, inputs, num_items_in_batch)
+            return engine.training_step(model, batch, None)
+        return engine.training_step(model, batch)
+
+
+def _release(kind: str) -> str:
+    """``transformers 3.5.1`` or ``trl 0.8.6``: the installed release a target comes from."""
+    from importlib import metadata
+
+    package = "transformers" if kind == "trainer" else "trl"
+    try:
+        return f"{package} {metadata.version(package)}"
+    except metadata.PackageNotFoundError:
+        return package
 
 
 def _quiet() -> Any:
@@ -250,4 +376,4 @@ def _take(loader: Any, n: int) -> Any:
 
 ADAPTER = TrainerAdapter()
 
-__all__ = ["ADAPTER", "TrainerAdapter", "dataset", "kind_of", "length_reward", "tokenizer"]
+__all__ = ["ADAPTER", "TrainerAdapter", "dataset", "kind_of", "length_reward", "missing_api", "tokenizer", "watch_command"]

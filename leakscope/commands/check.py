@@ -23,11 +23,15 @@ from leakscope.commands.common import (
     Model,
     Output,
     SetValues,
+    check_output,
     emit,
     explicit_flags,
     fail,
+    print_tracebacks,
+    report_text,
 )
 from leakscope.errors import LeakscopeError, UsageError
+from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
     from leakscope.options import CheckOptions
@@ -146,6 +150,7 @@ def run(
     from leakscope.options import CheckOptions
     from leakscope.results import Mode
 
+    check_output(output, fmt)  # before anything runs: a report that cannot be written is not run for
     try:
         settings = project_config.discover(config).override(project_config.parse(flags, "the command line"))
     except ConfigError as exc:
@@ -195,21 +200,13 @@ def run(
             report = _check(targets, options, progress=shown)
         except LeakscopeError as exc:
             if debug and exc.detail:
-                typer.echo(exc.detail, err=True)
+                typer.echo(terminal(exc.detail, newlines=True), err=True)
             fail(exc.message, int(exc.exit_code), fmt, output)
-        if debug and fmt not in (FormatChoice.text, FormatChoice.json):
-            # text and JSON reports carry the tracebacks themselves under --debug: print each once.
-            for result in report.results:
-                if result.traceback:
-                    typer.echo(f"--- {result.target} [{result.mode.value}]\n{result.traceback}", err=True)
+        if debug:  # tracebacks go to stderr, never into the report on stdout
+            print_tracebacks(report)
         from leakscope.policy import exit_code
-        from leakscope.render import render
 
-        if fmt is FormatChoice.text:
-            color = output is None and sys.stdout.isatty()
-            text = render(report, "text", color=color, debug=debug, fail_on=gate)
-        else:
-            text = render(report, fmt.value, debug=debug, fail_on=gate)
+        text = report_text(report, fmt, output, fail_on=gate, debug=debug)
         # under torchrun rank 0 prints the merged report
         if is_reporting_rank() and (output is not None or not quiet):
             emit(text, output)

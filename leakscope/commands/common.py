@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from leakscope import __version__
+from leakscope.errors import ExitCode
+from leakscope.render.escape import terminal
+
+if TYPE_CHECKING:
+    from leakscope.results import Report
 
 DEFAULT_TARGET = "leakscope.models.engines:FSDPEngine"
 
@@ -79,18 +86,108 @@ Model = Annotated[
 Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")]
 
 
-def emit(text: str, output: Path | None) -> None:
-    """The report on stdout, or in ``output``."""
+def check_output(output: Path | None, fmt: FormatChoice) -> None:
+    """``-o FILE`` is writable, checked before anything runs: one line and exit 2 otherwise.
+
+    The report is written to a temporary file in FILE's directory and renamed over FILE
+    (:func:`emit`), so the directory must exist and take a new file, and FILE must not be a
+    directory or a read-only file. A symbolic link at FILE is replaced, not followed.
+    """
     if output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        output.write_text(text, encoding="utf-8")
+        return
+    problem = _output_problem(output)
+    if problem is not None:
+        fail(f"cannot write the report to {terminal(output)}: {problem}", int(ExitCode.USAGE), fmt, None)
+
+
+def _output_problem(output: Path) -> str | None:
+    import stat
+
+    directory = output.parent
+    try:
+        info = output.lstat()
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        return f"{exc.strerror or exc}; give another --output FILE"
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        return "it is a directory; give a file name, e.g. -o report.json"
+    if info is not None and stat.S_ISREG(info.st_mode) and (
+        not info.st_mode & 0o222 or not os.access(output, os.W_OK)
+    ):
+        return "the file is read-only; make it writable or give another --output FILE"
+    if not directory.is_dir():
+        return f"the directory {terminal(directory)} does not exist; create it first"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"the directory {terminal(directory)} is not writable; give another --output FILE"
+    return None
+
+
+def emit(text: str, output: Path | None) -> None:
+    """The report on stdout, or in ``output``, whole or not at all.
+
+    NOTE [Reports are never lost]: a file report is written to a temporary file beside
+    ``output`` and renamed over it, so a reader never sees a half-written file and a
+    failed run never truncates the previous report; a symbolic link at ``output`` is
+    replaced, not followed. A character no encoder accepts (a lone surrogate in an
+    engine's message) is written as its escape (``\\udcff``) instead of failing the run:
+    the report is still written, and the exit code is still the verdict's.
+    """
+    if output is None:
+        stream = sys.stdout
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        stream.write(text.encode(encoding, "backslashreplace").decode(encoding, "replace"))
+        stream.flush()
+        return
+    try:
+        write_atomic(output, text.encode("utf-8", "backslashreplace"))
+    except OSError as exc:  # the disk filled up, or the directory went away since check_output
+        typer.echo(
+            f"leakscope: error: cannot write the report to {terminal(output)}: {exc.strerror or exc}", err=True
+        )
+        raise typer.Exit(int(ExitCode.USAGE)) from None
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a new file in its directory and a rename (NOTE [Reports are never lost]).
+
+    The temporary file is created exclusively (never an existing file or a link someone
+    put there) with the permissions a new file gets (0o666 less the umask, applied by the
+    kernel), or the permissions of the regular file it replaces.
+    """
+    import secrets
+    import stat
+
+    try:
+        info = path.lstat()
+        keep = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
+    except OSError:
+        keep = None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    while True:
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, flags, 0o666)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if keep is not None:
+                os.fchmod(f.fileno(), keep)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> NoReturn:
-    """One line on stderr; a valid JSON document on stdout when JSON was asked for."""
-    typer.echo(f"leakscope: error: {message}", err=True)
+    """One line on stderr; a valid JSON document on stdout (or in ``output``) when JSON was asked for."""
+    typer.echo(f"leakscope: error: {terminal(message)}", err=True)
     if fmt is FormatChoice.json:
         import json
         import platform
@@ -105,6 +202,25 @@ def fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> NoR
         }
         emit(json.dumps(doc, indent=2) + "\n", output)
     raise typer.Exit(code)
+
+
+def report_text(report: Report, fmt: FormatChoice, output: Path | None, *, fail_on: str = "leak", debug: bool = False) -> str:
+    """The report in ``fmt``: text coloured and folded to 120 columns only on a terminal, never
+    wrapped in a log, a pipe or a file (a path is copied from there whole)."""
+    from leakscope.render import render
+
+    if fmt is FormatChoice.text:
+        terminal_out = output is None and sys.stdout.isatty()
+        return render(report, "text", color=terminal_out, width=120 if terminal_out else None, fail_on=fail_on)
+    return render(report, fmt.value, debug=debug, fail_on=fail_on)
+
+
+def print_tracebacks(report: Report) -> None:
+    """``--debug``: each result's traceback on stderr, under its target and mode (never in the report)."""
+    for result in report.results:
+        if result.traceback:
+            header = f"--- {result.target} [{result.mode.value}]"
+            typer.echo(f"{terminal(header)}\n{terminal(result.traceback.rstrip(), newlines=True)}", err=True)
 
 
 #: options whose command-line value beats ``[tool.leakscope]`` (and their config key)
@@ -132,5 +248,6 @@ def explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
 
 __all__ = [
     "DEFAULT_TARGET", "At", "Debug", "Device", "DeviceChoice", "FailOnChoice", "Format", "FormatChoice",
-    "MicroBatches", "Model", "ModeChoice", "Output", "SetValues", "emit", "explicit_flags", "fail",
+    "MicroBatches", "Model", "ModeChoice", "Output", "SetValues", "check_output", "emit", "explicit_flags", "fail",
+    "print_tracebacks", "report_text", "write_atomic",
 ]

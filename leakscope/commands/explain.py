@@ -18,6 +18,7 @@ from leakscope.commands.common import (
     fail,
 )
 from leakscope.errors import LeakscopeError
+from leakscope.render.escape import terminal
 
 
 def explain(
@@ -66,7 +67,7 @@ def explain(
             view = run_explain(target, path, options, Mode(mode.value), max_nodes=max_nodes)
     except LeakscopeError as exc:
         if debug and exc.detail:
-            typer.echo(exc.detail, err=True)
+            typer.echo(terminal(exc.detail, newlines=True), err=True)
         fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
     emit(render_tree(view, max_lines=max_lines), None)
     if dot is not None:

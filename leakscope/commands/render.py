@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from leakscope.commands.common import FailOnChoice, Format, FormatChoice, Output, emit, fail
+from leakscope.commands.common import (
+    FailOnChoice,
+    Format,
+    FormatChoice,
+    Output,
+    check_output,
+    emit,
+    fail,
+    report_text,
+)
 from leakscope.errors import UsageError
 
 
@@ -25,20 +33,22 @@ def render_report(
     """Render a saved JSON report in any format (html for a page to look at); torch is not needed.
 
     Exit codes: 0 rendered, 2 the file is missing or not a leakscope JSON report of this schema version.
+    A report is data: every field is checked, nothing it names is imported or read (docs/security.md).
     """
-    from leakscope.render import render
-    from leakscope.render.json_report import load
+    from leakscope.render.json_report import MAX_REPORT_CHARS, load
 
+    check_output(output, fmt)
     try:
         try:
-            text = report_file.read_text(encoding="utf-8")
+            # Bounded: /dev/zero or a multi-gigabyte file is refused, not read to the end.
+            with report_file.open(encoding="utf-8") as f:
+                text = f.read(MAX_REPORT_CHARS + 1)
         except (OSError, UnicodeDecodeError) as exc:
             raise UsageError(f"cannot read {report_file}: {getattr(exc, 'strerror', None) or exc}") from None
         report = load(text, str(report_file))
     except UsageError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
-    color = fmt is FormatChoice.text and output is None and sys.stdout.isatty()
-    emit(render(report, fmt.value, color=color, fail_on=fail_on.value), output)
+    emit(report_text(report, fmt, output, fail_on=fail_on.value), output)
 
 
 __all__ = ["render_report"]

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import enum
-import sys
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from leakscope.commands.common import Format, FormatChoice, Output, emit, fail
+from leakscope.commands.common import (
+    Format,
+    FormatChoice,
+    Output,
+    check_output,
+    emit,
+    fail,
+    print_tracebacks,
+    report_text,
+)
 from leakscope.errors import LeakscopeError, UsageError
+from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -66,6 +75,7 @@ def watch(
     from leakscope.live.methods import parse_method
     from leakscope.live.session import WatchOptions
 
+    check_output(output, fmt)  # before the job runs
     argv = list(args or [])
     if module is not None and script is not None:  # -m MODULE takes the rest as the module's arguments
         argv, script = [script, *argv], None
@@ -94,7 +104,6 @@ def watch(
 def _output(done: JobResult, fmt: FormatChoice, output: Path | None, debug: bool) -> int:
     """Print a watch's errors on stderr and its report; the exit code."""
     from leakscope.policy import exit_code
-    from leakscope.render import render
 
     report = done.report
     if not done.reporting:
@@ -103,14 +112,10 @@ def _output(done: JobResult, fmt: FormatChoice, output: Path | None, debug: bool
         return int(done.job_exit_code)
     for result in report.results:
         if result.verdict.value == "error" and result.error:
-            typer.echo(f"leakscope: {result.target}: {result.error}", err=True)
-            if debug and result.traceback:
-                typer.echo(result.traceback, err=True)
-    if fmt is FormatChoice.text:
-        text = render(report, "text", color=output is None and sys.stdout.isatty(), debug=debug)
-    else:
-        text = render(report, fmt.value, debug=debug)
-    emit(text, output)
+            typer.echo(f"leakscope: {terminal(result.target)}: {terminal(result.error)}", err=True)
+    if debug:  # tracebacks go to stderr, never into the report on stdout
+        print_tracebacks(report)
+    emit(report_text(report, fmt, output, debug=debug), output)
     return exit_code(report)
 
 

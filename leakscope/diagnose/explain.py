@@ -1,105 +1,19 @@
 """``leakscope explain``: the retained graph of one finding, as plain data.
 
-A :class:`GraphView` describes the graph a held reference keeps alive: node
-names, saved slots with shapes and bytes, leaves and their gradients. It is
-built iteratively (graphs of a million nodes need no recursion) and holds
-descriptions only; the renderers in ``leakscope.render.tree`` and
-``leakscope.render.dot`` turn it into text.
+A :class:`~leakscope.results.GraphView` describes the graph a held reference keeps
+alive: node names, saved slots with shapes and bytes, leaves and their gradients.
+The harness runs the step and describes the graph
+(:meth:`leakscope.harness.experiment.Experiment.graph`); the renderers in
+``leakscope.render.tree`` and ``leakscope.render.dot`` turn it into text.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
-from leakscope.errors import LeakscopeError, UsageError
+from leakscope.errors import UsageError
 from leakscope.options import CheckOptions
-from leakscope.probe.autograd import (
-    accumulated_leaf,
-    ctx_values,
-    next_nodes,
-    node_name,
-    saved_values,
-    storage_nbytes,
-)
-from leakscope.results import GraphView, Mode, Slot, ViewNode
-
-
-def _slot(name: str, t: Any) -> Slot:
-    try:
-        return Slot(name, tuple(int(d) for d in t.shape), str(t.dtype).replace("torch.", ""), storage_nbytes(t))
-    except Exception:
-        return Slot(name, (), type(t).__name__, 0)
-
-
-def _slots(node: Any) -> tuple[Slot, ...]:
-    import torch
-
-    out = []
-    leaf = accumulated_leaf(node)
-    if leaf is not None:
-        label = "parameter" if isinstance(leaf, torch.nn.Parameter) else "leaf"
-        out.append(_slot(label, leaf))
-        if leaf.grad is not None:
-            out.append(_slot(f"{label}.grad", leaf.grad))
-        return tuple(out)
-    for name, data in saved_values(node):
-        if isinstance(data, torch.Tensor):
-            out.append(_slot(f"saved {name}", data))
-        else:
-            out.append(Slot(f"saved {name}", (), type(data).__name__, 0))
-    for name, value in ctx_values(node):
-        if isinstance(value, torch.Tensor):
-            out.append(_slot(f"ctx.{name}", value))
-    return tuple(out)
-
-
-def build_view(root: Any, *, target: str, mode: str, path: str, max_nodes: int = 10_000) -> GraphView:
-    """Describe the graph below ``root`` (a node), breadth first, at most ``max_nodes`` described."""
-    ids: dict[int, int] = {}  # id(python node) -> view id
-    keep: list[Any] = []  # hold wrappers so ids stay unique while walking
-    described: list[ViewNode] = []
-    queue = [root]
-    head = 0
-    while head < len(queue):
-        node = queue[head]
-        head += 1
-        if id(node) in ids:
-            continue
-        ids[id(node)] = len(keep)
-        keep.append(node)
-        children = next_nodes(node)
-        queue.extend(c for c in children if id(c) not in ids)
-        if len(described) < max_nodes:
-            described.append(ViewNode(ids[id(node)], node_name(node), _slots(node), ()))
-        # `children` ids are assigned lazily below, once every node has one.
-    total = len(keep)
-    # Second pass: child links of described nodes (ids now exist for all nodes).
-    linked = []
-    for view in described:
-        node = keep[view.id]
-        child_ids = tuple(ids[id(c)] for c in next_nodes(node) if id(c) in ids)
-        linked.append(dataclasses.replace(view, children=child_ids))
-    keep.clear()
-    ids.clear()
-    queue.clear()
-    return GraphView(target, mode, path, 0, tuple(linked), total, total > len(linked))
-
-
-#: nodes a finding's own graph description keeps (the report's HTML drawing; ``explain`` draws more)
-FINDING_GRAPH_NODES = 40
-
-
-def view_of(obj: Any, *, path: str, target: str = "", mode: str = "", max_nodes: int = 10_000) -> GraphView | None:
-    """The graph a held object keeps (a tensor's ``grad_fn`` or a node); None for a held leaf.
-
-    A finding's own graph (``Finding.graph``) leaves ``target`` and ``mode`` empty:
-    its result names them.
-    """
-    node = getattr(obj, "grad_fn", obj) if not _is_leaf(obj) else None
-    if node is None:
-        return None
-    return build_view(node, target=target, mode=mode, path=path, max_nodes=max_nodes)
+from leakscope.results import GraphView, Mode
 
 
 def explain(target: Any, path: str | None = None, options: CheckOptions | None = None,
@@ -107,43 +21,21 @@ def explain(target: Any, path: str | None = None, options: CheckOptions | None =
     """Run the step once and describe what the reference at ``path`` (default: the first finding) retains."""
     from leakscope.adapters.registry import resolve_spec
     from leakscope.harness.distributed import process_group
+    from leakscope.harness.experiment import Experiment
     from leakscope.harness.runtime import resolve_device
-    from leakscope.harness.trial import observe, run_trial
     from leakscope.probe.liveness import gc_paused
 
     options = resolve_device(options or CheckOptions())
     spec = resolve_spec(target, options.factory)
     with process_group(options.device), gc_paused():
-        trial = run_trial(spec, mode, options)
-        try:
-            obs = observe(trial, options)
-            paths = tuple(str(h.path) for h in obs.candidates)
-            chosen = [h for h in obs.candidates if path is None or str(h.path) == path][:1]
-            if not chosen:
-                obs.clear()
-                if path is not None:
-                    raise UsageError(
-                        f"{spec.name} [{mode.value}] has no finding at {path!r}; "
-                        f"findings: {', '.join(paths) or 'none'}"
-                    )
-                return GraphView(spec.name, mode.value, "", None, (), 0, False, paths)
-            hit = chosen[0]
-            obj = hit.obj
-            view_path = str(hit.path)
-            chosen.clear()
-            obs.clear()
-            view = view_of(obj, target=spec.name, mode=mode.value, path=view_path, max_nodes=max_nodes)
-            del obj, hit
-            if view is None:
-                return GraphView(spec.name, mode.value, view_path, None, (), 0, False, paths)
-            return dataclasses.replace(view, paths=paths)
-        except LeakscopeError:
-            raise
-        finally:
-            trial.close()
+        view, paths = Experiment(spec, mode, options).graph(path, max_nodes)
+    if view is None:
+        if path is not None:
+            raise UsageError(
+                f"{spec.name} [{mode.value}] has no finding at {path!r}; findings: {', '.join(paths) or 'none'}"
+            )
+        return GraphView(spec.name, mode.value, "", None, (), 0, False, paths)
+    return view
 
 
-def _is_leaf(obj: Any) -> bool:
-    import torch
-
-    return isinstance(obj, torch.Tensor) and obj.grad_fn is None
+__all__ = ["explain"]

@@ -1,28 +1,35 @@
-"""The one place a :class:`~leakscope.results.Finding` is built.
+"""The one place a :class:`~leakscope.results.Finding` is built, from the harness's descriptions.
 
-Every finding (a named holder of the single step, a holder found after the last
-micro-batch, an unnamed holder, a reference cycle, storage growth) comes from a
-function here, so its holder kind, cause, bytes and fix are decided by one rule.
+Every finding (a named holder of a check's step or of a watched call, a holder
+found after the last micro-batch, an unnamed holder, a reference cycle, storage
+growth) comes from a function here, so its holder kind, cause, bytes and fix are
+decided by one rule. Tensor-free: the harness describes what it observed
+(:class:`~leakscope.harness.observe.Held`), this module only reads descriptions.
+
+# NOTE [One accounting]
+# A reference's bytes are the storages its graph keeps (saved tensors,
+# checkpoint frames, non-Parameter leaves and their gradients; each storage
+# once; the caller's own tensors and the parameters never) plus its graph's
+# nodes at the cost one node was measured to have here (NOTE [What a node
+# costs]). ``check`` and ``watch`` count through this one function, so the same
+# holder reads the same bytes in both, and a graph backward has already run
+# through (nodes only) is never "0 B".
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from leakscope.diagnose.explain import FINDING_GRAPH_NODES, view_of
 from leakscope.diagnose.fixes import hint_for
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
-from leakscope.probe.autograd import (
-    CAUSE_ORDER,
-    LEAF_GRAD,
-    StorageMap,
-    bytes_by_cause,
-    graph_tensors,
-    node_name,
-    storage_key,
-    storage_map,
-)
-from leakscope.results import Cause, Finding, Holder, Source
+from leakscope.results import Cause, Finding, Holder
+
+if TYPE_CHECKING:
+    from leakscope.harness.observe import Held
+
+#: the order a storage reached under several causes is attributed in
+CAUSE_ORDER = (Cause.LEAF_GRAD.value, Cause.CTX.value, Cause.ACTIVATIONS.value)
 
 _HOLDER_OF_ROOT = {
     "output": Holder.RETURNED,
@@ -42,92 +49,72 @@ def holder_of(path: HolderPath) -> Holder:
     return _HOLDER_OF_ROOT.get(path.root_kind, Holder.NOT_FOUND)
 
 
-def dominant(by_cause: dict[str, int]) -> Cause:
-    """The cause with the most bytes (ties: the order storages are attributed in); nodes-only when none."""
-    if not by_cause or sum(by_cause.values()) == 0:
+def dominant(by_cause: Mapping[str, int]) -> Cause:
+    """The cause with the most bytes (ties: the order storages are attributed in); nodes-only when
+    no tensor is kept."""
+    tensors = {c: n for c, n in by_cause.items() if c != Cause.NODES_ONLY.value}
+    if not tensors or sum(tensors.values()) == 0:
         return Cause.NODES_ONLY
-    best = max(by_cause, key=lambda c: (by_cause[c], -CAUSE_ORDER.index(c) if c in CAUSE_ORDER else 0))
+    best = max(tensors, key=lambda c: (tensors[c], -CAUSE_ORDER.index(c) if c in CAUSE_ORDER else 0))
     return Cause(best)
 
 
-def graph_of(obj: Any) -> tuple[list[Any], list[tuple[str, Any]], str]:
-    """Graph roots, extra leaf tensors, and the grad_fn label for one held object
-    (a tensor with a graph, a held leaf, or a graph node)."""
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        if obj.grad_fn is not None:
-            return [obj.grad_fn], [], node_name(obj.grad_fn)
-        extra = [(LEAF_GRAD, obj)]
-        if obj.grad is not None:
-            extra.append((LEAF_GRAD, obj.grad))
-        return [], extra, "AccumulateGrad (leaf)"
-    return [obj], [], node_name(obj)
+def bytes_by_cause(storages: Mapping[tuple[str, int], tuple[str, int]], nodes: int, node_bytes: int) -> dict[str, int]:
+    """Bytes per cause (NOTE [One accounting]): the storages' bytes, plus the nodes' as ``nodes-only``."""
+    totals: dict[str, int] = {}
+    for cause, nbytes in storages.values():
+        totals[cause] = totals.get(cause, 0) + nbytes
+    if nodes and node_bytes:
+        totals[Cause.NODES_ONLY.value] = totals.get(Cause.NODES_ONLY.value, 0) + nodes * node_bytes
+    return dict(sorted(totals.items()))
 
 
-def own_storage(obj: Any) -> set[tuple[str, int]]:
-    """A held leaf's own storage is what it retains; a held graph tensor's is not."""
-    import torch
-
-    if isinstance(obj, torch.Tensor) and obj.grad_fn is None:
-        key = storage_key(obj)
-        return {key} if key is not None else set()
-    return set()
-
-
-def held_bytes(obj: Any, *, excluded: set[tuple[str, int]], after_seq: int, union: StorageMap) -> None:
-    """Add the storages of the graph below ``obj`` (after ``after_seq``) to ``union``: its bytes only."""
-    roots, extra, _ = graph_of(obj)
-    _, found = graph_tensors(roots, after_seq=after_seq)
-    union.update(storage_map([(g.cause, t) for g in found for t in g.tensors] + extra, excluded - own_storage(obj)))
-    found.clear()
+def union_bytes(held: Iterable[Held], node_bytes: int, *, one_step: bool = False) -> dict[str, int]:
+    """Bytes by cause of several references together, each storage and each node once: everything
+    their graphs keep, or with ``one_step`` what one step's graph behind each keeps (per micro-batch)."""
+    storages: dict[tuple[str, int], tuple[str, int]] = {}
+    nodes: set[int] = set()
+    for h in held:
+        for key, value in (h.step_storages if one_step else h.storages).items():
+            current = storages.get(key)
+            if current is None or _rank(value[0]) < _rank(current[0]):
+                storages[key] = value
+        nodes |= h.step_node_keys if one_step else h.node_keys
+    return bytes_by_cause(storages, len(nodes), node_bytes)
 
 
-def holder_finding(
-    path: HolderPath,
-    obj: Any,
-    *,
-    excluded: set[tuple[str, int]],
-    after_seq: int,
-    union: StorageMap,
-    confirmed: bool = False,
-    source: Source | None = None,
-    called_from: tuple[Source, ...] = (),
-    adapter: str | None = None,
+def _rank(cause: str) -> int:
+    return CAUSE_ORDER.index(cause) if cause in CAUSE_ORDER else len(CAUSE_ORDER)
+
+
+def held_finding(
+    held: Held, node_bytes: int, *, confirmed: bool = False, adapter: str | None = None,
+    kind: str | None = None, node_cost: str | None = None,
 ) -> Finding:
-    """A reference at ``path`` holding ``obj`` (a tensor, a held leaf or a graph node) of this run.
-
-    Bytes are the storages of the graph below it that the caller does not hold
-    directly (``excluded``), each counted once; they are also added to ``union``,
-    the storages of every finding of the result.
-    """
-    roots, extra, grad_fn = graph_of(obj)
-    nodes, found = graph_tensors(roots, after_seq=after_seq)
-    items = [(g.cause, t) for g in found for t in g.tensors] + extra
-    storages = storage_map(items, excluded - own_storage(obj))
-    found.clear()
-    items.clear()
-    union.update(storages)
-    by_cause = bytes_by_cause(storages)
+    """A reference the harness described, holding a judged step's graph; ``node_cost`` says what
+    ``node_bytes`` is (NOTE [What a node costs])."""
+    by_cause = bytes_by_cause(held.step_storages, len(held.step_node_keys), node_bytes)
     cause = dominant(by_cause)
-    holder = holder_of(path)
+    holder = holder_of(held.path)
     return Finding(
-        path=path,
+        path=held.path,
         holder=holder,
-        grad_fn=grad_fn,
-        graph_nodes=nodes,
+        grad_fn=held.grad_fn,
+        graph_nodes=held.graph_nodes,
         retained_bytes=sum(by_cause.values()),
         confirmed=confirmed,
-        hint=hint_for(holder, cause, path, adapter=adapter),
+        hint=hint_for(holder, cause, held.path, adapter=adapter),
         cause=cause,
-        bytes_by_cause=dict(sorted(by_cause.items())),
-        source=source,
-        called_from=called_from,
-        graph=view_of(obj, path=str(path), max_nodes=FINDING_GRAPH_NODES),
+        bytes_by_cause=by_cause,
+        source=held.source,
+        called_from=held.called_from,
+        graph=held.graph,
+        kind=kind,
+        node_cost=node_cost if held.graph_nodes and node_bytes else None,
     )
 
 
-def unknown_finding(by_cause: dict[str, int]) -> Finding:
+def unknown_finding(by_cause: Mapping[str, int]) -> Finding:
     """Retention proven, but nothing reachable from what the caller keeps holds it."""
     cause = dominant(by_cause)
     return Finding(
@@ -143,7 +130,7 @@ def unknown_finding(by_cause: dict[str, int]) -> Finding:
     )
 
 
-def cycle_finding(by_cause: dict[str, int]) -> Finding:
+def cycle_finding(by_cause: Mapping[str, int]) -> Finding:
     """A graph that only the cyclic garbage collector frees (a warning)."""
     return Finding(
         path=CYCLE,
@@ -176,13 +163,6 @@ def storage_growth_finding(container: HolderPath, rate: int) -> Finding:
 
 
 __all__ = [
-    "cycle_finding",
-    "held_bytes",
-    "dominant",
-    "graph_of",
-    "holder_finding",
-    "holder_of",
-    "own_storage",
-    "storage_growth_finding",
-    "unknown_finding",
+    "CAUSE_ORDER", "bytes_by_cause", "cycle_finding", "dominant", "held_finding", "holder_of",
+    "storage_growth_finding", "union_bytes", "unknown_finding",
 ]

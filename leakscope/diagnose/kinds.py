@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from leakscope.holders import HolderPath, SegmentKind
 from leakscope.results import Finding
@@ -51,22 +50,10 @@ def holder_key(path: HolderPath) -> HolderPath:
     return HolderPath(path.root, segments).shape()
 
 
-def reached_micro_batches(node: Any, ranges: Sequence[tuple[int, int]]) -> frozenset[int]:
-    """Which micro-batches' graph nodes are reachable from ``node`` (by sequence-number range)."""
-    from leakscope.probe.autograd import UINT64_MAX, iter_nodes, sequence_nr
-
-    found: set[int] = set()
-    if node is None:  # a held leaf: no nodes of its own
-        return frozenset()
-    for reached in iter_nodes([node]):
-        seq = sequence_nr(reached)
-        if seq == UINT64_MAX:
-            continue
-        for i, (start, end) in enumerate(ranges):
-            if start < seq < end:
-                found.add(i)
-                break
-    return frozenset(found)
+def kind_of(steps: frozenset[int], latest: int, maxlen: int | None = None) -> str:
+    """One reference's kind: bounded when it reaches only the latest step's graph (or sits in a
+    deque with a maxlen), growing when it reaches an earlier one (NOTE [Leak kinds])."""
+    return BOUNDED if steps <= {latest} or maxlen is not None else GROWING
 
 
 def holder_kinds(held: Iterable[tuple[HolderPath, frozenset[int], int | None]], last: int) -> dict[HolderPath, str]:
@@ -115,6 +102,6 @@ def result_kind(findings: Iterable[Finding]) -> str | None:
 
 
 __all__ = [
-    "BOUNDED", "GROWING", "KINDS", "curve_kind", "holder_key", "holder_kinds", "reached_micro_batches",
-    "result_kind", "with_kinds",
+    "BOUNDED", "GROWING", "KINDS", "curve_kind", "holder_key", "holder_kinds", "kind_of", "result_kind",
+    "with_kinds",
 ]

@@ -34,11 +34,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakscope.errors import UsageError
-from leakscope.options import CheckOptions, ModelSize
+from leakscope.options import ModelSize
 from leakscope.phase import report
+
+if TYPE_CHECKING:
+    from leakscope.harness.experiment import Experiment
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
 _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
@@ -49,6 +52,16 @@ SAMPLES = (
     (8, 32, 128, 2), (16, 32, 128, 2), (8, 32, 64, 3), (16, 64, 64, 3),
 )
 #: the fitted terms: name, and how to evaluate it from (T, H, V, L)
+#: the cause whose bytes are graph nodes, not tensors: their count grows with layers, never with
+#: tokens, hidden size or dtype
+NODES = "nodes-only"
+#: NOTE [Nodes at scale]: a graph node costs the same bytes at any width (NOTE [What a node costs]),
+#: and a model has about the same nodes per layer at any size, so nodes are fitted per layer and
+#: taken to the user's number of layers, never multiplied by tokens or hidden size.
+NODE_TERMS: tuple[tuple[str, Any], ...] = (
+    ("graph nodes x layers", lambda t, h, v, n: n),
+    ("graph nodes", lambda t, h, v, n: 1),
+)
 TERMS: tuple[tuple[str, Any], ...] = (
     ("tokens x hidden", lambda t, h, v, n: t * h),
     ("tokens x vocab", lambda t, h, v, n: t * v),
@@ -168,13 +181,34 @@ def parse_at(text: str) -> Scale:
 
 
 def solve(rows: list[tuple[float, ...]], values: list[float]) -> tuple[float, ...]:
-    """Least-squares coefficients of ``rows @ c = values``."""
-    import torch
+    """Least-squares coefficients of ``rows @ c = values`` (the normal equations, solved exactly in
+    rationals: the systems are a handful of samples by a handful of terms). Terms no sample
+    varies are left at 0; coefficients under 0.01 are rounded to 0."""
+    from fractions import Fraction
 
-    a = torch.tensor(rows, dtype=torch.float64)
-    y = torch.tensor([[v] for v in values], dtype=torch.float64)
-    sol = torch.linalg.lstsq(a, y, driver="gelsd").solution.flatten().tolist()
-    return tuple(0.0 if abs(c) < 0.01 else c for c in sol)
+    n = len(rows[0]) if rows else 0
+    a = [[Fraction(sum(r[i] * r[j] for r in rows)) for j in range(n)] for i in range(n)]
+    b = [Fraction(sum(r[i] * v for r, v in zip(rows, values, strict=True))) for i in range(n)]
+    # Gauss-Jordan with a tolerance-free pivot search; dependent columns get 0 (minimum-norm-like).
+    pivots: list[int] = []
+    row = 0
+    for col in range(n):
+        pivot = next((r for r in range(row, n) if a[r][col] != 0), None)
+        if pivot is None:
+            continue
+        a[row], a[pivot] = a[pivot], a[row]
+        b[row], b[pivot] = b[pivot], b[row]
+        for r in range(n):
+            if r != row and a[r][col] != 0:
+                factor = a[r][col] / a[row][col]
+                a[r] = [x - factor * y for x, y in zip(a[r], a[row], strict=True)]
+                b[r] -= factor * b[row]
+        pivots.append(col)
+        row += 1
+    out = [0.0] * n
+    for r, col in enumerate(pivots):
+        out[col] = float(b[r] / a[r][col])
+    return tuple(0.0 if abs(c) < 0.01 else c for c in out)
 
 
 def _features(t: int, h: int, v: int, layers: int) -> tuple[float, ...]:
@@ -186,27 +220,29 @@ def evaluate(coefficients: tuple[float, ...], t: int, h: int, v: int, layers: in
     return sum(c * x for c, x in zip(coefficients, _features(t, h, v, layers), strict=True))
 
 
-def _measure(spec: Any, mode: Any, options: CheckOptions, size: ModelSize) -> tuple[dict[str, int], dict[str, int]]:
-    """(growing bytes per micro-batch, bounded bytes) per cause at one tiny size."""
-    from leakscope.diagnose.growth import measure_growth
+def _measure(experiment: Experiment, size: ModelSize) -> tuple[dict[str, int], dict[str, int], int]:
+    """(growing bytes per micro-batch, bounded bytes) per cause at one tiny size, and the bytes one
+    graph node was counted at (NOTE [What a node costs])."""
+    from leakscope.diagnose.growth import curve
 
-    opts = dataclasses.replace(options, size=size, micro_batches=2)
-    g = measure_growth(spec, mode, opts).growth
+    run = experiment.at_size(size, micro_batches=2).micro_batches()
+    node_bytes = max((obs.node_bytes for obs in run.observations), default=0)
+    g = curve(run.observations, run.storage_bytes)
     if len(g.retained_by_cause) < 2:
-        return {}, {}
+        return {}, {}, node_bytes
     first, second = g.retained_by_cause[0], g.retained_by_cause[1]
     growing, bounded = {}, {}
     for cause in set(first) | set(second):
         r1, r2 = first.get(cause, 0), second.get(cause, 0)
         growing[cause] = max(0, r2 - r1)
         bounded[cause] = max(0, r1 - growing[cause])
-    return growing, bounded
+    return growing, bounded, node_bytes
 
 
-def _fp32_shares(spec: Any, mode: Any, options: CheckOptions, base: dict[str, int]) -> dict[str, float] | None:
+def _fp32_shares(experiment: Experiment, base: dict[str, int]) -> dict[str, float] | None:
     """Per cause, the share of bytes that stays fp32 when the model runs in bf16 (None: could not run)."""
     try:
-        growing, bounded = _measure(spec, mode, options, dataclasses.replace(options.size, dtype="bf16"))
+        growing, bounded, _ = _measure(experiment, dataclasses.replace(experiment.options.size, dtype="bf16"))
     except Exception:
         return None
     shares = {}
@@ -219,17 +255,19 @@ def _fp32_shares(spec: Any, mode: Any, options: CheckOptions, base: dict[str, in
     return shares
 
 
-def project(spec: Any, mode: Any, options: CheckOptions, scale: Scale) -> Projection:
+def project(experiment: Experiment, scale: Scale) -> Projection:
     """Fit the tiny engine's retention over sizes and evaluate it at ``scale`` (NOTE [The projection model])."""
-    base = options.size
+    base = experiment.options.size
     rows: list[tuple[float, ...]] = []
     per_cause: dict[str, dict[str, list[float]]] = {"growing": {}, "bounded": {}}
     measured: list[tuple[dict[str, int], dict[str, int]]] = []
     samples: list[tuple[int, int, int]] = []
+    per_node = 0
     for seq, hidden, vocab, layers in SAMPLES:
         report(f"projecting: size {len(samples) + 1} of {len(SAMPLES)}")
         size = dataclasses.replace(base, seq=seq, hidden=hidden, vocab=vocab, layers=layers, dtype="fp32")
-        grows, holds = _measure(spec, mode, options, size)
+        grows, holds, node_bytes = _measure(experiment, size)
+        per_node = max(per_node, node_bytes)
         measured.append((grows, holds))
         rows.append(_features(size.batch * seq, hidden, vocab, layers))
         samples.append((size.batch * seq, hidden, sum(grows.values())))
@@ -239,7 +277,7 @@ def project(spec: Any, mode: Any, options: CheckOptions, scale: Scale) -> Projec
             per_cause[part][cause] = [float(m[index].get(cause, 0)) for m in measured]
     base_size = dataclasses.replace(base, seq=SAMPLES[0][0], hidden=SAMPLES[0][1], vocab=SAMPLES[0][2], layers=SAMPLES[0][3])
     base_bytes = {c: measured[0][0].get(c, 0) + measured[0][1].get(c, 0) for c in causes}
-    shares = _fp32_shares(spec, mode, options, base_bytes) if any(base_bytes.values()) else {}
+    shares = _fp32_shares(experiment, base_bytes) if any(base_bytes.values()) else {}
     width = DTYPE_BYTES[scale.dtype]
     vocab = scale.vocab or base.vocab
     layers = scale.layers or base.layers
@@ -247,10 +285,22 @@ def project(spec: Any, mode: Any, options: CheckOptions, scale: Scale) -> Projec
     terms: list[Term] = []
     totals = {"growing": 0.0, "bounded": 0.0}
     growing_coefficients = [0.0] * len(TERMS)
+    node_coefficients: dict[str, float] = {}
+    node_rows = [tuple(float(fn(0, 0, 0, layers_at)) for _, fn in NODE_TERMS) for _, _, _, layers_at in SAMPLES]
     for part in ("growing", "bounded"):
         for cause in causes:
             values = per_cause[part][cause]
             if not any(values):
+                continue
+            if cause == NODES:  # NOTE [Nodes at scale]
+                for (name, fn), c in zip(NODE_TERMS, solve(node_rows, values), strict=True):
+                    if c == 0.0:
+                        continue
+                    if part == "growing":
+                        node_coefficients[name] = node_coefficients.get(name, 0.0) + c
+                    nbytes = c * fn(t, h, vocab, layers)
+                    totals[part] += nbytes
+                    terms.append(Term(cause, part, name, c / (per_node or 1), per_node or 1, max(0, int(round(nbytes)))))
                 continue
             coefficients = solve(rows, values)
             kept = (shares or {}).get(cause, 0.0)

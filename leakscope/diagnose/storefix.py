@@ -30,6 +30,8 @@ class StoreSite:
     #: the stored-at line's source text, stripped
     code: str
     where: Source
+    #: the names in the line that held a tensor with a graph when it ran (NOTE [The names a fix detaches])
+    graph_names: tuple[str, ...] = ()
 
 
 def _structure(code: str) -> Iterator[tuple[int, str, int]]:
@@ -102,11 +104,43 @@ def _assignment_detached(code: str, accumulate: bool) -> str | None:
     if not m:
         return None
     lhs, op, rhs = m.group("lhs").strip(), m.group("op"), m.group("rhs").strip()
-    if accumulate and op == "=":
-        head, plus, last = rhs.rpartition(" + ")
-        if plus:
-            return f"{lhs} = {head} + {_detached(last)}"
+    if accumulate and op == "=" and len(_top_level_split(rhs, " if ")) == 1:
+        terms = _top_level_split(rhs, " + ")
+        if len(terms) > 1 and terms[0].strip() == lhs:  # total = total + x: the new term
+            return f"{lhs} = {terms[0].strip()} + {_detached(' + '.join(t.strip() for t in terms[1:]))}"
     return f"{lhs} {op} {_detached(rhs)}"
+
+
+_ASSIGNMENT = re.compile(r"(?P<lhs>[^=]+?)\s*(?P<op>\+=|-=|\*=|/=|=)(?!=)\s*(?P<rhs>.+)")
+
+
+def _names_detached(code: str, names: tuple[str, ...]) -> str | None:
+    """The line with each of ``names`` read as ``name.detach()`` where it is read (the right of an
+    assignment, or a call's arguments), not where it is assigned; None when none is read there.
+    A name already followed by ``.detach(``, ``.item(`` or ``.tolist(`` is left as it is."""
+    head, body = "", code
+    m = _ASSIGNMENT.fullmatch(code)
+    if m is not None and "(" not in m.group("lhs"):
+        head, body = code[: m.start("rhs")], m.group("rhs")
+    changed = False
+    for name in names:
+        pattern = re.compile(rf"(?<![\w.]){re.escape(name)}(?![\w])(?!\s*\.(?:detach|item|tolist)\()(?!\s*=[^=])")
+        code_at = {i for i, _, _ in _structure(body)}  # positions outside string literals
+        out, last = [], 0
+        for m in pattern.finditer(body):
+            if m.start() in code_at:
+                out.append(body[last:m.end()] + ".detach()")
+                last = m.end()
+                changed = True
+        body = "".join(out) + body[last:]
+    return head + body if changed else None
+
+
+def _detaches_a_container(code: str) -> bool:
+    """A rewrite that would call ``.detach()`` on a container literal or constructor: an error, not a fix."""
+    return bool(re.search(r"(?:[\]}]\)?|\b(?:dict|list|tuple|set)\([^()]*\))\)?\.detach\(\)", code)) or bool(
+        re.search(r"\((?:\{|\[)[^()]*(?:\}|\])\)\.detach\(\)", code)
+    )
 
 
 def returned_keys(path: HolderPath) -> str:
@@ -176,14 +210,42 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
     if store is None:
         return None
     code, at = _without_comment(store.code), store.where
+    rewritten = rewrite(store, path)
+    if rewritten is None:
+        stored = _stored_expr(code, store.op)
+        inner = _inner_tensor(path, stored[0], store.op) if stored is not None else None
+        if stored is not None and inner is not None:  # a container is stored; the graph is inside it
+            tensor = f"{stored[1]}{inner}"
+            return (
+                f"at {at}: {code} keeps {tensor} with its graph: detach it before it is stored"
+                f" ({tensor} = {tensor}.detach()), or store only the detached values needed{graph_note}"
+            )
+        inside = f" (the tensor at {path.code()})" if path.segments else ""
+        return f"store only detached tensors or numbers at {at} ({code}){inside}{graph_note}"
+    if store.op == "metric":
+        return f"feed the metric a detached value at {at}: {rewritten}"
+    if store.op == "hook":
+        return f"detach inside the hook {at.function} at {at}: {rewritten} (or run the hook under torch.no_grad())"
+    if store.op == "accumulate":
+        return f"accumulate detached values at {at}: {rewritten} (or .item() for a float)"
+    return f"at {at}: {rewritten}{' (or .item() for a scalar)' if store.op == 'attribute' else ''}{graph_note}"
+
+
+def rewrite(store: StoreSite, path: HolderPath) -> str | None:
+    """The stored-at line rewritten so that it stores a detached value (the line's text, stripped),
+    or None when no one-line rewrite can be derived: the names that held the graph when the line ran
+    are detached where they are read (NOTE [The names a fix detaches]), else the value the line
+    stores; never a container literal or constructor."""
+    code = _without_comment(store.code)
+    if store.op == "return":
+        return None
+    if store.graph_names and store.op != "hook":
+        by_names = _names_detached(code, store.graph_names)
+        if by_names is not None:
+            return by_names
     stored = _stored_expr(code, store.op)
-    inner = _inner_tensor(path, stored[0], store.op) if stored is not None else None
-    if stored is not None and inner is not None:  # a container is stored; the graph is inside it
-        tensor = f"{stored[1]}{inner}"
-        return (
-            f"at {at}: {code} keeps {tensor} with its graph: detach it before it is stored"
-            f" ({tensor} = {tensor}.detach()), or store only the detached values needed{graph_note}"
-        )
+    if stored is not None and _inner_tensor(path, stored[0], store.op) is not None:
+        return None  # a container is stored; the graph is inside it
     rewritten: str | None = None
     if store.op in ("append", "buffer", "metric", "hook"):
         rewritten = _call_detached(code) if "(" in code else _assignment_detached(code, False)
@@ -200,15 +262,35 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
             rewritten = _assignment_detached(code, False)
     elif store.op == "accumulate":
         rewritten = _assignment_detached(code, True)
-    if rewritten is None:
-        return f"store a detached value at {at} ({code}){graph_note}"
-    if store.op == "metric":
-        return f"feed the metric a detached value at {at}: {rewritten}"
-    if store.op == "hook":
-        return f"detach inside the hook {at.function} at {at}: {rewritten} (or run the hook under torch.no_grad())"
-    if store.op == "accumulate":
-        return f"accumulate detached values at {at}: {rewritten} (or .item() for a float)"
-    return f"at {at}: {rewritten}{' (or .item() for a scalar)' if store.op == 'attribute' else ''}{graph_note}"
+    if rewritten is None or _detaches_a_container(rewritten):
+        return None
+    return rewritten
 
 
-__all__ = ["StoreSite", "VERL_ADAPTER", "fix_for"]
+def release_fix(path: HolderPath, store: StoreSite | None) -> str:
+    """The fix for a holder backward runs through while it is held (NOTE [Fixes that never break
+    training]): release it once backward has run, never detach it before."""
+    container = path.container()
+    if container != path:
+        release = f"{container.code()}.clear() once the update's backward has run"
+    else:
+        release = f"{path.code()} = None once backward has run"
+    where = f" (stored at {store.where}: {_without_comment(store.code)})" if store is not None else ""
+    return (
+        f"backward runs through the graph {path.code()} keeps{where}: release it after use, {release};"
+        " for logging keep .item() or a detached copy taken after backward. Detaching it before backward"
+        " would stop its gradients"
+    )
+
+
+def after_loss_fix(path: HolderPath, store: StoreSite | None, graph_note: str = "") -> str:
+    """The fix for a holder the step's loss is computed from: detach only once the loss is computed."""
+    where = f" at {store.where} ({_without_comment(store.code)})" if store is not None else ""
+    return (
+        f"the step's loss is computed from {path.code()}: store a detached copy{where} only after the loss"
+        f" is computed ({path.code()} = {path.leaf_name()}.detach() after the loss line); detaching it"
+        f" before the loss would cut the gradient through it{graph_note}"
+    )
+
+
+__all__ = ["StoreSite", "VERL_ADAPTER", "after_loss_fix", "fix_for", "release_fix", "rewrite"]

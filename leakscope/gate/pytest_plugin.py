@@ -76,6 +76,7 @@ def assert_no_graph_retention(
     from leakscope.api import check
     from leakscope.policy import exit_code
     from leakscope.render import render
+    from leakscope.render.escape import terminal
     from leakscope.render.summary import report_line, result_detail
 
     try:
@@ -86,9 +87,10 @@ def assert_no_graph_retention(
     code = exit_code(report, settings.effective_fail_on)
     if item is not None:
         item.add_report_section("call", MARKER, render(report, "text", fail_on=settings.effective_fail_on))
-    if code != 0:
-        details = "\n".join(result_detail(r) for r in report.results)
-        pytest.fail(f"{report_line(report, code)}\n{details}", pytrace=False)
+    if code != 0:  # the words of the CI formats, under the same gate; engine strings shown, not sent
+        fail_on = settings.effective_fail_on
+        details = "\n".join(result_detail(r, fail_on) for r in report.results)
+        pytest.fail(terminal(f"{report_line(report, code, fail_on)}\n{details}", newlines=True), pytrace=False)
     return report
 
 

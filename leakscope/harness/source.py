@@ -12,10 +12,14 @@ import re
 import traceback
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakscope.probe.library import is_leakscope_machinery_file, is_library_file
+from leakscope.probe.walk import kinds
 from leakscope.results import Source
+
+if TYPE_CHECKING:
+    from leakscope.harness.protocol import EngineSpec
 
 
 def is_internal(filename: str) -> bool:
@@ -98,3 +102,90 @@ def engine_files(modules: Any) -> frozenset[str]:
         if file:
             files.add(_resolved(file))
     return frozenset(files)
+
+
+def created_at(obj: Any, modules: Any = ()) -> Source | None:
+    """The user line that created ``obj``'s graph node (needs anomaly-mode stack traces).
+
+    Lines in ``modules``' files are preferred.
+    """
+    node = getattr(obj, "grad_fn", None) if not kinds().is_node(obj) else obj
+    if node is not None:
+        try:
+            text = node.metadata.get("traceback_")
+        except Exception:
+            text = None
+        if isinstance(text, (list, tuple)):
+            text = "".join(str(line) for line in text)
+        if text:
+            found = user_frame_in_stack_text(str(text), engine_files(modules))
+            if found is not None:
+                return found
+    return None
+
+
+def stack_text(obj: Any) -> str | None:
+    node = getattr(obj, "grad_fn", None) if not kinds().is_node(obj) else obj
+    if node is None:
+        return None
+    try:
+        text = node.metadata.get("traceback_")
+    except Exception:
+        return None
+    if isinstance(text, (list, tuple)):
+        text = "".join(str(line) for line in text)
+    return str(text) if text else None
+
+
+#: at most this many engine-side call sites under "created at"
+MAX_CALLED_FROM = 3
+#: the engine's step entry: where a call chain reaches the engine
+STEP_NAMES = ("forward_step", "training_step", "step")
+
+
+def called_from(obj: Any, source: Source | None, modules: Any) -> tuple[Source, ...]:
+    """When ``source`` is a shared helper or is reached through ``super()``: the user frames
+    that called it, innermost first, up to the target's own file or its step method.
+
+    ``modules``: the target's own module(s) (not its bases'): a line there in a function
+    that no outer frame repeats is the engine's own line and needs no call site.
+    """
+    import os
+
+    if source is None:
+        return ()
+    text = stack_text(obj)
+    if not text:
+        return ()
+    frames = user_frames_in_stack_text(text)
+    if source not in frames:
+        return ()
+    outer = frames[frames.index(source) + 1:]
+    files = engine_files(modules)
+    if os.path.abspath(source.file) in files and not any(f.function == source.function for f in outer):
+        return ()
+    out = []
+    for frame in outer[:MAX_CALLED_FROM]:
+        out.append(frame)
+        if os.path.abspath(frame.file) in files or frame.function in STEP_NAMES:
+            break
+    return tuple(out)
+
+
+def anchor_source(spec: EngineSpec) -> Source | None:
+    """Where the engine's ``forward_step`` (or the step function) is defined."""
+    import inspect
+
+    anchor = spec.anchor
+    fn = getattr(anchor, "forward_step", None) if inspect.isclass(anchor) else anchor
+    if fn is None:
+        return None
+    try:
+        fn = inspect.unwrap(fn)
+        file = inspect.getsourcefile(fn)
+        _, line = inspect.getsourcelines(fn)
+    except (TypeError, OSError):
+        return None
+    if not file:
+        return None
+    return Source(display_path(file), line, getattr(fn, "__name__", "forward_step"))

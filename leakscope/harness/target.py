@@ -159,3 +159,35 @@ def resolve(spec: str) -> ResolvedTarget:
                 + ("" if close else f" (it defines: {', '.join(names[:8]) or 'nothing public'})")
             ) from None
     return ResolvedTarget(spec=spec, obj=obj, module=module, attr=attr)
+
+
+def target_directory(target: Any) -> Path | None:
+    """The directory of the file that defines ``target``, found without running any code.
+
+    A ``path/to/file.py:Name`` target: that file's directory; a ``pkg.mod:Name``
+    target: its module's, located on ``sys.path`` as the import system would, but
+    without importing (and so without executing) any package; an object: its
+    module's file, if that module is already imported. None when not found.
+    """
+    if not isinstance(target, str):
+        module = sys.modules.get(getattr(target, "__module__", "") or "")
+        file = getattr(module, "__file__", None)
+        return Path(file).resolve().parent if file else None
+    module_part = target.rpartition(":")[0]
+    if not module_part:
+        return None
+    if _looks_like_path(module_part):
+        return Path(module_part).resolve().parent
+    from importlib.machinery import PathFinder
+
+    search: list[str] | None = [str(Path.cwd()), *sys.path]
+    spec = None
+    for part in module_part.split("."):
+        if search is None or not part.isidentifier():
+            return None
+        spec = PathFinder.find_spec(part, search)
+        if spec is None:
+            return None
+        search = list(spec.submodule_search_locations or []) or None
+    origin = spec.origin if spec is not None else None
+    return Path(origin).resolve().parent if origin and origin not in ("built-in", "frozen") else None

@@ -1,4 +1,5 @@
-"""Which methods ``watch`` patches: ``pkg.mod:Class.method`` specs and the built-in defaults.
+"""Which methods ``watch`` patches: ``pkg.mod:Class.method`` and ``pkg.mod:function`` specs, and the
+built-in defaults.
 
 Torch-free: the CLI parses ``--method`` before anything heavy is imported.
 """
@@ -11,15 +12,21 @@ from typing import Any
 from leakscope.errors import UsageError
 
 #: The step methods of the frameworks leakscope knows, watched when the job imports
-#: them and no ``--method`` is given. Lightning's ``training_step`` is the user's own
-#: override, so the framework's call site (the strategy's ``training_step``) is watched.
+#: them and no ``--method`` is given; a name that no installed release has is simply never
+#: imported. Lightning's ``training_step`` is the user's own override, so the framework's
+#: call site (the strategy's ``training_step``) is watched: ``Strategy`` from pytorch_lightning
+#: 1.6 on, ``TrainingTypePlugin`` before. ``transformers.Trainer.training_step`` covers every
+#: transformers 4.x and 5.x release and TRL's trainers built on it; TRL's PPOTrainer before
+#: 0.12 is not a Trainer, and its step is ``PPOTrainer.step``.
 DEFAULT_METHODS = (
     "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead.forward_step",
     "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithValueHead.forward_step",
     "verl.workers.engine.megatron.transformer_impl:MegatronEngineWithLMHead.forward_step",
     "transformers.trainer:Trainer.training_step",
+    "trl.trainer.ppo_trainer:PPOTrainer.step",
     "lightning.pytorch.strategies.strategy:Strategy.training_step",
     "pytorch_lightning.strategies.strategy:Strategy.training_step",
+    "pytorch_lightning.plugins.training_type.training_type_plugin:TrainingTypePlugin.training_step",
 )
 
 #: Methods whose ``self`` is not the object a user knows as the engine, and the attribute of
@@ -27,31 +34,39 @@ DEFAULT_METHODS = (
 ENGINE_ATTRIBUTES = {
     "lightning.pytorch.strategies.strategy:Strategy.training_step": "lightning_module",
     "pytorch_lightning.strategies.strategy:Strategy.training_step": "lightning_module",
+    "pytorch_lightning.plugins.training_type.training_type_plugin:TrainingTypePlugin.training_step":
+        "lightning_module",
 }
 
 
 @dataclasses.dataclass(frozen=True)
 class MethodSpec:
-    """``pkg.mod:Class.method``: a method to watch, by where it is defined."""
+    """``pkg.mod:Class.method``: a method to watch, by where it is defined; ``cls`` is empty for a
+    module-level function (``pkg.mod:function``)."""
 
     module: str
     cls: tuple[str, ...]
     name: str
+
+    @property
+    def is_function(self) -> bool:
+        """A module-level function, not a method."""
+        return not self.cls
 
     def __str__(self) -> str:
         return f"{self.module}:{'.'.join((*self.cls, self.name))}"
 
 
 def parse_method(text: str) -> MethodSpec:
-    """Parse ``pkg.mod:Class.method``; a usage error names the expected shape."""
+    """Parse ``pkg.mod:Class.method`` or ``pkg.mod:function``; a usage error names the expected shape."""
     module, sep, qualname = text.partition(":")
     parts = qualname.split(".") if qualname else []
-    if not sep or not module or len(parts) < 2 or not all(p.isidentifier() for p in parts) or not all(
+    if not sep or not module or not parts or not all(p.isidentifier() for p in parts) or not all(
         p.isidentifier() for p in module.split(".")
     ):
         raise UsageError(
-            f"--method {text!r} is not 'pkg.module:Class.method'; name the step method by its module, "
-            "class and name, e.g. --method my_pkg.engine:Engine.forward_step"
+            f"--method {text!r} is not 'pkg.module:Class.method' or 'pkg.module:function'; name the step by "
+            "its module and name, e.g. --method my_pkg.engine:Engine.forward_step or --method my_pkg.loop:train_step"
         )
     return MethodSpec(module, tuple(parts[:-1]), parts[-1])
 

@@ -1,4 +1,11 @@
-"""Observe the watched calls of a real job and judge, before each call, which earlier graph is alive.
+"""Observe the watched calls of a real job and look, before each call, at which earlier graph is alive.
+
+What is particular to a live job lives here: counting the calls, placing each
+call's graph (:class:`~leakscope.harness.steps.StepGraphs`), collecting the roots
+of a running program (its frames, the engine, the call's arguments, globals),
+looking at the right moment, and tracing the job for the stored-at line. The
+walk and the descriptions are the harness's (:mod:`leakscope.harness.observe`),
+and the judge is ``check``'s (:mod:`leakscope.diagnose.judge`).
 
 # NOTE [When watch looks]
 # A call's graph cannot be judged when the call returns: the caller has not run
@@ -6,17 +13,9 @@
 # for call k is done when call k+1 starts, so that is when ``watch`` looks: it
 # settles the GC and walks what a holder can be (the engine, the call's
 # arguments, the frames of the loop that called the step, module globals, and
-# through the engine the model and its hooks) for graph nodes whose sequence
-# number falls in an earlier watched call's range. The look after the last
+# through the engine the model and its hooks) for references whose graph reaches
+# an earlier watched call's (NOTE [A step's graph]). The look after the last
 # watched call happens at the start of the call after it, or when the job ends.
-#
-# NOTE [The loop's latest result]
-# At the start of call k the loop still holds call k-1's loss (and often its
-# output) in a plain local, until the next call returns and rebinds it. That is
-# one graph, replaced every call, and every training loop does it: a direct
-# local of a caller frame holding only the latest call's graph is not a finding.
-# Anything else is: an engine attribute, a global, a container in the loop
-# (``output_lst[0]``), or a local still holding an older call's graph.
 #
 # NOTE [The look that judges]
 # A result is judged by the latest look that found its graph held, not by the
@@ -66,6 +65,7 @@ import dataclasses
 import os
 import re
 import sys
+import threading
 import time
 import types
 import weakref
@@ -75,7 +75,7 @@ from typing import Any
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
 from leakscope.live.methods import MethodSpec, engine_of
 from leakscope.phase import report as report_phase
-from leakscope.results import Finding, Growth, Mode, TargetResult, Verdict
+from leakscope.results import Finding, Mode, TargetResult
 
 
 class WatchStop(BaseException):
@@ -86,32 +86,14 @@ class WatchStop(BaseException):
 
 
 @dataclasses.dataclass
-class Call:
-    """One watched call: its graph's sequence range, its grad mode, weakrefs to what it returned."""
+class CallRecord:
+    """One watched call: which method, its grad mode, and weakrefs to what its graph keeps."""
 
     index: int
     target: str
     mode: Mode
-    start: int
-    end: int
     evidence: Any
     seconds: float
-
-
-@dataclasses.dataclass
-class Look:
-    """What one look measured (plain numbers and findings)."""
-
-    held_bytes: int
-    graph_nodes: int
-    cuda_allocated: int | None
-    findings: dict[tuple[str, Mode], list[Finding]]
-    #: live graph nodes of each watched call made when it looked (one entry per call)
-    nodes_by_call: tuple[int, ...] = ()
-    #: bytes one call's graph keeps (the earliest held call, storage-deduplicated)
-    per_call_bytes: int = 0
-    #: the look when the job ended (not at the start of a call)
-    final: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,11 +121,13 @@ class Observer:
     """Counts calls, records the watched ones, looks before each (NOTE [When watch looks])."""
 
     def __init__(self, options: ObserverOptions) -> None:
+        from leakscope.harness.steps import StepGraphs
+
         self.options = options
         #: tracing the job between two looks (NOTE [Stored at, in a running job])
         self.tracer: Any = None
         #: stored-at line, store op and code, by holder path shape
-        self.sites: dict[HolderPath, tuple[Any, str, str]] = {}
+        self.sites: dict[HolderPath, Any] = {}
         #: created-at lines by holder path shape, and whether the next watched call records them
         #: (NOTE [Created at, in a running job])
         self.sources: dict[HolderPath, Any] = {}
@@ -152,8 +136,16 @@ class Observer:
         self.frozen = False
         self.seen = 0
         self.depth = 0
-        self.calls: list[Call] = []
-        self.looks: list[Look] = []
+        #: the thread that makes the watched calls (the first one's); other threads pass through
+        self.thread: int | None = None
+        self.steps = StepGraphs()
+        self.calls: list[CallRecord] = []
+        #: the steps' own leaves (``{id(leaf): call}``)
+        self.leaf_steps: dict[int, int] = {}
+        #: tensors alive before the first watched call, and before the current one (weakly)
+        self._older: dict[int, weakref.ref[Any]] = {}
+        self._before: dict[int, weakref.ref[Any]] = {}
+        self.looks: list[Any] = []
         self.done = False
         #: weakrefs to the engines (``self`` of the calls), for the look at the job's end
         self.engines: list[weakref.ref[Any]] = []
@@ -162,11 +154,10 @@ class Observer:
         self.on_done: Callable[[], None] | None = None
         #: called once, at the start of the first watched call (a child process announces itself)
         self.on_first_call: Callable[[], None] | None = None
-        self.truncated = False
 
     # -- the call -----------------------------------------------------------------
     def call(self, spec: MethodSpec, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self.done or self.depth:
+        if self.done or self.depth or (self.thread is not None and threading.get_ident() != self.thread):
             return original(*args, **kwargs)
         n = self.seen
         self.seen += 1
@@ -188,7 +179,10 @@ class Observer:
             del frame
         self._remember(holders, original)
         if not self.calls:
+            self.thread = threading.get_ident()
+            self._older = _tensor_refs()  # everything alive before the first call, frozen below
             self._freeze()
+            self._mark_before(sys._getframe(2), holders)
             if self.on_first_call is not None:
                 self.on_first_call()
         return self._watched_call(spec, original, args, kwargs)
@@ -209,12 +203,31 @@ class Observer:
             self.frozen = False
             gc.unfreeze()
 
+    def _mark_before(self, frame: types.FrameType, args: tuple[Any, ...]) -> None:
+        """Graphs the job held before its first watched call are older than every call
+        (NOTE [A step's graph]): walk what a look walks, once, and register them."""
+        import torch
+
+        from leakscope.probe.walk import walk
+
+        roots = self._roots(frame, args)
+        older = []
+        try:
+            for hit in walk(roots, max_objects=self.options.max_objects):
+                obj = hit.obj
+                node = obj.grad_fn if isinstance(obj, torch.Tensor) else obj
+                if node is not None:
+                    older.append(node)
+            self.steps.mark_before(older)
+        finally:
+            older.clear()
+            roots.clear()
+            frame = None  # type: ignore[assignment]
+
     def _watched_call(self, spec: MethodSpec, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         import contextlib
 
         import torch
-
-        from leakscope.harness.trial import next_sequence_nr
 
         report_phase(f"in watched call #{len(self.calls)}")
         mode = Mode.TRAIN if torch.is_grad_enabled() else Mode.FORWARD_ONLY
@@ -222,18 +235,52 @@ class Observer:
         self.anomaly_next = False
         anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False) if record else contextlib.nullcontext()
         started = time.perf_counter()
-        start = next_sequence_nr()
+        self._before = _tensor_refs()  # what the call did not make (NOTE [Frozen heap, in a running job])
+        self.steps.begin()
         self.depth += 1
         try:
             with anomaly:
                 result = original(*args, **kwargs)
         finally:
             self.depth -= 1
-        end = next_sequence_nr()
-        seconds = time.perf_counter() - started
-        evidence = _returned_evidence(result, start, end, self.options.max_objects)
-        self.calls.append(Call(len(self.calls), str(spec), mode, start, end, evidence, seconds))
+            evidence = self._end_call(locals().get("result"))
+            self.calls.append(CallRecord(len(self.calls), str(spec), mode, evidence, time.perf_counter() - started))
         return result
+
+    def _end_call(self, result: Any) -> Any:
+        """Place the call's graph, in any thread (NOTE [A step's graph]), and weakref what it keeps."""
+        import torch
+
+        from leakscope.harness.trial import heap_graph_nodes
+        from leakscope.probe.liveness import collect_evidence
+        from leakscope.probe.walk import Root, walk
+
+        roots = []
+        for hit in walk([Root("output", result, "output")], max_objects=self.options.max_objects):
+            node = hit.obj.grad_fn if isinstance(hit.obj, torch.Tensor) else hit.obj
+            if node is not None:
+                roots.append(node)
+        roots.extend(heap_graph_nodes(self.steps))
+        index = self.steps.end(roots)
+
+        def other_step(node: Any) -> bool:  # this call's graph only, and what was derived from it
+            step = self.steps.step_of(node)
+            return step is not None and step != index
+
+        evidence = collect_evidence(roots, [], is_preexisting=self._existed, stop=other_step)
+        roots.clear()
+        self._before = {}
+        for leaf_id in evidence.leaf_ids:
+            self.leaf_steps.setdefault(leaf_id, index)
+        return evidence
+
+    def _existed(self, t: Any) -> bool:
+        """A tensor alive before the call started (its input, a buffer): not evidence of its graph."""
+        for known in (self._before, self._older):
+            ref = known.get(id(t))
+            if ref is not None and ref() is t:
+                return True
+        return False
 
     def _remember(self, args: tuple[Any, ...], original: Callable[..., Any]) -> None:
         if args:
@@ -258,105 +305,137 @@ class Observer:
         self, frame: types.FrameType | None, args: tuple[Any, ...] = (), *, final: bool = False,
         extra_modules: Sequence[types.ModuleType] = (), extra_frames: Sequence[types.FrameType] = (),
     ) -> None:
-        """Settle, walk the holders, and record which earlier call's graph each one keeps."""
-        import torch
-
-        from leakscope.diagnose.findings import held_bytes, holder_finding, unknown_finding
-        from leakscope.diagnose.stored import with_site
-        from leakscope.diagnose.verdict import created_at
-        from leakscope.probe.autograd import StorageMap, iter_nodes, storage_key
-        from leakscope.probe.liveness import alive_bytes, settle
-        from leakscope.probe.walk import WalkStats, walk
+        """Settle, walk the holders, and let the judge say which earlier call's graph each one keeps."""
+        from leakscope.diagnose.judge import look_findings
+        from leakscope.harness.observe import collect, module_roots, observation
+        from leakscope.probe.liveness import settle
 
         report_phase("looking for held graphs " + ("for the last time" if final else f"before watched call #{len(self.calls)}"))
         self._stop_tracing()
         settle()
+        self.steps.forget_dead()
         roots = self._roots(frame, args, extra_modules, extra_frames)
-        latest = len(self.calls) - 1 if frame is not None or extra_frames else -1
-        held: dict[HolderPath, list[tuple[Any, Any, Call]]] = {}  # by path shape
-        touched: set[int] = set()
-        plain_ids: set[int] = set()
-        excluded: set[tuple[str, int]] = set()
-        stats = WalkStats()
-        for hit in walk(roots, max_objects=self.options.max_objects, stats=stats):
-            obj = hit.obj
-            node = obj.grad_fn if isinstance(obj, torch.Tensor) else obj
-            call = self._call_of(node) if node is not None else None
-            if call is None:
-                if isinstance(obj, torch.Tensor):
-                    plain_ids.add(id(obj))
-                    key = storage_key(obj)
-                    if key is not None:
-                        excluded.add(key)
-                continue
-            touched.add(call.index)
-            if hit.root.kind == "caller" and hit.link.parent is not None and hit.link.parent.parent is None and call.index == latest:
-                continue  # NOTE [The loop's latest result]
-            held.setdefault(hit.path.shape(), []).append((hit, node, call))
-        hit = obj = node = None  # type: ignore[assignment]  # no reference to the job's objects stays here
-        roots.clear()
-        union: StorageMap = {}  # every held call's graph: the growth curve
-        per_call: StorageMap = {}  # the earliest held call's: bytes per call
-        findings: dict[tuple[str, Mode], list[Finding]] = {}
-        node_roots = []
-        for hits in held.values():
-            first_hit, first_node, first_call = min(hits, key=lambda h: h[2].index)
-            # Holding a tensor (or node) holds its graph: confirmed by construction.
-            finding = holder_finding(
-                first_hit.path, first_hit.obj, excluded=excluded, after_seq=first_call.start, union=per_call,
-                confirmed=True,
+        loop_roots = frozenset(r.name for r in roots if getattr(r, "kind", "") == "global" and r.name in self._loop_globals)
+        latest = len(self.calls) - 1
+        found = collect(roots, self.steps, leaf_steps=self.leaf_steps, max_objects=self.options.max_objects)
+        held = self._describe(found, loop_roots)
+        if self._unexplained(found, held):
+            # Alive, and nothing the job's roots reach explains it: every loaded module, generically
+            # (NOTE [Every loaded module], NOTE [Nodes as evidence]).
+            skip = [r.name.partition(":")[2] for r in roots if r.kind == "global"]
+            found.clear()
+            found = collect(
+                [*roots, *module_roots(skip=skip)], self.steps, leaf_steps=self.leaf_steps,
+                max_objects=self.options.max_objects, generic=True,
             )
-            for hit, node, call in hits:
-                node_roots.append(node)
-                held_bytes(hit.obj, excluded=excluded, after_seq=call.start, union=union)
-            calls = sorted({c.index for _, _, c in hits})
-            site = self.sites.get(first_hit.path.shape())
-            if site is not None:
-                finding = with_site(finding, site, None)
-            shape = first_hit.path.shape()
-            source = created_at(first_node, self._modules()) or self.sources.get(shape)
-            if source is not None:
-                self.sources.setdefault(shape, source)
-            elif finding.severity == "leak" and not final:
-                self.anomaly_next = True  # NOTE [Created at, in a running job]
-            finding = _with_kind(finding, calls, len(self.calls), source)
-            findings.setdefault((first_call.target, first_call.mode), []).append(finding)
-        held.clear()
+            held = self._describe(found, loop_roots)
+        roots.clear()
+        unknown: dict[int, dict[str, int]] = {}
         if final:
-            # Evidence of a call alive though nothing walked touches its graph: an unnamed holder.
-            for call in self.calls:
-                if call.index in touched or call.evidence is None:
-                    continue
-                alive = call.evidence.alive(plain_ids)
-                if alive:
-                    residual = alive_bytes(alive, excluded)
-                    alive.clear()
-                    if sum(residual.values()) > 0:
-                        findings.setdefault((call.target, call.mode), []).append(unknown_finding(residual))
-        counts = [0] * len(self.calls)
-        total = 0
-        for node in iter_nodes(node_roots):
-            total += 1
-            c = self._call_of(node)
-            if c is not None:
-                counts[c.index] += 1
-        node_roots.clear()
-        cuda = int(torch.cuda.memory_allocated()) if torch.cuda.is_available() and torch.cuda.is_initialized() else None  # type: ignore[no-untyped-call]
-        self.looks.append(Look(
-            sum(n for _, n in union.values()), total, cuda, findings, tuple(counts), sum(n for _, n in per_call.values()),
+            unknown = self._unknown(found, held)
+        nodes_by_step, total = self.steps.nodes_by_step(found.nodes())
+        stats = found.stats
+        found.clear()
+        obs = observation(
+            held, latest=latest, nodes_by_step=nodes_by_step, graph_nodes=total, stats=stats, cuda=True,
+        )
+        look = look_findings(
+            obs, self._judge_calls(), self._context(), sites=self.sites, sources=self.sources, unknown=unknown,
             final=final,
-        ))
-        union.clear()
-        per_call.clear()
-        self.truncated = stats.truncated
+        )
+        self.looks.append(look)
+        for found_here in look.findings.values():
+            for f in found_here:
+                if f.source is not None:
+                    self.sources.setdefault(f.path.shape(), f.source)
+                elif f.severity == "leak" and not final and f.path not in (UNKNOWN, CYCLE):
+                    self.anomaly_next = True  # NOTE [Created at, in a running job]
         if not final and frame is not None and self.options.source:
-            self._start_tracing(findings, frame, args)
+            self._start_tracing(look.findings, frame, args)
+
+    def _describe(self, found: Any, loop_roots: frozenset[str]) -> list[Any]:
+        from leakscope.harness.observe import describe
+
+        excluded = self._excluded(found)
+        return [
+            describe(
+                hit, node, reached, self.steps, excluded=excluded, modules=self._modules(), loop_roots=loop_roots,
+                leaf_steps=self.leaf_steps,
+            )
+            for hit, node, reached in found.holders
+        ]
+
+    def _unexplained(self, found: Any, held: list[Any]) -> bool:
+        """Whether a call's graph is alive that no reference found here reaches: its nodes (NOTE [Nodes as
+        evidence]), or the tensors its graph kept."""
+        from leakscope.harness.observe import evidence_alive, unexplained_nodes
+
+        if unexplained_nodes(self.steps, held):
+            return True
+        touched = {step for h in held for step in h.steps}
+        plain_ids = {id(hit.obj) for hit in found.plain}
+        return any(
+            evidence_alive([c.evidence], plain_ids, self._excluded(found))
+            for c in self.calls if c.index not in touched and c.evidence is not None
+        )
+
+    def _unknown(self, found: Any, held: list[Any]) -> dict[int, dict[str, int]]:
+        """Per call, what its graph keeps that no reference found reaches: an unnamed holder's bytes."""
+        from leakscope.harness.observe import evidence_alive, unexplained_nodes
+        from leakscope.probe.cost import node_cost
+
+        touched = {step for h in held for step in h.steps}
+        plain_ids = {id(hit.obj) for hit in found.plain}
+        excluded = self._excluded(found)
+        out: dict[int, dict[str, int]] = {}
+        for c in self.calls:
+            if c.index not in touched and c.evidence is not None:
+                alive = evidence_alive([c.evidence], plain_ids, excluded)
+                if alive:
+                    out[c.index] = alive
+        for step, count in unexplained_nodes(self.steps, held).items():
+            if step not in touched:
+                entry = out.setdefault(step, {})
+                entry["nodes-only"] = entry.get("nodes-only", 0) + count * node_cost().bytes_per_node
+        return out
+
+    @property
+    def _loop_globals(self) -> set[str]:
+        return getattr(self, "_loop_global_names", set())
+
+    def _excluded(self, found: Any) -> set[tuple[str, int]]:
+        """Storages not counted as a call's: what the job's roots hold directly, and parameters."""
+        from leakscope.probe.autograd import storage_key
+        from leakscope.probe.walk import kinds
+
+        excluded: set[tuple[str, int]] = set()
+        for hit in found.plain:
+            key = storage_key(hit.obj)
+            if key is not None:
+                excluded.add(key)
+        for hit, node, _ in found.holders:
+            if node is not None and not kinds().is_node(hit.obj):
+                key = storage_key(hit.obj)
+                if key is not None:
+                    excluded.add(key)
+        return excluded
+
+    def _context(self) -> Any:
+        from leakscope.diagnose.judge import Context
+        from leakscope.diagnose.safety import Backward
+
+        return Context(Backward.JOB)
+
+    def _judge_calls(self) -> list[Any]:
+        from leakscope.diagnose.judge import Call
+
+        return [Call(c.index, c.target, c.mode, c.seconds) for c in self.calls]
 
     def _start_tracing(
-        self, findings: dict[tuple[str, Mode], list[Finding]], frame: types.FrameType, args: tuple[Any, ...]
+        self, findings: Any, frame: types.FrameType, args: tuple[Any, ...]
     ) -> None:
         """Trace the job until the next look, for the leaks whose stored-at line is not known yet."""
-        from leakscope.diagnose.stored import StoreTracer
+        from leakscope.harness.stored import StoreTracer
         from leakscope.probe.library import is_library_file
 
         wanted = [
@@ -378,7 +457,7 @@ class Observer:
             return not _INSTALLED.search(resolved) or resolved in owners
 
         try:
-            self.tracer = StoreTracer(wanted, roots, is_user_file, growth=True)
+            self.tracer = StoreTracer([f.path for f in wanted], roots, is_user_file, growth=True)
             self.tracer.install(frames)
         finally:
             roots.clear()
@@ -391,20 +470,6 @@ class Observer:
             for path, site in tracer.remove().items():
                 self.sites.setdefault(path.shape(), site)
 
-    def _call_of(self, node: Any) -> Call | None:
-        from leakscope.probe.autograd import UINT64_MAX, sequence_nr
-
-        try:
-            seq = sequence_nr(node)
-        except Exception:
-            return None
-        if seq == UINT64_MAX:
-            return None
-        for call in self.calls:
-            if call.start < seq < call.end:
-                return call
-        return None
-
     def _modules(self) -> list[types.ModuleType]:
         return [m for m in (sys.modules.get(name) for name in self.modules) if m is not None]
 
@@ -415,7 +480,9 @@ class Observer:
         """The holders a look walks, named as reports show them (NOTE [When watch looks]).
 
         ``live``: a caller's locals are read when a path is resolved (the stored-at tracer,
-        NOTE [Stored at, in a running job]), not copied now.
+        NOTE [Stored at, in a running job]), not copied now. A module-level loop (a script
+        that trains at its top level) is its module's globals: those are the loop's variables
+        (NOTE [The loop's latest result]).
         """
         from leakscope.probe.walk import Root
 
@@ -426,6 +493,7 @@ class Observer:
         for i, value in enumerate(args[1:]):
             roots.append(Root(f"args[{i}]", value, "argument"))
         seen_modules: set[str] = set()
+        loop_globals: set[str] = set()
         frames = stack_of(frame)
         for frame in [*frames, *extra_frames]:
             if not _is_leakscope_or_library(frame):
@@ -433,7 +501,9 @@ class Observer:
                 if frame.f_code.co_name == "<module>":
                     module = sys.modules.get(name)
                     if module is not None and module.__dict__ is frame.f_globals:
-                        roots.append(Root(f"global:{_module_label(module)}", module, "global"))
+                        root_name = f"global:{_module_label(module)}"
+                        roots.append(Root(root_name, module, "global"))
+                        loop_globals.add(root_name)
                         seen_modules.add(name)
                 else:
                     local = _LiveLocals(frame) if live else _locals_of(frame)
@@ -441,6 +511,9 @@ class Observer:
                     self._add_module(name)
         frames.clear()
         frame = None
+        self._loop_global_names = loop_globals
+        for module in extra_modules:  # the job's own script, once it has ended: its globals were its loop's
+            loop_globals.add(f"global:{_module_label(module)}")
         for module in [*extra_modules, *self._modules()]:
             if module.__name__ not in seen_modules:
                 seen_modules.add(module.__name__)
@@ -465,65 +538,44 @@ class Observer:
         for call in self.calls:
             call.evidence = None
         self.engines.clear()
+        self.leaf_steps.clear()
+        self._older.clear()
+        self._before.clear()
 
     def results(self) -> list[TargetResult]:
         """One result per watched method and grad mode seen (NOTE [The look that judges])."""
-        from leakscope.diagnose.growth import slope
-        from leakscope.diagnose.kinds import result_kind
+        from leakscope.diagnose.judge import watch_results
 
-        keys = list(dict.fromkeys((c.target, c.mode) for c in self.calls))
-        out = []
-        for target, mode in keys:
-            looks = self._judging_looks(target, mode)
-            last = looks[-1] if looks else None
-            findings = tuple(last.findings.get((target, mode), [])) if last else ()
-            per_look = [look.held_bytes for look in looks]
-            growth = Growth(
-                retained_bytes=tuple(per_look),
-                slope_bytes=round(slope(per_look), 1),
-                graph_nodes=tuple(look.graph_nodes for look in looks),
-                nodes_by_micro_batch=last.nodes_by_call if last else (),
-                cuda_allocated=(
-                    tuple(look.cuda_allocated or 0 for look in looks)
-                    if last is not None and last.cuda_allocated is not None else None
-                ),
-            ) if looks else None
-            leak = any(f.severity == "leak" for f in findings)
-            warnings: list[str] = []
-            if leak and last is not None and last is not self.looks[-1]:
-                end = self.looks[-1]
-                when = "when the job ended" if end.final else f"at the start of call #{len(end.nodes_by_call)}"
-                warnings.append(
-                    f"freed by the last look ({when}): the loop held these graphs across calls (seen at the "
-                    f"start of call #{len(last.nodes_by_call)}) and released them later; memory grows per call until it does"
-                )
-            if self.truncated:
-                warnings.append("the holder walk stopped at its object limit; some holders may be unnamed")
-            out.append(TargetResult(
-                target=target, mode=mode, verdict=Verdict.LEAK if leak else Verdict.CLEAN,
-                findings=findings, kind=result_kind(findings) if leak else None,
-                retained_bytes=(last.per_call_bytes + sum(f.retained_bytes for f in findings if f.holder == "not found"))
-                if leak and last else 0,
-                growth=growth, warnings=tuple(warnings),
-                seconds=round(sum(c.seconds for c in self.calls if (c.target, c.mode) == (target, mode)), 3),
-            ))
-        return out
-
-    def _judging_looks(self, target: str, mode: Mode) -> list[Look]:
-        """The looks up to the one that judges ``target`` in ``mode``: the latest that found it
-        leaking, else every look (NOTE [The look that judges])."""
-        for i in range(len(self.looks) - 1, -1, -1):
-            if any(f.severity == "leak" for f in self.looks[i].findings.get((target, mode), ())):
-                return self.looks[: i + 1]
-        return list(self.looks)
+        return watch_results(self.looks, self._judge_calls())
 
     def call_summaries(self) -> list[dict[str, Any]]:
-        """Per watched call: grad mode, graph nodes created (its sequence range), seconds."""
-        return [
-            {"call": c.index, "method": c.target, "mode": c.mode.value, "graph_nodes_created": max(0, c.end - c.start - 1),
-             "seconds": round(c.seconds, 4)}
-            for c in self.calls
-        ]
+        """Per watched call: grad mode, graph nodes created in its thread (its sequence range), seconds."""
+        out = []
+        for c in self.calls:
+            start, end = self.steps.ranges[c.index] if c.index < len(self.steps.ranges) else (0, 1)
+            out.append({
+                "call": c.index, "method": c.target, "mode": c.mode.value,
+                "graph_nodes_created": max(0, end - start - 1), "seconds": round(c.seconds, 4),
+            })
+        return out
+
+
+def _tensor_refs() -> dict[int, weakref.ref[Any]]:
+    """Weakrefs to every tensor the collector tracks (after the first watched call froze the heap:
+    every tensor made since)."""
+    import gc
+
+    import torch
+
+    out = {}
+    tensor = torch.Tensor
+    for obj in gc.get_objects():
+        if issubclass(type(obj), tensor):  # by type: never a user object's __class__
+            try:
+                out[id(obj)] = weakref.ref(obj)
+            except TypeError:
+                continue
+    return out
 
 
 def _locals_of(frame: types.FrameType) -> dict[str, Any]:
@@ -601,35 +653,4 @@ def _module_label(module: types.ModuleType) -> str:
     return module.__name__
 
 
-def _with_kind(finding: Finding, calls: list[int], watched: int, source: Any) -> Finding:
-    """The leak kind (growing: a graph per call; bounded: only the latest) and the created-at line."""
-    from leakscope.diagnose.kinds import BOUNDED, GROWING
-
-    if len(calls) > 1:
-        kind, says = GROWING, f"keeps a graph of every call ({len(calls)} of {watched} watched calls)"
-    else:
-        kind, says = BOUNDED, f"keeps the graph of call {calls[0]} only, replaced as the job goes on"
-    return dataclasses.replace(
-        finding, hint=f"{kind}: {says}; {finding.hint}", source=source or finding.source, kind=kind
-    )
-
-
-def _returned_evidence(result: Any, start: int, end: int, max_objects: int) -> Any:
-    """Weakrefs to what the graph reachable from the call's return value keeps."""
-    import torch
-
-    from leakscope.probe.autograd import sequence_nr
-    from leakscope.probe.liveness import collect_evidence
-    from leakscope.probe.walk import Root, walk
-
-    nodes = []
-    for hit in walk([Root("output", result, "output")], max_objects=max_objects):
-        node = hit.obj.grad_fn if isinstance(hit.obj, torch.Tensor) else hit.obj
-        if node is not None and start < sequence_nr(node) < end:
-            nodes.append(node)
-    evidence = collect_evidence(nodes, [], is_preexisting=lambda t: False, after_seq=start)
-    nodes.clear()
-    return evidence
-
-
-__all__ = ["Call", "Look", "Observer", "ObserverOptions", "WatchStop", "stack_of"]
+__all__ = ["CallRecord", "Observer", "ObserverOptions", "WatchStop", "stack_of"]

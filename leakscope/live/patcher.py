@@ -9,6 +9,17 @@
 # ``__loader__`` and ``__spec__.loader`` are then set back to the real loader,
 # so nothing of leakscope stays reachable from the module. The finder removes
 # itself from ``sys.meta_path`` in :meth:`Patcher.restore`.
+#
+# NOTE [Patching a function]
+# A module-level function (``--method pkg.mod:train_step``) is looked up by name at each
+# call: in its own module by ``pkg.mod.train_step(...)`` and by a module that imported it
+# later, and in the namespace of every module that ran ``from pkg.mod import train_step``
+# earlier. So the wrapper replaces it in its module and in every loaded module whose global
+# of any name is that very function object; each replacement is recorded and put back on
+# restore, where the name still holds the wrapper (a job that rebound the name keeps its own);
+# a module that imported the name after the patch (``from pkg.mod import train_step`` runs
+# once ``pkg.mod`` has executed, and ``pkg.mod`` is patched on import) holds the wrapper, so
+# restore looks through every loaded module for it.
 """
 
 from __future__ import annotations
@@ -33,6 +44,16 @@ class _Patched:
     own: Any
 
 
+@dataclasses.dataclass
+class _PatchedGlobal:
+    """A function replaced in one module's namespace (NOTE [Patching a function])."""
+
+    namespace: dict[str, Any]
+    name: str
+    original: Any
+    wrapper: Any
+
+
 class Patcher:
     """Patch each spec's method with the wrapper the factory builds; restore exactly."""
 
@@ -41,6 +62,7 @@ class Patcher:
         self.wrap = wrap
         self.pending: dict[str, list[MethodSpec]] = {}
         self.patched: list[_Patched] = []
+        self.patched_globals: list[_PatchedGlobal] = []
         #: every method patched so far (``pkg.mod:Class.method``), kept after restore
         self.history: list[str] = []
         #: one line per spec whose module was imported but has no such method
@@ -69,6 +91,9 @@ class Patcher:
         return list(self.history)
 
     def _patch(self, spec: MethodSpec, module: types.ModuleType) -> None:
+        if spec.is_function:
+            self._patch_function(spec, module)
+            return
         owner: Any = module
         for part in spec.cls:
             owner = getattr(owner, part, None)
@@ -86,8 +111,39 @@ class Patcher:
         self.patched.append(_Patched(owner, spec.name, own))
         self.history.append(f"{owner.__module__}:{owner.__qualname__}.{spec.name}")
 
+    def _patch_function(self, spec: MethodSpec, module: types.ModuleType) -> None:
+        """NOTE [Patching a function]"""
+        original = vars(module).get(spec.name)
+        if not isinstance(original, types.FunctionType):
+            what = "has no function" if original is None else "has no plain function"
+            self.errors.append(f"{spec.module} {what} {spec.name}")
+            return
+        wrapper = self.wrap(spec, original)
+        for other in list(sys.modules.values()):
+            namespace = getattr(other, "__dict__", None)
+            if not isinstance(namespace, dict):
+                continue
+            for name, value in list(namespace.items()):
+                if value is original:
+                    namespace[name] = wrapper
+                    self.patched_globals.append(_PatchedGlobal(namespace, name, original, wrapper))
+        self.history.append(str(spec))
+
     def restore(self) -> None:
         """Every patched method back to its original object; the import hook removed."""
+        for g in reversed(self.patched_globals):
+            if g.namespace.get(g.name) is g.wrapper:
+                g.namespace[g.name] = g.original
+        # A module that imported the function by name after it was patched holds the wrapper too.
+        originals = {id(g.wrapper): g.original for g in self.patched_globals}
+        if originals:
+            for module in list(sys.modules.values()):
+                namespace = getattr(module, "__dict__", None)
+                if isinstance(namespace, dict):
+                    for name, value in list(namespace.items()):
+                        if id(value) in originals and any(value is g.wrapper for g in self.patched_globals):
+                            namespace[name] = originals[id(value)]
+        self.patched_globals.clear()
         for p in reversed(self.patched):
             if p.own is None:
                 try:

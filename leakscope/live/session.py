@@ -185,16 +185,27 @@ class Watch:
 
     def partial_report(self) -> Report:
         """The report of the looks made so far, while the job still runs (nothing is restored or dropped)."""
-        return self._make_report()
+        return self._with_snippets(self._make_report())
 
     def _detach(self) -> None:
         """Put the methods back, make the report, drop the job's objects."""
         self.patcher.restore()
         if self.report is None or self.job_error is not None:
-            self.report = self._make_report()
+            self.report = self._with_snippets(self._make_report())
             self.observer.clear()
             if self.on_report is not None:
                 self.on_report(self.report)
+
+    def _with_snippets(self, report: Report) -> Report:
+        """The source lines of the findings, from the project, the script's and the methods' directories only
+        (NOTE [Snippets read only the checked project])."""
+        from pathlib import Path
+
+        from leakscope.harness.target import target_directory
+        from leakscope.snippets import capture
+
+        named = [f"{self.job_name}:main", *map(str, self.patcher.specs)]  # the script (or -m module), the methods
+        return capture(report, [Path.cwd(), *filter(None, map(target_directory, named))])
 
     def _make_report(self) -> Report:
         import platform

@@ -25,7 +25,7 @@ references only for the duration of one call.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from leakscope.holders import shorten
@@ -154,8 +154,12 @@ def next_nodes(node: Any) -> list[Any]:
         return []
 
 
-def iter_nodes(roots: Iterable[Any]) -> Iterator[Any]:
-    """Every node reachable from ``roots``, each once, without recursion."""
+def iter_nodes(roots: Iterable[Any], stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:
+    """Every node reachable from ``roots``, each once, without recursion.
+
+    ``stop(node)`` True: the node is neither yielded nor entered (a graph built
+    before the steps that are judged; NOTE [A step's graph] in leakscope/harness/steps.py).
+    """
     seen: dict[int, Any] = {}  # holds the Python wrappers so ids stay unique
     stack = [r for r in roots if r is not None]
     pop, push = stack.pop, stack.append
@@ -165,6 +169,8 @@ def iter_nodes(roots: Iterable[Any]) -> Iterator[Any]:
         if key in seen:
             continue
         seen[key] = node
+        if stop is not None and stop(node):
+            continue
         yield node
         try:
             edges = node.next_functions
@@ -174,6 +180,45 @@ def iter_nodes(roots: Iterable[Any]) -> Iterator[Any]:
             if nxt is not None and id(nxt) not in seen:
                 push(nxt)
     seen.clear()
+
+
+def wrappers_preserved() -> bool:
+    """Whether torch keeps one Python wrapper per graph node for the node's life (2.13 does)."""
+    if _PRESERVED:
+        return _PRESERVED[0]
+    import torch
+
+    with torch.enable_grad():
+        leaf = torch.zeros(1, requires_grad=True)
+        out = (leaf * 2).neg()
+    node: Any = out.grad_fn
+    first = id(node.next_functions[0][0])
+    churn = [object() for _ in range(64)]  # let a freed wrapper's address be reused
+    same = first == id(node.next_functions[0][0])
+    churn.clear()
+    _PRESERVED.append(same)
+    return same
+
+
+_PRESERVED: list[bool] = []
+
+
+def node_key(node: Any) -> int:
+    """An identity of ``node`` that lasts as long as the node does.
+
+    # NOTE [Node identity]
+    # Graph nodes take no weak references. Since torch 2.13 the Python wrapper
+    # of a node lives as long as the node (PyObject preservation), so ``id`` of
+    # the wrapper is the node's identity; on older torch every
+    # ``next_functions`` read makes a new wrapper, and the identity is the
+    # node's own ``metadata`` dict, which the C++ node keeps.
+    """
+    if wrappers_preserved():
+        return id(node)
+    try:
+        return id(node.metadata)
+    except Exception:
+        return id(node)
 
 
 def accumulated_leaf(node: Any) -> Any:
@@ -212,6 +257,31 @@ def ctx_values(node: Any) -> Iterator[tuple[str, Any]]:
         yield from list(d.items())
 
 
+@dataclasses.dataclass
+class ScanStats:
+    """What one :func:`graph_tensors` scan counted.
+
+    # NOTE [Freed by backward]
+    # ``backward()`` (without ``retain_graph``) frees every saved tensor of the
+    # nodes it runs through, and reading a freed slot's raw handle gives
+    # ``None``. An optional input the op did not get (``layer_norm`` without a
+    # weight) reads ``None`` too, so one ``None`` proves nothing; a node whose
+    # saved slots are *all* ``None`` is one backward ran through. A held graph
+    # whose nodes are all freed is one the step's (or the framework's) backward
+    # already ran on; one with intact nodes still waits for a backward, or is a
+    # side branch backward never reached.
+    """
+
+    #: graph nodes scanned, AccumulateGrad nodes and nodes of older graphs not included
+    nodes: int = 0
+    #: AccumulateGrad nodes (leaves)
+    leaves: int = 0
+    #: nodes with saved slots that still hold something
+    intact: int = 0
+    #: nodes with saved slots that backward has freed (NOTE above)
+    freed: int = 0
+
+
 class SavedGroup(NamedTuple):
     """The tensors one kind of slot keeps alive across a graph, and why.
 
@@ -234,14 +304,18 @@ _ONE_SLOT, _SLOTS, _LEAF = 0, 1, 2
 
 
 def graph_tensors(
-    roots: Iterable[Any], *, with_leaves: bool = True, after_seq: int | None = None
+    roots: Iterable[Any], *, with_leaves: bool = True, stop: Callable[[Any], bool] | None = None,
+    stats: ScanStats | None = None, count: Callable[[Any], bool] | None = None,
 ) -> tuple[int, list[SavedGroup]]:
     """Count the nodes reachable from ``roots`` and group the tensors they keep alive.
 
     One iterative pass (no recursion limit) at close to the speed of a bare
     DFS over ``next_functions``; see NOTE [Per-type node facts], NOTE [Grouped
-    scan results] and docs/performance.md. ``after_seq`` stops at nodes
-    created before that sequence number (NOTE [Older graphs]).
+    scan results] and docs/performance.md. ``stop(node)`` True: a node of a
+    graph built before the judged steps, neither counted nor entered (NOTE [A step's graph]).
+    ``stats`` receives the counts a judge needs (:class:`ScanStats`). ``count(node)`` False: the
+    node is walked through but its tensors are not grouped nor the node counted (another step's
+    node between a held reference and the step it is sized for).
     """
     import torch
 
@@ -277,7 +351,9 @@ def graph_tensors(
         general[type(node)] = (slots, info)
         return kind
 
-    def read_slots(node: Any, slots: tuple[tuple[str, str, Any], ...], info: _NodeType) -> None:
+    def read_slots(node: Any, slots: tuple[tuple[str, str, Any], ...], info: _NodeType) -> bool:
+        """Group the node's saved tensors; True when any saved slot still holds something."""
+        held = False
         for attr, slot, put in slots:
             try:
                 raw = getattr(node, attr)
@@ -293,22 +369,32 @@ def graph_tensors(
                 if type(raw) is tuple or type(raw) is list:
                     for i, handle in enumerate(raw):
                         data = _packed(handle)
+                        held = held or data is not None
                         if data is not None and is_plain(data):
                             group(ACTIVATIONS, info.name, slot if len(raw) == 1 else f"{slot}[{i}]")(data)
+                        elif data is not None:
+                            packed.append(data)
                 continue
             except Exception as exc:
                 INSPECTION.note(exc, f"{info.name}.{attr}.data")
                 continue
+            held = held or data is not None
             if data is not None and is_plain(data):
                 put(data)
+            elif data is not None:
+                packed.append(data)
         if info.has_dict:
             for slot, value in ctx_values(node):
                 if is_plain(value):
                     group(CTX, info.name, f"ctx.{slot}")(value)
+        return held
 
     put_leaf = group(LEAF_GRAD, "AccumulateGrad", "variable")
     put_grad = group(LEAF_GRAD, "AccumulateGrad", "variable.grad")
-    check_seq = after_seq is not None
+    packed: list[Any] = []  # saved objects that are not tensors: checkpoint holders (NOTE [Checkpoint frames])
+    intact = gone = stopped = leaves = 0
+    check_count = count is not None
+    check_stop = stop is not None
     seen: set[Any] = set()  # holds the Python wrappers, so identity stays unique
     mark = seen.add
     stack = [r for r in roots if r is not None]
@@ -320,7 +406,8 @@ def graph_tensors(
         mark(node)
         kind, a, b = kinds.get(type(node)) or kind_of(node)
         if kind == _LEAF:
-            if with_leaves:
+            leaves += 1
+            if with_leaves and (not check_count or count(node)):  # type: ignore[misc]
                 leaf = accumulated_leaf(node)
                 if leaf is not None and is_plain(leaf):
                     put_leaf(leaf)
@@ -328,18 +415,30 @@ def graph_tensors(
                     if grad is not None:
                         put_grad(grad)
             continue
-        if check_seq and sequence_nr(node) <= after_seq:  # type: ignore[operator]
-            continue  # a graph built before this step: not this step's (NOTE [Older graphs])
-        if kind == _ONE_SLOT:
+        if check_stop and stop(node):  # type: ignore[misc]
+            stopped += 1
+            continue  # a graph built before the judged steps (NOTE [A step's graph])
+        if check_count and not count(node):  # type: ignore[misc]
+            stopped += 1
+        elif kind == _ONE_SLOT:
             try:
                 data = getattr(node, a).data  # the hot path
             except Exception:
                 read_slots(node, *general[type(node)])  # a tuple of handles, or an odd torch
             else:
-                if data is not None and (type(data) is tensor_type or is_plain(data)):
-                    b(data)
+                if data is not None:
+                    intact += 1
+                    if type(data) is tensor_type or is_plain(data):
+                        b(data)
+                    else:
+                        packed.append(data)
+                else:
+                    gone += 1
         else:
-            read_slots(node, a, b)
+            if read_slots(node, a, b):
+                intact += 1
+            elif a:
+                gone += 1
         try:
             edges = node.next_functions
         except Exception:
@@ -347,9 +446,77 @@ def graph_tensors(
         for nxt, _ in edges:
             if nxt is not None and nxt not in seen:
                 push(nxt)
-    count = len(seen)
+    total = len(seen)
     seen.clear()
-    return count, [SavedGroup(cause, name, slot, tensors) for (cause, name, slot), tensors in groups.items() if tensors]
+    if stats is not None:
+        stats.nodes, stats.leaves, stats.intact, stats.freed = total - stopped - leaves, leaves, intact, gone
+    if packed:
+        for slot, t in checkpoint_tensors(packed):
+            if is_plain(t):
+                group(ACTIVATIONS, "checkpoint", slot)(t)
+        packed.clear()
+    return total, [SavedGroup(cause, name, slot, tensors) for (cause, name, slot), tensors in groups.items() if tensors]
+
+
+def checkpoint_tensors(packed: list[Any]) -> list[tuple[str, Any]]:
+    """The tensors non-reentrant checkpoint keeps for the holders in ``packed``.
+
+    # NOTE [Checkpoint frames]
+    # Under non-reentrant ``torch.utils.checkpoint`` a node saves a ``_Holder``
+    # instead of a tensor, and the checkpoint's frame keeps what recomputation
+    # needs: the block's inputs (``saved_args``), the RNG state it ran with
+    # (``fwd_cpu_state``, 5 KiB on CPU, and one state per device) and anything
+    # already recomputed. The frame is reachable from the holders only through
+    # the saved variables' unpack hooks (C++), so it is found the other way
+    # round: each frame lists its holders by weakref. Nothing is unpacked and no
+    # block is re-run; the frames are listed from the collector's young
+    # generations, which during a check (and after a watch's first call) hold
+    # only what was made since (NOTE [Frozen heap]).
+    """
+    import gc
+
+    wanted = {id(obj) for obj in packed}
+    out: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    for obj in gc.get_objects():
+        if type(obj).__name__ != "_CheckpointFrame" or id(obj) in seen:
+            continue
+        try:
+            holders = [ref() for ref in getattr(obj, "weak_holders", ())]
+        except Exception:
+            continue
+        if not any(h is not None and id(h) in wanted for h in holders):
+            continue
+        seen.add(id(obj))
+        out.extend(_frame_tensors(obj))
+    return out
+
+
+def _frame_tensors(frame: Any) -> list[tuple[str, Any]]:
+    """Inputs, RNG states and recomputed tensors a checkpoint frame keeps (never unpacking)."""
+    import torch
+
+    out: list[tuple[str, Any]] = []
+    d = getattr(frame, "__dict__", {})
+    for arg in d.get("saved_args") or ():
+        if isinstance(arg, torch.Tensor):
+            out.append(("checkpoint input", arg))
+    fn = d.get("recompute_fn")
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            continue
+        values = value if isinstance(value, (list, tuple)) else (value,)
+        for v in values:
+            if isinstance(v, torch.Tensor):
+                out.append(("checkpoint rng state", v))
+    for recomputed in d.get("recomputed") or ():
+        if isinstance(recomputed, dict):
+            for v in recomputed.values():
+                if isinstance(v, torch.Tensor):
+                    out.append(("checkpoint recomputed", v))
+    return out
 
 
 def _packed(handle: Any) -> Any:

@@ -53,6 +53,27 @@ def is_library_module(name: str) -> bool:
     return name.partition(".")[0] in LIBRARY_PACKAGES
 
 
+#: packages whose module state never holds a user's graph (tools and the heavy machinery the
+#: walk would only spend its object budget on)
+_STATELESS_PACKAGES = frozenset({
+    "torch", "tensordict", "leakscope", "_pytest", "pytest", "pluggy", "typer", "click", "rich", "numpy",
+    "sympy", "setuptools", "pkg_resources", "_distutils_hack", "pip", "mpmath", "jinja2", "markupsafe",
+    "filelock", "fsspec", "networkx", "hypothesis", "typing_extensions", "__main__", "__mp_main__",
+})
+
+
+def is_state_module(name: str) -> bool:
+    """A loaded module whose globals the last-resort search walks (NOTE [Every loaded module]):
+    any package but the standard library, torch and the tools above; libraries included (a
+    logging library's current run and its history rows, ``library.run.history``)."""
+    import sys
+
+    top = name.partition(".")[0]
+    if top in _STATELESS_PACKAGES or top in sys.stdlib_module_names or top.startswith("_"):
+        return False
+    return True
+
+
 def is_library_type(tp: type) -> bool:
     """Objects of this type are library machinery for the typed walk.
 
@@ -111,6 +132,7 @@ def is_library_file(filename: str) -> bool:
 
 __all__ = [
     "LIBRARY_PACKAGES",
+    "is_state_module",
     "TORCH_USER_PACKAGES",
     "is_interpreter_internal",
     "is_leakscope_machinery",

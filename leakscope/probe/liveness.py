@@ -95,7 +95,7 @@ def collect_evidence(
     probes: Iterable[weakref.ref[Any]],
     *,
     is_preexisting: Any,
-    after_seq: int | None = None,
+    stop: Any = None,
 ) -> Evidence:
     """Weakref everything the step's graph keeps alive (see NOTE [Observer effect])."""
     evidence = Evidence()
@@ -122,7 +122,7 @@ def collect_evidence(
             # Only leaves have a .grad (reading it on a non-leaf warns).
             if t.is_leaf and t.grad is not None:
                 add(t.grad, LEAF_GRAD, "probe.grad")
-    _, found = graph_tensors(graph_roots, after_seq=after_seq)
+    _, found = graph_tensors(graph_roots, stop=stop)
     # A learnable leaf the engine owned before the step (SAC's ``log_alpha``, a
     # temperature) keeps its ``.grad`` by design, as a Parameter does.
     owned_grads = {

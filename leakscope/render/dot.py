@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakscope.render.text import human_bytes
+from leakscope.render.escape import terminal
+from leakscope.render.summary import human_bytes
 from leakscope.results import GraphView
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A DOT string: quotes and backslashes escaped, control characters shown (:func:`~leakscope.render.escape.terminal`)."""
+    return '"' + terminal(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def render(view: GraphView, **_: Any) -> str:

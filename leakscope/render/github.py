@@ -3,7 +3,9 @@
 ``::error`` for a leak, ``::warning`` for a warning, ``::notice`` for an allowed
 finding, each at the line that created the retaining tensor; a target that
 could not be checked is an ``::error`` without a file. The last line is the
-plain summary. Escaping follows the runner's rules for workflow commands.
+plain summary. Escaping follows the runner's rules for workflow commands, and
+control characters and escape codes are shown, not sent to the log
+(:func:`~leakscope.render.escape.github_data`).
 """
 
 from __future__ import annotations
@@ -11,26 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 from leakscope.policy import exit_code
+from leakscope.render.escape import github_data, github_property, terminal
 from leakscope.render.summary import finding_message, label, report_line
 from leakscope.results import Finding, Report, Verdict
 
 _COMMAND = {"leak": "error", "warning": "warning", "allowed": "notice"}
 
 
-def escape_data(text: str) -> str:
-    """Escape a command's message (``%``, CR, LF)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def escape_property(text: str) -> str:
-    """Escape a command property value (also ``:`` and ``,``, which delimit properties)."""
-    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
-
-
 def command(name: str, message: str, **properties: str | int) -> str:
-    """``::name key=value,...::message`` with both parts escaped."""
-    props = ",".join(f"{k}={escape_property(str(v))}" for k, v in properties.items())
-    return f"::{name} {props}::{escape_data(message)}" if props else f"::{name}::{escape_data(message)}"
+    """``::name key=value,...::message`` with both parts escaped (:mod:`leakscope.render.escape`)."""
+    props = ",".join(f"{k}={github_property(v)}" for k, v in properties.items())
+    return f"::{name} {props}::{github_data(message)}" if props else f"::{name}::{github_data(message)}"
 
 
 def _annotation(finding: Finding, message: str) -> str:
@@ -51,5 +44,5 @@ def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
             lines.append(_annotation(finding, finding_message(result, finding)))
         for warning in result.warnings:
             lines.append(command("warning", f"{label(result)}: {warning}", title="leakscope warning"))
-    lines.append(report_line(report, exit_code(report, fail_on)))
+    lines.append(terminal(report_line(report, exit_code(report, fail_on), fail_on)))
     return "\n".join(lines) + "\n"

@@ -6,42 +6,49 @@ verdict, the growth per micro-batch as a bar plot, and for each finding the
 lines that created and stored the retaining tensor, the fix, and the retained
 graph drawn as layered SVG boxes (``Finding.graph``, bounded when collected).
 
-Source snippets are read from the files named by ``Finding.source`` when the
-page is rendered (relative to ``source_root``, default the working directory,
-as the other formats' paths are); a file that is gone is said, not fatal.
+Source snippets come from the report (``Finding.snippets``, captured when the
+check ran, from the checked project only: :mod:`leakscope.snippets`); rendering
+reads no file. A line that was not captured is said, not fatal.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import html
 import math
 from collections.abc import Sequence
-from pathlib import Path
+from importlib import resources
 from typing import Any
 
-from leakscope.render.summary import report_line, result_line
-from leakscope.render.text import growth_line, human_bytes, projection_line
+from leakscope.render.escape import html as _e
+from leakscope.render.graph_layout import Box, layout
+from leakscope.render.summary import (
+    growth_line,
+    human_bytes,
+    projection_line,
+    report_line,
+    result_line,
+    shown_verdict,
+)
 from leakscope.results import Finding, GraphView, Report, Source, TargetResult, Verdict, ViewNode
+from leakscope.snippets import snippet_for
 
-#: source lines shown before and after a snippet's line
-CONTEXT_LINES = 3
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
+#: the page's style sheet, a package data file (light and dark schemes)
+_CSS = resources.files("leakscope.render").joinpath("report.css").read_text(encoding="utf-8")
 
 
-def render(
-    report: Report, *, fail_on: str = "leak", source_root: Path | None = None, debug: bool = False, **_: Any
-) -> str:
-    """The report as one self-contained HTML document (light and dark)."""
+def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
+    """The report as one self-contained HTML document (light and dark).
+
+    Every value of the report is escaped (:func:`~leakscope.render.escape.html`), numbers
+    included; verdicts and colours are what the ``fail_on`` gate made of each result
+    (:func:`~leakscope.render.summary.shown_verdict`), as in every other format. Tracebacks
+    are not shown (``--debug`` writes them to stderr).
+    """
     from leakscope.policy import exit_code
 
     code = exit_code(report, fail_on)
-    root = source_root if source_root is not None else Path.cwd()
-    counts = {v: sum(1 for r in report.results if r.verdict is v) for v in Verdict}
-    worst = "error" if counts[Verdict.ERROR] else "leak" if code == 1 else "clean"
+    shown = {shown_verdict(r, fail_on) for r in report.results}
+    worst = next((v for v in ("error", "leak", "warning") if v in shown), "clean")
+    summary = report_line(report, code, fail_on).removeprefix("leakscope: ")
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -49,7 +56,7 @@ def render(
         '<meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         '<meta name="color-scheme" content="light dark">',
-        f"<title>leakscope: {_e(report_line(report, code).removeprefix('leakscope: '))}</title>",
+        f"<title>leakscope: {_e(summary)}</title>",
         f"<style>{_CSS}</style>",
         "</head>",
         "<body>",
@@ -57,13 +64,13 @@ def render(
         "<h1>leakscope report</h1>",
         f'<p class="meta">leakscope {_e(report.leakscope_version)} · torch {_e(report.torch_version)} · '
         f"Python {_e(report.python_version)}</p>",
-        f'<p class="banner {worst}" id="summary-line">{_e(report_line(report, code).removeprefix("leakscope: "))}</p>',
+        f'<p class="banner {worst}" id="summary-line">{_e(summary)}</p>',
         "</header>",
         "<main>",
-        _summary_table(report),
+        _summary_table(report, fail_on),
     ]
     for i, result in enumerate(report.results):
-        parts.append(_result_section(i, result, root, debug))
+        parts.append(_result_section(i, result, fail_on))
     parts += [
         "</main>",
         "<footer><p>Bytes are measured on leakscope's tiny model (storages counted once, Parameters excluded), "
@@ -82,16 +89,17 @@ def _badge(verdict: str) -> str:
     return f'<span class="badge {_e(verdict)}">{_e(verdict.upper())}</span>'
 
 
-def _summary_table(report: Report) -> str:
+def _summary_table(report: Report, fail_on: str) -> str:
     rows = []
     for i, r in enumerate(report.results):
+        shown = shown_verdict(r, fail_on)
         retained = human_bytes(r.retained_bytes) if r.verdict is Verdict.LEAK else "—"
-        spark = _sparkline(r) if r.growth is not None and r.growth.retained_bytes else ""
+        spark = _sparkline(r, shown) if r.growth is not None and r.growth.retained_bytes else ""
         rank = f" [rank {r.rank}]" if r.rank is not None else ""
         rows.append(
-            f'<tr class="{r.verdict.value}"><td><a href="#result-{i}"><code>{_e(r.target)}</code></a></td>'
-            f"<td>{_e(r.mode.value)}{_e(rank)}</td><td>{_badge(r.verdict.value)}</td>"
-            f'<td class="num">{retained}</td><td>{spark}</td><td class="num">{len(r.findings)}</td></tr>'
+            f'<tr class="{_e(shown)}"><td><a href="#result-{i}"><code>{_e(r.target)}</code></a></td>'
+            f"<td>{_e(r.mode.value)}{_e(rank)}</td><td>{_badge(shown)}</td>"
+            f'<td class="num">{_e(retained)}</td><td>{spark}</td><td class="num">{len(r.findings)}</td></tr>'
         )
     return (
         '<section class="summary"><table id="summary">'
@@ -101,7 +109,13 @@ def _summary_table(report: Report) -> str:
     )
 
 
-def _sparkline(result: TargetResult) -> str:
+def _tone(shown: str) -> str:
+    """The colour of a result's plots: its verdict's as the gate made it (a bounded leak is a leak,
+    flat or not), never the slope's alone."""
+    return shown if shown in ("leak", "warning") else "clean"
+
+
+def _sparkline(result: TargetResult, shown: str) -> str:
     assert result.growth is not None
     values = result.growth.retained_bytes
     w, h, pad = 96, 22, 2
@@ -110,7 +124,7 @@ def _sparkline(result: TargetResult) -> str:
     points = " ".join(
         f"{pad + i * step:.1f},{h - pad - (v / top) * (h - 2 * pad):.1f}" for i, v in enumerate(values)
     )
-    kind = "leak" if result.growth.slope_bytes > 0 else "clean"
+    kind = _tone(shown)
     title = "retained after each micro-batch: " + ", ".join(human_bytes(v) for v in values)
     return (
         f'<svg class="spark {kind}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">'
@@ -121,11 +135,12 @@ def _sparkline(result: TargetResult) -> str:
 # ---------------------------------------------------------------- one result
 
 
-def _result_section(index: int, result: TargetResult, root: Path, debug: bool) -> str:
+def _result_section(index: int, result: TargetResult, fail_on: str) -> str:
+    shown = shown_verdict(result, fail_on)
     head = (
         f'<h2><code>{_e(result.target)}</code> <span class="mode">[{_e(result.mode.value)}]</span>'
-        + (f' <span class="mode">[rank {result.rank}]</span>' if result.rank is not None else "")
-        + f" {_badge(result.verdict.value)}"
+        + (f' <span class="mode">[rank {_e(result.rank)}]</span>' if result.rank is not None else "")
+        + f" {_badge(shown)}"
         + (
             f' <span class="retained">{_e(human_bytes(result.retained_bytes))} retained per micro-batch</span>'
             if result.verdict is Verdict.LEAK
@@ -133,14 +148,12 @@ def _result_section(index: int, result: TargetResult, root: Path, debug: bool) -
         )
         + "</h2>"
     )
-    parts = [f'<section class="result {result.verdict.value}" id="result-{index}">', head]
-    parts.append(f'<p class="line">{_e(result_line(result))}</p>')
+    parts = [f'<section class="result {_e(shown)}" id="result-{index}">', head]
+    parts.append(f'<p class="line">{_e(result_line(result, fail_on))}</p>')
     if result.error:
         parts.append(f'<div class="error-box"><strong>error</strong> {_e(result.error)}</div>')
-        if debug and result.traceback:
-            parts.append(f"<pre class=\"traceback\">{_e(result.traceback.rstrip())}</pre>")
     if result.growth is not None and result.growth.retained_bytes:
-        parts.append(_growth_figure(result))
+        parts.append(_growth_figure(result, shown))
     if result.projection is not None:
         parts.append(f'<p class="projection">{_e(projection_line(result.projection).strip())}</p>')
     for warning in result.warnings:
@@ -148,7 +161,7 @@ def _result_section(index: int, result: TargetResult, root: Path, debug: bool) -
     if result.findings:
         parts.append(f'<h3>Findings ({len(result.findings)})</h3>')
         for j, finding in enumerate(result.findings):
-            parts.append(_finding_card(f"{index}-{j}", result, finding, root))
+            parts.append(_finding_card(f"{index}-{j}", result, finding))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -168,7 +181,7 @@ def _nice_ceiling(value: float) -> float:
     return math.ceil(scaled) * unit
 
 
-def _growth_figure(result: TargetResult) -> str:
+def _growth_figure(result: TargetResult, shown: str) -> str:
     g = result.growth
     assert g is not None
     values = list(g.retained_bytes)
@@ -180,7 +193,7 @@ def _growth_figure(result: TargetResult) -> str:
     n = len(values)
     slot = plot_w / n
     bar_w = min(56.0, slot * 0.6)
-    kind = "leak" if g.slope_bytes > 0 else "clean"
+    kind = _tone(shown)
 
     def y(v: float) -> float:
         return top + plot_h - (v / ymax) * plot_h
@@ -204,7 +217,7 @@ def _growth_figure(result: TargetResult) -> str:
         if g.graph_nodes and i < len(g.graph_nodes):
             label += f", {g.graph_nodes[i]} live graph nodes"
         out.append(
-            f'<rect class="bar" data-bytes="{v}" x="{cx - bar_w / 2:.1f}" y="{yy:.1f}" width="{bar_w:.1f}" '
+            f'<rect class="bar" data-bytes="{_e(v)}" x="{cx - bar_w / 2:.1f}" y="{yy:.1f}" width="{bar_w:.1f}" '
             f'height="{h:.1f}"><title>{_e(label)}</title></rect>'
         )
         out.append(f'<text class="value" x="{cx:.1f}" y="{yy - 5:.1f}" text-anchor="middle">{_e(human_bytes(v))}</text>')
@@ -218,23 +231,31 @@ def _growth_figure(result: TargetResult) -> str:
     )
     out.append("</svg>")
     slope = human_bytes(int(max(g.slope_bytes, 0)))
-    caption = (
-        f"<strong>{_e(slope)} per micro-batch</strong> ({'growing: a leak' if kind == 'leak' else 'flat'}) "
-        f"over {n} micro-batches"
-    )
+    caption = f"<strong>{_e(slope)} per micro-batch</strong> ({_e(_shape(result))}) over {n} micro-batches"
     if storage:
         caption += f"; dashed: graph-free storage held ({_e(human_bytes(int(max(g.storage_slope_bytes, 0))))} per micro-batch)"
     if g.nodes_by_micro_batch:
         caption += "; live graph nodes by micro-batch " + ", ".join(
-            f"#{i}: {c}" for i, c in enumerate(g.nodes_by_micro_batch)
+            f"#{i}: {_e(c)}" for i, c in enumerate(g.nodes_by_micro_batch)
         )
     return f'<figure class="growth-figure">{"".join(out)}<figcaption>{caption}</figcaption></figure>'
+
+
+def _shape(result: TargetResult) -> str:
+    """What the plot shows, in the words of the verdict and the leak's kind."""
+    g = result.growth
+    assert g is not None
+    if result.verdict is Verdict.LEAK:
+        if result.kind == "bounded":
+            return "bounded: a leak that holds the latest step's graph until the next step"
+        return "growing: a leak" if result.kind == "growing" or g.slope_bytes > 0 else "a leak"
+    return "flat" if g.slope_bytes <= 0 else "rising, not judged a leak"
 
 
 # ---------------------------------------------------------------- findings
 
 
-def _finding_card(key: str, result: TargetResult, finding: Finding, root: Path) -> str:
+def _finding_card(key: str, result: TargetResult, finding: Finding) -> str:
     severity = finding.severity
     facts = [
         ("holder", finding.holder),
@@ -259,11 +280,10 @@ def _finding_card(key: str, result: TargetResult, finding: Finding, root: Path) 
         parts.append(f'<p class="allowed">allowed: {_e(finding.allowed_reason)}</p>')
     parts.append(f'<p class="fix"><strong>Fix</strong> {_e(finding.hint)}</p>')
     if finding.source is not None:
-        parts.append(_snippet("created at", finding.source, root))
-    stored_at = getattr(finding, "stored_at", None)
-    if stored_at is not None:
-        op = getattr(finding, "store_op", None)
-        parts.append(_snippet(f"stored at{f' ({op})' if op else ''}", stored_at, root))
+        parts.append(_snippet("created at", finding, finding.source))
+    if finding.stored_at is not None:
+        op = finding.store_op
+        parts.append(_snippet(f"stored at{f' ({op})' if op else ''}", finding, finding.stored_at))
     called_from: Sequence[Source] = getattr(finding, "called_from", ()) or ()
     if called_from:
         items = "".join(f"<li><code>{_e(s)}</code></li>" for s in called_from)
@@ -274,31 +294,19 @@ def _finding_card(key: str, result: TargetResult, finding: Finding, root: Path) 
     return "\n".join(parts)
 
 
-def _snippet(title: str, source: Source, root: Path) -> str:
+def _snippet(title: str, finding: Finding, source: Source) -> str:
     where = f"{source.file}:{source.line} in {source.function}"
     head = f'<figcaption><span class="snippet-title">{_e(title)}</span> <code>{_e(where)}</code></figcaption>'
-    lines = _read_lines(source.file, root)
-    if lines is None or not 1 <= source.line <= len(lines):
-        why = "file not found" if lines is None else f"the file has {len(lines)} lines"
+    snippet = snippet_for(finding, source)
+    if snippet is None:
+        why = "not captured when the check ran (a file outside the project, or not found)"
         return f'<figure class="snippet missing">{head}<p class="muted">source not shown: {_e(why)} ({_e(source.file)})</p></figure>'
-    first = max(1, source.line - CONTEXT_LINES)
-    last = min(len(lines), source.line + CONTEXT_LINES)
     rows = []
-    for number in range(first, last + 1):
-        cls = ' class="hl"' if number == source.line else ""
-        rows.append(f'<span{cls}><span class="ln">{number}</span>{_e(lines[number - 1]) or " "}</span>')
+    for number, text in enumerate(snippet.lines, start=snippet.first_line):
+        cls = ' class="hl"' if number == snippet.line else ""
+        rows.append(f'<span{cls}><span class="ln">{_e(number)}</span>{_e(text) or " "}</span>')
     code = "".join(rows)
     return f'<figure class="snippet">{head}<pre><code>{code}</code></pre></figure>'
-
-
-def _read_lines(file: str, root: Path) -> list[str] | None:
-    path = Path(file)
-    if not path.is_absolute():
-        path = root / path
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except (OSError, ValueError):
-        return None
 
 
 # ---------------------------------------------------------------- retained graph
@@ -307,16 +315,16 @@ def _read_lines(file: str, root: Path) -> list[str] | None:
 def _graph_figure(key: str, result: TargetResult, finding: Finding, view: GraphView) -> str:
     svg = graph_svg(view, key)
     shown = len(view.nodes)
-    caption = f"retained graph below <code>{_e(finding.path)}</code>: {view.total_nodes} nodes"
+    caption = f"retained graph below <code>{_e(finding.path)}</code>: {_e(view.total_nodes)} nodes"
     if view.truncated:
         left = view.total_nodes - shown
         caption += (
-            f", the first {shown} (breadth first) drawn, <strong>{left} left out</strong>; all of them: "
+            f", the first {shown} (breadth first) drawn, <strong>{_e(left)} left out</strong>; all of them: "
             f"<code>leakscope explain {_e(result.target)} --mode {_e(result.mode.value)} --path {_e(finding.path)}</code>"
         )
     caption += ". Red: saves tensors for backward (their bytes stay alive); amber: a leaf that is not a Parameter, or its grad."
     return (
-        f'<details class="graph" open><summary>Retained graph ({view.total_nodes} nodes)</summary>'
+        f'<details class="graph" open><summary>Retained graph ({_e(view.total_nodes)} nodes)</summary>'
         f'<figure class="graph-figure"><div class="scroll">{svg}</div><figcaption>{caption}</figcaption></figure></details>'
     )
 
@@ -345,138 +353,17 @@ def _node_detail(node: ViewNode) -> str:
     return f"saves {human_bytes(kept)}" if kept else f"{len(node.slots)} saved"
 
 
-@dataclasses.dataclass
-class _Box:
-    """One box of the drawing: a described node, or a bend point of an edge that spans layers."""
-
-    key: tuple[int, int]  # (node id, -1) for a node; (edge number, layer) for a bend point
-    layer: int
-    width: float
-    height: float
-    node: ViewNode | None = None
-    x: float = 0.0  # centre
-    y: float = 0.0  # top
+#: a box's text: character width, line height, padding (the layout's boxes are sized from them)
+_CHAR_W, _LINE_H, _PAD = 7.2, 15, 8
 
 
-_CHAR_W, _LINE_H, _PAD, _GAP_X, _GAP_Y = 7.2, 15, 8, 16, 28
+def _measure(node: ViewNode) -> tuple[float, float]:
+    """A node's box: wide enough for its name and detail line, one or two lines tall."""
+    detail = _node_detail(node)
+    return max(len(node.name), len(detail)) * _CHAR_W + 2 * _PAD, (2 if detail else 1) * _LINE_H + 2 * _PAD
 
 
-def _depths(view: GraphView) -> dict[int, int]:
-    """Longest-path layer of each described node, so every edge points down."""
-    by_id = {n.id: n for n in view.nodes}
-    parents: dict[int, int] = {n.id: 0 for n in view.nodes}
-    for n in view.nodes:
-        for c in set(n.children):
-            if c in by_id and c != n.id:
-                parents[c] += 1
-    depth = {nid: 0 for nid, count in parents.items() if count == 0}
-    ready = sorted(depth)
-    while ready:
-        nid = ready.pop(0)
-        for c in set(by_id[nid].children):
-            if c not in by_id or c == nid:
-                continue
-            depth[c] = max(depth.get(c, 0), depth[nid] + 1)
-            parents[c] -= 1
-            if parents[c] == 0:
-                ready.append(c)
-    for n in view.nodes:  # a cycle (autograd graphs have none): keep the rest visible
-        depth.setdefault(n.id, 0)
-    return depth
-
-
-def _layout(view: GraphView) -> tuple[list[list[_Box]], list[list[_Box]], float, float]:
-    """Boxes by layer, each edge as its chain of boxes, and the drawing's width and height.
-
-    Sugiyama's recipe, small: longest-path layers, a bend box wherever an edge
-    crosses a layer, barycentre sweeps to order each layer, then a few passes
-    pulling each box towards its neighbours without letting boxes overlap.
-    """
-    by_id = {n.id: n for n in view.nodes}
-    depth = _depths(view)
-    boxes: dict[tuple[int, int], _Box] = {}
-    for n in view.nodes:
-        detail = _node_detail(n)
-        w = max(len(n.name), len(detail)) * _CHAR_W + 2 * _PAD
-        h = (2 if detail else 1) * _LINE_H + 2 * _PAD
-        boxes[(n.id, -1)] = _Box((n.id, -1), depth[n.id], w, h, n)
-    chains: list[list[_Box]] = []
-    for n in view.nodes:
-        for c in dict.fromkeys(n.children):
-            if c not in by_id or c == n.id:
-                continue
-            chain = [boxes[(n.id, -1)]]
-            for layer in range(depth[n.id] + 1, depth[c]):
-                bend = _Box((len(chains), layer), layer, 0.0, 0.0)
-                boxes[bend.key] = bend
-                chain.append(bend)
-            chain.append(boxes[(c, -1)])
-            chains.append(chain)
-    layers: list[list[_Box]] = [[] for _ in range(max(depth.values()) + 1)]
-    for box in boxes.values():
-        layers[box.layer].append(box)
-    up: dict[tuple[int, int], list[_Box]] = {k: [] for k in boxes}
-    down: dict[tuple[int, int], list[_Box]] = {k: [] for k in boxes}
-    for chain in chains:
-        for a, b in zip(chain, chain[1:]):
-            down[a.key].append(b)
-            up[b.key].append(a)
-    order = {b.key: float(i) for layer in layers for i, b in enumerate(layer)}
-
-    def sweep(rows: list[list[_Box]], neighbours: dict[tuple[int, int], list[_Box]]) -> None:
-        for row in rows:
-            for b in row:
-                near = neighbours[b.key]
-                if near:
-                    order[b.key] = sum(order[o.key] for o in near) / len(near)
-            row.sort(key=lambda b: order[b.key])
-            for i, b in enumerate(row):
-                order[b.key] = float(i)
-
-    for _ in range(4):
-        sweep(layers[1:], up)
-        sweep(layers[-2::-1], down)
-
-    def pack(row: list[_Box]) -> None:
-        """Keep the order, push boxes apart where they would overlap, and centre the row where it wanted to be."""
-        wanted = [b.x for b in row]
-        for a, b in zip(row, row[1:]):
-            least = a.x + a.width / 2 + _GAP_X + b.width / 2
-            if b.x < least:
-                b.x = least
-        shift = sum(w - b.x for w, b in zip(wanted, row)) / len(row)
-        for b in row:
-            b.x += shift
-
-    for row in layers:  # start packed from the left
-        x = 0.0
-        for b in row:
-            b.x = x + b.width / 2
-            x += b.width + _GAP_X
-    for _ in range(6):
-        for rows, neighbours in ((layers[1:], up), (layers[-2::-1], down)):
-            for row in rows:
-                for b in row:
-                    near = neighbours[b.key]
-                    if near:
-                        b.x = sum(o.x for o in near) / len(near)
-                pack(row)
-    left = min(b.x - b.width / 2 for b in boxes.values())
-    for b in boxes.values():
-        b.x += _GAP_X - left
-    width = max(b.x + b.width / 2 for b in boxes.values()) + _GAP_X
-    y = 28.0
-    for row in layers:
-        row_h = max(b.height for b in row)
-        for b in row:
-            b.y = y + (row_h - b.height) / 2 if b.node is not None else y
-            if b.node is None:
-                b.height = row_h
-        y += row_h + _GAP_Y
-    return layers, chains, width, y - _GAP_Y + 24
-
-
-def _edge_path(chain: list[_Box]) -> str:
+def _edge_path(chain: list[Box]) -> str:
     """A smooth path from the parent's bottom through each bend to the child's top."""
     points = [(chain[0].x, chain[0].y + chain[0].height)]
     for bend in chain[1:-1]:
@@ -494,12 +381,12 @@ def _edge_path(chain: list[_Box]) -> str:
 
 def graph_svg(view: GraphView, key: str = "g") -> str:
     """The described nodes of ``view`` as an inline SVG: boxes layered by depth, edges parent to child."""
-    layers, chains, width, height = _layout(view)
+    layers, chains, width, height = layout(view, _measure)
     described = {n.id for n in view.nodes}
     marker = f"arrow-{_e(key)}"
     out = [
         f'<svg class="graph" width="{width:.0f}" height="{height:.0f}" viewBox="0 0 {width:.0f} {height:.0f}" '
-        f'role="img" aria-label="retained autograd graph" data-nodes="{len(view.nodes)}" data-total="{view.total_nodes}">',
+        f'role="img" aria-label="retained autograd graph" data-nodes="{len(view.nodes)}" data-total="{_e(view.total_nodes)}">',
         f'<defs><marker id="{marker}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
         'orient="auto-start-reverse"><path class="arrowhead" d="M0,0 L10,5 L0,10 z"/></marker></defs>',
     ]
@@ -512,7 +399,7 @@ def graph_svg(view: GraphView, key: str = "g") -> str:
     return "".join(out)
 
 
-def _node_svg(box: _Box, view: GraphView, described: set[int]) -> str:
+def _node_svg(box: Box, view: GraphView, described: set[int]) -> str:
     n = box.node
     assert n is not None
     x, y = box.x - box.width / 2, box.y
@@ -524,7 +411,7 @@ def _node_svg(box: _Box, view: GraphView, described: set[int]) -> str:
         title += f"\n{hidden} more input(s) not drawn"
     is_root = n.id == view.root
     parts = [
-        f'<g class="node {_node_kind(n)}{" root" if is_root else ""}" data-id="{n.id}"><title>{_e(title)}</title>',
+        f'<g class="node {_node_kind(n)}{" root" if is_root else ""}" data-id="{_e(n.id)}"><title>{_e(title)}</title>',
         f'<rect x="{x:.1f}" y="{y:.1f}" width="{box.width:.1f}" height="{box.height:.1f}" rx="5"/>',
         f'<text class="name" x="{x + _PAD:.1f}" y="{y + _PAD + 11:.1f}">{_e(n.name)}</text>',
     ]
@@ -541,120 +428,5 @@ def _node_svg(box: _Box, view: GraphView, described: set[int]) -> str:
     parts.append("</g>")
     return "".join(parts)
 
-
-_CSS = """
-:root {
-  --bg: #ffffff; --fg: #1f2328; --muted: #59636e; --border: #d1d9e0; --card: #f6f8fa; --code: #f6f8fa;
-  --leak: #cf222e; --leak-bg: #ffebe9; --clean: #1a7f37; --clean-bg: #dafbe1;
-  --warning: #9a6700; --warning-bg: #fff8c5; --error: #8250df; --error-bg: #fbefff;
-  --allowed: #59636e; --allowed-bg: #eff2f5; --hl: #fff1b8; --grid: #e4e8ec;
-  --node: #ffffff; --node-stroke: #8c959f; --saves: #ffd8d3; --saves-stroke: #cf222e;
-  --leaf: #ffe7b3; --leaf-stroke: #bf8700; --param: #eff2f5;
-}
-@media (prefers-color-scheme: dark) {
-  :root {
-    --bg: #0d1117; --fg: #e6edf3; --muted: #9198a1; --border: #3d444d; --card: #151b23; --code: #151b23;
-    --leak: #ff7b72; --leak-bg: #3c1618; --clean: #56d364; --clean-bg: #12301b;
-    --warning: #e3b341; --warning-bg: #342a0e; --error: #d2a8ff; --error-bg: #2c1d45;
-    --allowed: #9198a1; --allowed-bg: #212830; --hl: #3b300c; --grid: #262c36;
-    --node: #151b23; --node-stroke: #656c76; --saves: #4d1c1f; --saves-stroke: #ff7b72;
-    --leaf: #3f2f0a; --leaf-stroke: #d29922; --param: #212830;
-  }
-}
-* { box-sizing: border-box; }
-body { margin: 0; background: var(--bg); color: var(--fg);
-  font: 15px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
-header, main, footer { max-width: 1100px; margin: 0 auto; padding: 0 24px; }
-header { padding-top: 20px; }
-h1 { font-size: 22px; margin: 0 0 2px; }
-h2 { font-size: 18px; margin: 0 0 6px; display: flex; flex-wrap: wrap; gap: 8px; align-items: center; }
-h3 { font-size: 15px; margin: 18px 0 8px; }
-h4 { font-size: 15px; margin: 0 0 8px; display: flex; flex-wrap: wrap; gap: 8px; align-items: center; }
-code, pre, svg text { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace; }
-code { font-size: 13px; }
-a { color: inherit; }
-.meta, .muted, .line, footer { color: var(--muted); }
-.line { margin: 0 0 10px; font-size: 14px; }
-footer { font-size: 13px; padding-bottom: 32px; }
-.banner { margin: 12px 0 18px; padding: 10px 14px; border-radius: 8px; font-weight: 600; font-size: 17px;
-  border: 1px solid currentColor; }
-.banner.leak { color: var(--leak); background: var(--leak-bg); }
-.banner.clean { color: var(--clean); background: var(--clean-bg); }
-.banner.error { color: var(--error); background: var(--error-bg); }
-.badge { display: inline-block; padding: 1px 9px; border-radius: 999px; font-size: 12px; font-weight: 700;
-  letter-spacing: .03em; border: 1px solid currentColor; text-transform: uppercase; }
-.badge.leak { color: var(--leak); background: var(--leak-bg); }
-.badge.clean { color: var(--clean); background: var(--clean-bg); }
-.badge.error { color: var(--error); background: var(--error-bg); }
-.badge.warning { color: var(--warning); background: var(--warning-bg); }
-.badge.allowed { color: var(--allowed); background: var(--allowed-bg); }
-.mode { color: var(--muted); font-weight: 400; font-size: 15px; }
-.retained { color: var(--leak); font-weight: 600; font-size: 15px; }
-table { border-collapse: collapse; width: 100%; margin-bottom: 20px; font-size: 14px; }
-th, td { text-align: left; padding: 6px 10px; border-bottom: 1px solid var(--border); vertical-align: middle; }
-th { color: var(--muted); font-weight: 600; font-size: 13px; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-tr.leak td:first-child { box-shadow: inset 3px 0 var(--leak); }
-tr.clean td:first-child { box-shadow: inset 3px 0 var(--clean); }
-tr.error td:first-child { box-shadow: inset 3px 0 var(--error); }
-.spark polyline { fill: none; stroke-width: 2; }
-.spark.leak polyline { stroke: var(--leak); }
-.spark.clean polyline { stroke: var(--clean); }
-.result { border: 1px solid var(--border); border-left: 5px solid var(--border); border-radius: 8px;
-  padding: 14px 18px; margin: 0 0 20px; }
-.result.leak { border-left-color: var(--leak); }
-.result.clean { border-left-color: var(--clean); }
-.result.error { border-left-color: var(--error); }
-.error-box { background: var(--error-bg); color: var(--fg); border-radius: 6px; padding: 8px 12px; }
-.error-box strong { color: var(--error); }
-.warning-line { color: var(--warning); margin: 6px 0; }
-.projection { font-weight: 600; }
-figure { margin: 10px 0; }
-figcaption { font-size: 13px; color: var(--muted); }
-.plot .grid { stroke: var(--grid); stroke-width: 1; }
-.plot .axis { stroke: var(--muted); stroke-width: 1; }
-.plot text { fill: var(--muted); font-size: 11px; }
-.plot text.value { fill: var(--fg); font-size: 12px; font-weight: 600; }
-.plot .bar { fill: var(--clean); opacity: .85; }
-.plot.leak .bar { fill: var(--leak); }
-.plot .trend { fill: none; stroke: var(--fg); stroke-width: 1.5; stroke-opacity: .5; }
-.plot .storage { fill: none; stroke: var(--warning); stroke-width: 2; stroke-dasharray: 5 4; }
-.finding { background: var(--card); border: 1px solid var(--border); border-radius: 8px; padding: 12px 14px;
-  margin: 0 0 14px; }
-.finding.leak { border-top: 3px solid var(--leak); }
-.finding.warning { border-top: 3px solid var(--warning); }
-.finding.allowed { border-top: 3px solid var(--allowed); }
-.path { font-size: 15px; font-weight: 600; }
-.facts { display: flex; flex-wrap: wrap; gap: 4px 22px; margin: 0 0 8px; font-size: 13px; }
-.facts dt { color: var(--muted); display: inline; }
-.facts dt::after { content: " "; }
-.facts dd { display: inline; margin: 0; font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-.fix { margin: 8px 0; padding: 8px 12px; border-radius: 6px; background: var(--clean-bg); }
-.fix strong { color: var(--clean); margin-right: 6px; }
-.allowed { color: var(--allowed); }
-.snippet-title { font-weight: 600; color: var(--fg); }
-.snippet pre { margin: 4px 0 0; padding: 8px 0; background: var(--code); border: 1px solid var(--border);
-  border-radius: 6px; overflow-x: auto; font-size: 13px; line-height: 1.45; }
-.snippet pre > code > span { display: block; padding: 0 12px 0 0; white-space: pre; }
-.snippet .hl { background: var(--hl); box-shadow: inset 3px 0 var(--leak); }
-.snippet .ln { display: inline-block; width: 4.5em; padding-right: 1em; text-align: right; color: var(--muted);
-  user-select: none; }
-.called-from { font-size: 13px; color: var(--muted); }
-.called-from ul { margin: 2px 0 0; }
-details.graph summary { cursor: pointer; font-weight: 600; font-size: 14px; margin-top: 8px; }
-.scroll { overflow-x: auto; background: var(--bg); border: 1px solid var(--border); border-radius: 6px; }
-svg.graph { display: block; margin: 0 auto; }
-svg.graph text { font-size: 12px; fill: var(--fg); }
-svg.graph text.detail, svg.graph text.more { fill: var(--muted); font-size: 11px; }
-svg.graph text.held { fill: var(--leak); font-weight: 700; font-size: 11px; }
-svg.graph .node rect { fill: var(--node); stroke: var(--node-stroke); stroke-width: 1; }
-svg.graph .node.saves rect { fill: var(--saves); stroke: var(--saves-stroke); }
-svg.graph .node.leaf rect { fill: var(--leaf); stroke: var(--leaf-stroke); }
-svg.graph .node.param rect { fill: var(--param); stroke-dasharray: 3 2; }
-svg.graph .node.param text { fill: var(--muted); }
-svg.graph .node.root rect { stroke: var(--leak); stroke-width: 2.5; }
-svg.graph .edge { fill: none; stroke: var(--node-stroke); stroke-width: 1.2; }
-svg.graph .arrowhead { fill: var(--node-stroke); }
-"""
 
 __all__ = ["render", "graph_svg"]

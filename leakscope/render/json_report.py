@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
 from typing import Any
 
 from leakscope.errors import UsageError
 from leakscope.holders import printed
-from leakscope.results import Finding, GraphView, Report, TargetResult
-from leakscope.serialize import TYPE_KEY, from_data
+from leakscope.results import Finding, GraphView, Report, Snippet, TargetResult, WatchSummary
+from leakscope.serialize import SchemaError, from_data, value_from_data
 
 SCHEMA_VERSION = 1
 
@@ -34,10 +33,19 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
         "stored_at": _source(finding.stored_at),
         "store_op": finding.store_op,
         "called_from": [_source(s) for s in finding.called_from],
+        "node_cost": finding.node_cost,
+        "edit": dataclasses.asdict(finding.edit) if finding.edit is not None else None,
     }
     if finding.graph is not None:
         out["graph"] = graph_dict(finding.graph)
+    if finding.snippets:
+        out["snippets"] = [snippet_dict(s) for s in finding.snippets]
     return out
+
+
+def snippet_dict(snippet: Snippet) -> dict[str, Any]:
+    """The lines around a finding's ``source`` or ``stored_at``, captured when the check ran."""
+    return {"file": snippet.file, "line": snippet.line, "first_line": snippet.first_line, "lines": list(snippet.lines)}
 
 
 def graph_dict(view: GraphView) -> dict[str, Any]:
@@ -154,8 +162,15 @@ def render(report: Report, *, debug: bool = False, **_: Any) -> str:
     return json.dumps(report_dict(report, debug=debug), indent=2) + "\n"
 
 
-#: ``from_data`` of a field typed ``Any``: the class is the one the data names
-_ANY: Any = Any
+#: a report longer than this (in characters) is not read: real ones are kilobytes
+MAX_REPORT_CHARS = 64 * 1024 * 1024
+#: graph nodes (and children of one node) a saved report may describe per finding (40 are written)
+MAX_GRAPH_NODES = 256
+#: every integer in a report is a count, a size, a line or an id: never negative
+_INTS = (0, 2**63 - 1)
+_SEVERITIES = ("leak", "warning", "allowed")
+_KINDS = (None, "growing", "bounded")
+_FIX = "give a report written by: leakscope check --format json -o FILE"
 
 
 def load(text: str, name: str = "the report") -> Report:
@@ -163,67 +178,137 @@ def load(text: str, name: str = "the report") -> Report:
 
     The inverse of :func:`render` for everything the document carries; what it
     leaves out (tracebacks without ``--debug``, timings) stays at its default.
-    Raises :class:`~leakscope.errors.UsageError` naming ``name`` for input that is
-    not such a document.
+    A report is untrusted data (docs/security.md): every field is checked for its
+    type and range, nothing it names is imported or read, and anything else raises
+    :class:`~leakscope.errors.UsageError` naming ``name`` and the first bad field, in one line.
     """
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
+    if len(text) > MAX_REPORT_CHARS:
         raise UsageError(
-            f"{name} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-            "give a report written by: leakscope check --format json -o FILE"
-        ) from None
-    if not isinstance(doc, dict) or "schema_version" not in doc or not isinstance(doc.get("results"), list):
-        raise UsageError(
-            f"{name} is not a leakscope JSON report (no schema_version and results); "
-            "give a report written by: leakscope check --format json -o FILE"
+            f"{name} is {len(text)} characters long, more than a leakscope report ({MAX_REPORT_CHARS}); {_FIX}"
         )
-    if doc["schema_version"] != SCHEMA_VERSION:
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{name} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); {_FIX}") from None
+    except RecursionError:
+        raise UsageError(f"{name} nests deeper than any leakscope report; {_FIX}") from None
+    except ValueError as exc:  # NaN or Infinity, or an integer of thousands of digits
+        raise UsageError(f"{name} is not a leakscope JSON report ({_one_line(exc)}); {_FIX}") from None
+    if not isinstance(doc, dict) or "schema_version" not in doc or not isinstance(doc.get("results"), list):
+        raise UsageError(f"{name} is not a leakscope JSON report (no schema_version and results); {_FIX}")
+    version = doc["schema_version"]
+    if type(version) is not int or version != SCHEMA_VERSION:
+        shown = repr(version) if isinstance(version, (int, float, str)) and len(repr(version)) <= 24 else "of another kind"
         raise UsageError(
-            f"{name} has schema_version {doc['schema_version']!r}, this leakscope reads {SCHEMA_VERSION}; "
+            f"{name} has schema_version {shown}, this leakscope reads {SCHEMA_VERSION}; "
             "render it with the leakscope version that wrote it"
         )
-    if doc.get("error") and not doc["results"]:
-        raise UsageError(f"{name} records a run that failed before any target was checked: {doc['error']}")
     try:
-        results = tuple(_result(r) for r in doc["results"])
-        return Report(
-            results=results,
-            leakscope_version=str(doc.get("leakscope_version")),
-            torch_version=str(doc.get("torch_version")),
-            python_version=str(doc.get("python_version")),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise UsageError(
-            f"{name} is not a valid leakscope JSON report ({type(exc).__name__}: {exc}); "
-            "give a report written by: leakscope check --format json -o FILE"
-        ) from None
+        if doc.get("error") is not None and not doc["results"]:
+            error = _checked(str, doc["error"], "error")
+            raise UsageError(f"{name} records a run that failed before any target was checked: {error}")
+        return _report(doc)
+    except SchemaError as exc:
+        raise UsageError(f"{name} is not a valid leakscope JSON report: {_one_line(exc)}; {_FIX}") from None
 
 
-def _result(data: Mapping[str, Any]) -> TargetResult:
-    """One result: the dataclass fields come back by their type hints (``serialize.from_data``)."""
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _one_line(exc: Exception) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 300 else text[:299] + "…"
+
+
+def _checked(tp: Any, value: Any, where: str) -> Any:
+    """``value`` checked against the type ``tp`` by ``serialize.from_data``'s rules."""
+    return value_from_data(tp, value, ints=_INTS, where=where)
+
+
+def _object(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SchemaError(where, "is not an object")
+    return value
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise SchemaError(where, "is not a list")
+    return value
+
+
+def _one_of(value: Any, allowed: tuple[Any, ...], where: str) -> None:
+    if value not in allowed:
+        shown = repr(value) if isinstance(value, str) and len(value) <= 40 else "another value"
+        raise SchemaError(where, f"is {shown}, not one of {', '.join('null' if a is None else repr(a) for a in allowed)}")
+
+
+def _report(doc: dict[str, Any]) -> Report:
+    results = tuple(_result(_object(r, f"results[{i}]"), f"results[{i}]") for i, r in enumerate(doc["results"]))
+    watch = None
+    if doc.get("watch") is not None:
+        watch = from_data(WatchSummary, _object(doc["watch"], "watch"), ints=_INTS, where="watch")
+    versions = {
+        key: _checked(str | None, doc.get(key), key) or ""
+        for key in ("leakscope_version", "torch_version", "python_version")
+    }
+    return Report(results=results, watch=watch, **versions)
+
+
+def _result(data: dict[str, Any], where: str) -> TargetResult:
+    """One result, checked by the schema (``serialize.from_data``), its findings one by one."""
     data = dict(data)
-    findings = []
-    for f in data.pop("findings", []):
-        f = dict(f)
-        graph = f.pop("graph", None)
-        # A saved report carries the documented string of each path, not its segments.
-        finding = dataclasses.replace(from_data(Finding, {**f, "path": None}), path=printed(f["path"]))
-        if graph is not None:
-            view = from_data(GraphView, {
-                **graph, "target": data["target"], "mode": data["mode"], "path": f["path"],
-            })
-            finding = dataclasses.replace(finding, graph=view)
-        findings.append(finding)
+    findings_data = _list(data.pop("findings", []), f"{where}.findings")
     projection = data.pop("projection", None)
-    result: TargetResult = from_data(TargetResult, data)
     if projection is not None:
-        # The projection's class lives in the diagnosis stage: named, as the isolated check names it.
-        scale = {k: projection[k] for k in ("hidden", "tokens", "dtype", "micro_batches", "gpu_memory", "vocab")}
-        tagged = {
-            TYPE_KEY: "leakscope.diagnose.projection:Projection",
-            "scale": scale,
-            **{k: v for k, v in projection.items() if k not in scale},
-        }
-        result = dataclasses.replace(result, projection=from_data(_ANY, tagged))
-    return dataclasses.replace(result, findings=tuple(findings))
+        data["projection"] = _projection(_object(projection, f"{where}.projection"), f"{where}.projection")
+    result: TargetResult = from_data(TargetResult, data, ints=_INTS, where=where)
+    _one_of(result.kind, _KINDS, f"{where}.kind")
+    findings = tuple(
+        _finding(_object(f, f"{where}.findings[{j}]"), result, f"{where}.findings[{j}]")
+        for j, f in enumerate(findings_data)
+    )
+    return dataclasses.replace(result, findings=findings)
+
+
+def _finding(data: dict[str, Any], result: TargetResult, where: str) -> Finding:
+    data = dict(data)
+    path = _checked(str, data.get("path"), f"{where}.path")
+    graph = data.pop("graph", None)
+    # A saved report carries the documented string of each path, not its segments (``holders.printed``).
+    finding: Finding = from_data(Finding, {**data, "path": {"root": path}}, ints=_INTS, where=where)
+    _one_of(finding.severity, _SEVERITIES, f"{where}.severity")
+    _one_of(finding.kind, _KINDS, f"{where}.kind")
+    if graph is not None:
+        graph = _object(graph, f"{where}.graph")
+        nodes = _list(graph.get("nodes", []), f"{where}.graph.nodes")
+        if len(nodes) > MAX_GRAPH_NODES:
+            raise SchemaError(f"{where}.graph.nodes", f"has {len(nodes)} nodes, more than {MAX_GRAPH_NODES}")
+        view: GraphView = from_data(
+            GraphView, {**graph, "target": result.target, "mode": result.mode.value, "path": path},
+            ints=_INTS, where=f"{where}.graph",
+        )
+        for k, node in enumerate(view.nodes):
+            if len(node.children) > MAX_GRAPH_NODES:
+                raise SchemaError(
+                    f"{where}.graph.nodes[{k}].children", f"has {len(node.children)} ids, more than {MAX_GRAPH_NODES}"
+                )
+        finding = dataclasses.replace(finding, graph=view)
+    return dataclasses.replace(finding, path=printed(path))
+
+
+def _projection(data: dict[str, Any], where: str) -> dict[str, Any]:
+    """The JSON report's flat projection in the shape of ``Projection`` (its ``scale`` nested)."""
+    scale_keys = ("hidden", "tokens", "dtype", "micro_batches", "gpu_memory", "vocab", "layers", "batch")
+    out = {k: v for k, v in data.items() if k not in scale_keys}
+    out["scale"] = {k: data[k] for k in scale_keys if k in data}
+    shares = data.get("fp32_share")
+    if isinstance(shares, dict):
+        out["fp32_share"] = [[cause, share] for cause, share in shares.items()]
+    terms = data.get("terms")
+    if isinstance(terms, list):
+        for i, term in enumerate(terms):
+            at = f"{where}.terms[{i}]"
+            _one_of(_object(term, at).get("part"), ("growing", "bounded"), f"{at}.part")
+    return out

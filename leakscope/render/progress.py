@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TextIO
 
 from leakscope.phase import listening
+from leakscope.render.escape import terminal
 from leakscope.render.summary import label
 from leakscope.results import TargetResult
 
@@ -74,7 +75,7 @@ def display(
         def line(result: TargetResult) -> None:
             nonlocal done
             done += 1
-            stream.write(f"leakscope: [{done}/{total}] {label(result)} {result.verdict.value}\n")
+            stream.write(f"leakscope: [{done}/{total}] {terminal(label(result))} {result.verdict.value}\n")
             stream.flush()
 
         yield line
@@ -131,7 +132,7 @@ class _Live:
 
     def _draw(self, target: str) -> None:
         assert self.bar is not None
-        text = status(self.done, self.total, self.states[target])
+        text = terminal(status(self.done, self.total, self.states[target]))  # engine names: no escape codes
         if target not in self.tasks:
             self.tasks[target] = self.bar.add_task(text, total=None)
         self.bar.update(self.tasks[target], description=text, refresh=True)

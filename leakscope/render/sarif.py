@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from pathlib import Path, PurePosixPath
 from typing import Any
 
+from leakscope.render.escape import sarif_uri
 from leakscope.render.summary import finding_message, label
 from leakscope.results import Finding, Report, TargetResult, Verdict
 
@@ -93,17 +92,16 @@ def _rule_dict(rule: tuple[str, str, str, str], level: str) -> dict[str, Any]:
 
 
 def artifact_location(file: str) -> dict[str, Any]:
-    """A relative path under ``%SRCROOT%`` (what code scanning resolves), else a file URI."""
-    if os.path.isabs(file):
-        return {"uri": Path(file).as_uri()}
-    return {"uri": str(PurePosixPath(*Path(file).parts)), "uriBaseId": "%SRCROOT%"}
+    """A relative path under ``%SRCROOT%`` (what code scanning resolves), else a file URI; percent-encoded."""
+    uri = sarif_uri(file)
+    return {"uri": uri} if uri.startswith("file:") else {"uri": uri, "uriBaseId": "%SRCROOT%"}
 
 
 def _fingerprint(result: TargetResult, finding: Finding) -> str:
     key = f"{result.target}\0{result.mode.value}\0{finding.path}"
     if result.settings:
         key += "\0" + ",".join(result.settings)
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]  # any string a report holds
 
 
 def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str, Any]:

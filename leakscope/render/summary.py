@@ -7,8 +7,91 @@ pull-request annotation.
 
 from __future__ import annotations
 
-from leakscope.render.text import human_bytes, leak_size, source_lines
+from typing import Any
+
+from leakscope.policy import fails
 from leakscope.results import Finding, Holder, Report, TargetResult, Verdict
+
+
+def human_bytes(n: int) -> str:
+    """``12288`` -> ``12.0 KiB``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def leak_size(result: TargetResult) -> str:
+    """``12.0 KiB per micro-batch, growing`` / ``23.0 MiB held until the next step, bounded``."""
+    size = human_bytes(result.retained_bytes)
+    if result.kind == "growing":
+        return f"{size} per micro-batch, growing"
+    if result.kind == "bounded":
+        return f"{size} held until the next step, bounded"
+    return f"{size} per micro-batch"
+
+
+def source_lines(f: Finding) -> list[str]:
+    """``created at`` (with the engine-side calls when it is a shared helper) and ``stored at``."""
+    lines = []
+    if f.source:
+        lines.append(f"    created at {f.source}")
+        lines.extend(f"      called from {site}" for site in f.called_from)
+    if f.stored_at:
+        op = f" ({f.store_op})" if f.store_op else ""
+        lines.append(f"    stored at {f.stored_at}{op}")
+    return lines
+
+
+def growth_line(result: TargetResult) -> str:
+    """``retained after micro-batch 1..N: ...`` with slope and per-micro-batch node origin."""
+    g = result.growth
+    assert g is not None
+    per = ", ".join(human_bytes(b) for b in g.retained_bytes)
+    line = f"  growth over {len(g.retained_bytes)} micro-batches: {per} (slope {human_bytes(int(max(g.slope_bytes, 0)))}/micro-batch)"
+    if g.nodes_by_micro_batch:
+        origin = ", ".join(f"#{i}: {n}" for i, n in enumerate(g.nodes_by_micro_batch))
+        line += f"; live graph nodes by micro-batch {origin}"
+    if g.storage_slope_bytes > 0:
+        line += f"; graph-free storage grows {human_bytes(int(g.storage_slope_bytes))}/micro-batch"
+    if g.cuda_allocated:
+        line += "; cuda allocated " + ", ".join(human_bytes(b) for b in g.cuda_allocated)
+    return line
+
+
+def projection_line(p: Any) -> str:
+    """What the leak costs at the user's scale, the fitted terms and every assumption (one block)."""
+    s = p.scale
+    dims = [f"hidden={s.hidden}", f"tokens={s.tokens}"]
+    dims += [f"{k}={v}" for k, v in (("vocab", s.vocab), ("layers", s.layers), ("batch", s.batch)) if v]
+    dims.append(s.dtype)
+    lines = []
+    head = f"  at {', '.join(dims)}:"
+    if p.bytes_per_micro_batch or not p.bounded_bytes:
+        head += (
+            f" {human_bytes(p.bytes_per_micro_batch)} per micro-batch (growing), "
+            f"{human_bytes(p.bytes_per_update)} per update of {s.micro_batches}"
+        )
+        if s.gpu_memory is not None:
+            head += (
+                f"; {human_bytes(s.gpu_memory)} runs out at micro-batch {p.oom_micro_batch}"
+                if p.oom_micro_batch is not None
+                else f"; fits in {human_bytes(s.gpu_memory)}"
+            )
+    if p.bounded_bytes:
+        head += ";" if head.endswith(")") or "update" in head else ""
+        head += f" {human_bytes(p.bounded_bytes)} held at the peak (bounded: one step's graph)"
+        if p.bounded_fits is not None:
+            head += f", {'fits' if p.bounded_fits else 'does not fit'} in {human_bytes(s.gpu_memory)}"
+    lines.append(head)
+    for term in getattr(p, "terms", ()):
+        part = "per micro-batch" if term.part == "growing" else "held once"
+        lines.append(f"    {term} = {human_bytes(term.bytes)} {part}")
+    for assumption in getattr(p, "assumptions", ()):
+        lines.append(f"    assumes {assumption}")
+    return "\n".join(lines)
 
 
 def label(result: TargetResult) -> str:
@@ -44,9 +127,9 @@ def finding_block(finding: Finding) -> str:
     return "\n".join(lines)
 
 
-def result_detail(result: TargetResult) -> str:
+def result_detail(result: TargetResult, fail_on: str = "leak") -> str:
     """:func:`result_line` followed by every finding and warning of the result."""
-    lines = [result_line(result)]
+    lines = [result_line(result, fail_on)]
     lines.extend(finding_block(f) for f in result.findings)
     lines.extend(f"  warning: {w}" for w in result.warnings)
     return "\n".join(lines)
@@ -60,8 +143,22 @@ def finding_message(result: TargetResult, finding: Finding) -> str:
     return text
 
 
-def result_line(result: TargetResult) -> str:
-    """The verdict of one target and mode in one line."""
+def shown_verdict(result: TargetResult, fail_on: str = "leak") -> str:
+    """What the gate made of ``result``: ``leak``, ``error``, ``clean``, or ``warning`` for a clean
+    result whose warnings fail ``--fail-on warning``. Every format's verdict word, colour and count."""
+    if result.verdict is Verdict.CLEAN and fails(result, fail_on):
+        return "warning"
+    return result.verdict.value
+
+
+def warning_count(result: TargetResult) -> str:
+    """``2 warnings``: warning findings and warning lines of ``result``."""
+    warned = sum(1 for f in result.findings if f.severity == "warning") + len(result.warnings)
+    return f"{warned} warning{'s' if warned != 1 else ''}"
+
+
+def result_line(result: TargetResult, fail_on: str = "leak") -> str:
+    """The verdict of one target and mode in one line, as the ``fail_on`` gate judged it."""
     if result.verdict is Verdict.ERROR:
         return f"{label(result)}: error: {result.error}"
     leaks = [f for f in result.findings if f.severity == "leak"]
@@ -71,8 +168,10 @@ def result_line(result: TargetResult) -> str:
     if allowed:
         extras.append(f"{allowed} allowed")
     if warned:
-        extras.append(f"{warned} warning{'s' if warned != 1 else ''}")
+        extras.append(warning_count(result))
     tail = f" ({', '.join(extras)})" if extras else ""
+    if shown_verdict(result, fail_on) == "warning":
+        return f"{label(result)}: {warning_count(result)}, failing --fail-on warning{f' ({allowed} allowed)' if allowed else ''}"
     if result.verdict is Verdict.CLEAN:
         return f"{label(result)}: clean{tail}"
     paths = ", ".join(str(f.path) for f in leaks) or "no named holder"
@@ -80,13 +179,21 @@ def result_line(result: TargetResult) -> str:
     return f"{label(result)}: graph retained by {count}, {leak_size(result)}: {paths}{tail}"
 
 
-def report_line(report: Report, exit_code: int) -> str:
-    """``leakscope: 1 leak, 1 clean, 0 error (exit 1)``."""
-    counts = {v: sum(1 for r in report.results if r.verdict is v) for v in Verdict}
+def report_line(report: Report, exit_code: int, fail_on: str = "leak") -> str:
+    """``leakscope: 1 leak, 1 clean, 0 error (exit 1)``; under ``fail_on="warning"`` the results
+    whose warnings fail the gate are counted apart (``0 leak, 1 warning, 0 clean, 0 error (exit 1)``),
+    so that the counts and the exit code tell one story."""
+    shown = [shown_verdict(r, fail_on) for r in report.results]
+    warned = shown.count("warning")
+    warning = f"{warned} warning, " if warned else ""
     return (
-        f"leakscope: {counts[Verdict.LEAK]} leak, {counts[Verdict.CLEAN]} clean, "
-        f"{counts[Verdict.ERROR]} error (exit {exit_code})"
+        f"leakscope: {shown.count('leak')} leak, {warning}{shown.count('clean')} clean, "
+        f"{shown.count('error')} error (exit {exit_code})"
     )
 
 
-__all__ = ["finding_block", "finding_line", "result_detail", "finding_message", "label", "report_line", "result_line"]
+__all__ = [
+    "finding_block", "finding_line", "finding_message", "growth_line", "human_bytes", "label", "leak_size",
+    "projection_line", "report_line", "result_detail", "result_line", "shown_verdict", "source_lines",
+    "warning_count",
+]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakscope.render.text import human_bytes
+from leakscope.render.escape import terminal
+from leakscope.render.summary import human_bytes
 from leakscope.results import GraphView, ViewNode
 
 
@@ -21,8 +22,8 @@ def render(view: GraphView, *, max_lines: int = 200, **_: Any) -> str:
     """An iterative depth-first tree; shared sub-graphs are shown once, long plain chains folded."""
     if view.root is None:
         if view.path:
-            return f"{view.target} [{view.mode}] {view.path}: a leaf tensor (no graph below it)\n"
-        return f"{view.target} [{view.mode}]: no retained graph\n"
+            return terminal(f"{view.target} [{view.mode}] {view.path}: a leaf tensor (no graph below it)") + "\n"
+        return terminal(f"{view.target} [{view.mode}]: no retained graph") + "\n"
     nodes = {n.id: n for n in view.nodes}
     lines = [
         f"{view.target} [{view.mode}] {view.path}: {view.total_nodes} graph nodes"
@@ -64,4 +65,4 @@ def render(view: GraphView, *, max_lines: int = 200, **_: Any) -> str:
         children = list(node.children)
         for i, child in reversed(list(enumerate(children))):
             stack.append((child, child_prefix, i == len(children) - 1, False))
-    return "\n".join(lines) + "\n"
+    return "\n".join(terminal(line) for line in lines) + "\n"  # engine names may carry escape codes

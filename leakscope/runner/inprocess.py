@@ -98,7 +98,7 @@ def _error(name: str, mode: Mode, message: str, detail: str | None) -> TargetRes
     return TargetResult(target=name, mode=mode, verdict=Verdict.ERROR, error=message, traceback=detail)
 
 def _check_mode(spec: Any, mode: Mode, options: CheckOptions) -> TargetResult:
-    from leakscope.diagnose.verdict import judge
+    from leakscope.diagnose.judge import judge
     from leakscope.models.batch_keys import keys_read, reset_reads
 
     reset_reads()

@@ -29,8 +29,8 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from leakscope.holders import CYCLE, UNKNOWN, HolderPath, Segment, SegmentKind
-from leakscope.results import Finding, Source
+from leakscope.holders import HolderPath, Segment, SegmentKind
+from leakscope.results import Source
 
 _MISSING = object()
 
@@ -122,6 +122,12 @@ def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | Non
     return resolve
 
 
+def _is_tensor(obj: Any) -> bool:
+    import torch
+
+    return issubclass(type(obj), torch.Tensor)
+
+
 def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callable[[], tuple[int, ...]] | None:
     """A function returning what changes when something is stored at ``path``: the identity of the
     object there and, with ``growth``, the length of every list the path indexes (an append to
@@ -143,7 +149,9 @@ def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callabl
                 lengths.append(len(container) if container is not _MISSING else -1)
             except Exception:
                 lengths.append(-1)
-        return (-1 if now is _MISSING else id(now), *lengths)
+        # An in-place update (``total += loss`` on a tensor) keeps the object and bumps its version.
+        version = getattr(now, "_version", 0) if _is_tensor(now) else 0
+        return (-1 if now is _MISSING else id(now), version, *lengths)
 
     return signature
 
@@ -173,12 +181,106 @@ def store_op(path: HolderPath, line: str) -> str:
     return "assignment"
 
 
+@dataclasses.dataclass(frozen=True)
+class Stored:
+    """The line that stored a holder's tensor, how, and whether backward had run through it by then."""
+
+    where: Source
+    #: "append", "attribute", "item", "accumulate", "buffer", "metric", "return", "hook", "assignment"
+    op: str
+    #: the line's source text, stripped
+    code: str
+    #: backward had already run through the stored tensor's graph when it was stored (a detached
+    #: copy stored there changes no gradient); None when it could not be told (NOTE [Freed by backward])
+    backward_done: bool | None = None
+    #: the names in the line that held a tensor with a graph when it ran (NOTE [The names a fix detaches])
+    graph_names: tuple[str, ...] = ()
+    #: the thread's autograd sequence number when it was stored: later than the loss's node, it was
+    #: stored after the loss was computed (NOTE [Fixes that never break training])
+    seq: int | None = None
+    #: the 1-based column where ``code`` starts on its line (its indentation + 1)
+    column: int = 1
+
+
 @dataclasses.dataclass
 class _Watch:
-    finding: Finding
+    path: HolderPath
     signature: Callable[[], tuple[int, ...]] | None
     last: tuple[int, ...]
+    #: the object the path's newest entry leads to now (an append's new entry: every list index -1)
+    newest: Callable[[], Any] | None = None
     site: Source | None = None
+    backward_done: bool | None = None
+    graph_names: tuple[str, ...] = ()
+    seq: int | None = None
+
+
+_NAME = re.compile(r"(?<![\w.])([A-Za-z_]\w*)")
+
+
+def _graph_names(frame: types.FrameType | None, line: int) -> tuple[str, ...]:
+    """The names line ``line`` of the frame's code reads that hold a tensor with a graph.
+
+    # NOTE [The names a fix detaches]
+    # A fix rewrites the stored-at line, and must detach what carries the graph,
+    # not whatever comes last on the line: ``runlog.log({"loss": loss})`` stores a
+    # dict (``dict(...).detach()`` would be an error), ``self.v = x if self.v is None
+    # else a * self.v + (1 - a) * x`` keeps ``x`` in two places, ``kept.append(t)``
+    # with ``t`` a plain tensor would be a no-op. When the tracer sees the store, it
+    # reads the line's frame's locals (no code runs: a dict of the frame's values)
+    # and keeps the names whose value is a tensor with a graph; the fix detaches
+    # those. With none, the fix names the tensor inside the stored container, or
+    # says in words what to store.
+    """
+    if frame is None:
+        return ()
+    import torch
+
+    code = linecache.getline(frame.f_code.co_filename, line)
+    names = dict.fromkeys(m.group(1) for m in _NAME.finditer(code.split("#", 1)[0]))
+    # The frame is being traced: its f_locals is the snapshot the tracer machinery already keeps in
+    # step with it (and writes back after each event), so it is read, never changed.
+    snapshot = frame.f_locals
+    found = []
+    for name in names:
+        value = snapshot.get(name, _MISSING) if isinstance(snapshot, dict) else _MISSING
+        if issubclass(type(value), torch.Tensor) and value.grad_fn is not None:
+            found.append(name)
+    return tuple(found)
+
+
+def _sequence_now() -> int | None:
+    """This thread's autograd sequence number now (one tiny node, made and dropped)."""
+    try:
+        from leakscope.harness.steps import next_sequence_nr
+
+        return next_sequence_nr()
+    except Exception:
+        return None
+
+
+def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
+    """A resolver of ``path`` with every list index at the list's end: what an append just stored."""
+    segments = tuple(Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments)
+    return resolver(HolderPath(path.root, segments, path.kind), roots)
+
+
+def _backward_done(obj: Any) -> bool | None:
+    """Whether backward has run through every saved slot of ``obj``'s graph (NOTE [Freed by backward])."""
+    from leakscope.probe.autograd import ScanStats, graph_tensors
+
+    node = getattr(obj, "grad_fn", None)
+    if node is None:
+        return None
+    stats = ScanStats()
+    try:
+        _, found = graph_tensors([node], stats=stats)
+    except Exception:
+        return None
+    found.clear()
+    if not (stats.freed or stats.intact):
+        return None
+    return stats.freed > 0 and stats.intact == 0
 
 
 class StoreTracer:
@@ -186,24 +288,29 @@ class StoreTracer:
 
     :meth:`install` traces every frame in a user file that starts from then on
     (and, given ``frames``, the running ones too); :meth:`remove` stops it and
-    gives ``{finding path: (stored-at line, store op, code)}``. ``growth``: an
+    gives ``{holder path: (stored-at line, store op, code)}``. ``growth``: an
     append to a list the path indexes counts as a store (a running job whose
     container already holds earlier entries).
     """
 
     def __init__(
-        self, findings: Sequence[Finding], roots: dict[str, Any], is_user_file: Callable[[str], bool],
+        self, paths: Sequence[HolderPath], roots: dict[str, Any], is_user_file: Callable[[str], bool],
         *, growth: bool = False,
     ) -> None:
         from leakscope.harness.source import display_path
 
         self._display = display_path
         self.watches = []
-        for f in findings:
-            signature = None if f.path.root == "output" else _signature(f.path, roots, growth)
-            self.watches.append(_Watch(f, signature, signature() if signature is not None else ()))
+        for path in paths:
+            signature = None if path.root == "output" else _signature(path, roots, growth)
+            self.watches.append(_Watch(
+                path, signature, signature() if signature is not None else (),
+                newest=_newest(path, roots) if signature is not None else None,
+            ))
         self.is_user_file = is_user_file
         self.last_line: Source | None = None
+        #: the frame that ran ``last_line`` (while the job is traced only)
+        self.last_frame: types.FrameType | None = None
         self.outer_return: Source | None = None
         self.depth = 0
         self._user: dict[str, bool] = {}
@@ -220,6 +327,11 @@ class StoreTracer:
             now = w.signature()
             if where is not None and now[0] != -1 and now != w.last:
                 w.site = where
+                stored = w.newest() if w.newest is not None else _MISSING
+                w.backward_done = _backward_done(stored) if stored is not _MISSING else None
+                del stored
+                w.graph_names = _graph_names(self.last_frame, where.line)
+                w.seq = _sequence_now()
             w.last = now
 
     def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
@@ -228,6 +340,7 @@ class StoreTracer:
             where = Source(self._display(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name)
             if event == "line":
                 self.last_line = where
+                self.last_frame = frame
                 text = linecache.getline(frame.f_code.co_filename, frame.f_lineno).lstrip()
                 if text.startswith("return"):
                     self._returns[id(frame)] = where
@@ -236,6 +349,12 @@ class StoreTracer:
                 if self.depth == 0 and self.outer_return is None:  # the step's own return, not a later hook's
                     self.outer_return = self._returns.get(id(frame), where)
                 self._returns.pop(id(frame), None)
+                caller = frame.f_back
+                if caller is not None and self._is_user(caller):
+                    # What happens next runs on the caller's line (``self.losses.append(self.logged(x))``
+                    # stores after ``logged`` returned): a store seen now is that line's.
+                    self.last_line = Source(self._display(caller.f_code.co_filename), caller.f_lineno, caller.f_code.co_name)
+                    self.last_frame = caller
         return self._local
 
     def _is_user(self, frame: types.FrameType) -> bool:
@@ -261,8 +380,8 @@ class StoreTracer:
                 self.depth += 1
                 self._running.append(frame)
 
-    def remove(self) -> dict[HolderPath, tuple[Source, str, str]]:
-        """Stop tracing; the stored-at line, store op and code of each finding whose store was seen."""
+    def remove(self) -> dict[HolderPath, Stored]:
+        """Stop tracing; the stored-at line, store op and code of each holder whose store was seen."""
         sys.settrace(self._previous)
         self._previous = None
         for frame in self._running:
@@ -270,22 +389,25 @@ class StoreTracer:
                 frame.f_trace = None
         self._running.clear()
         self._returns.clear()
+        self.last_frame = None
         out = {}
         for w in self.watches:
-            site = self.outer_return if w.finding.path.root == "output" else w.site
+            site = self.outer_return if w.path.root == "output" else w.site
             if site is None:
                 continue
-            code = linecache.getline(_absolute(site.file), site.line).strip()
-            out[w.finding.path] = (site, store_op(w.finding.path, code), code)
+            raw = linecache.getline(_absolute(site.file), site.line).rstrip("\r\n")
+            code = raw.strip()
+            column = len(raw) - len(raw.lstrip()) + 1
+            out[w.path] = Stored(site, store_op(w.path, code), code, w.backward_done, w.graph_names, w.seq, column)
         self.watches.clear()
         return out
 
 
 def trace_stores(
-    findings: Sequence[Finding], roots: dict[str, Any], is_user_file: Callable[[str], bool], run: Callable[[], Any]
-) -> dict[HolderPath, tuple[Source, str, str]]:
-    """Run ``run()`` traced; ``{finding path: (stored-at line, store op, code)}`` (NOTE [Stored at])."""
-    tracer = StoreTracer(findings, roots, is_user_file)
+    paths: Sequence[HolderPath], roots: dict[str, Any], is_user_file: Callable[[str], bool], run: Callable[[], Any]
+) -> dict[HolderPath, Stored]:
+    """Run ``run()`` traced; ``{holder path: (stored-at line, store op, code)}`` (NOTE [Stored at])."""
+    tracer = StoreTracer(paths, roots, is_user_file)
     tracer.install()
     try:
         run()
@@ -300,48 +422,4 @@ def _absolute(file: str) -> str:
     return os.path.abspath(file)
 
 
-def add_store_sites(spec: Any, mode: Any, options: Any, findings: list[Finding]) -> list[Finding]:
-    """``findings`` with ``stored_at`` and ``store_op`` filled, from one traced re-run of the step."""
-    from leakscope.harness.trial import build_subject, make_micro_batch, step_once
-    from leakscope.probe.library import is_library_file
-
-    wanted = [f for f in findings if f.severity == "leak" and f.path not in (UNKNOWN, CYCLE)]
-    if not wanted:
-        return findings
-
-    def is_user_file(file: str) -> bool:
-        return not is_library_file(file)
-
-    model, engine = build_subject(spec, options)
-    roots = {"engine": engine, "module": model, "micro_batch": make_micro_batch(spec, options, 0)}
-    del model, engine
-    result: list[Any] = []
-
-    def run() -> None:
-        result.append(step_once(spec, roots["engine"], roots["micro_batch"], mode))
-
-    try:
-        sites = trace_stores(wanted, roots, is_user_file, run)
-    except Exception:
-        return findings  # the untraced verdict stands; stored-at is an extra
-    finally:
-        result.clear()
-        if spec.close_engine is not None:  # end what the adapter started (a paused framework loop)
-            spec.close_engine(roots["engine"])
-        roots.clear()
-    return [with_site(f, sites.get(f.path), spec.adapter) for f in findings]
-
-
-def with_site(f: Finding, site: tuple[Source, str, str] | None, adapter: str | None) -> Finding:
-    """The finding with its stored-at line and the fix derived from it (leakscope.diagnose.storefix)."""
-    from leakscope.diagnose.storefix import StoreSite, fix_for
-
-    store = StoreSite(site[1], site[2], site[0]) if site is not None else None
-    hint = fix_for(store, f.path, f.holder, f.cause, adapter) if f.severity == "leak" else None
-    changes: dict[str, Any] = {"hint": hint} if hint else {}
-    if site is not None:
-        changes.update(stored_at=site[0], store_op=site[1])
-    return dataclasses.replace(f, **changes) if changes else f
-
-
-__all__ = ["StoreTracer", "add_store_sites", "resolver", "store_op", "trace_stores", "with_site"]
+__all__ = ["StoreTracer", "Stored", "resolver", "store_op", "trace_stores"]

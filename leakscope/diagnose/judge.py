@@ -1,0 +1,381 @@
+"""The one judge: observations of what a caller keeps become verdicts, findings, kinds, bytes and fixes.
+
+``check`` (:func:`judge`) and ``watch`` (:func:`look_findings`, :func:`watch_results`)
+both come here. The judge asks the harness for evidence (a check's experiments,
+:class:`leakscope.harness.experiment.Experiment`; a watch's looks through the
+same :mod:`leakscope.harness.observe` walk) and decides, from descriptions
+only:
+
+- which references are findings: every reference that keeps a judged step's
+  graph, but the loop's own variable holding only the latest result
+  (NOTE [The loop's latest result]);
+- each finding's kind: growing when it reaches an earlier step's graph, bounded
+  when only the latest (NOTE [Leak kinds]);
+- its bytes (NOTE [One accounting]) and its fix (NOTE [Fixes that never break
+  training]);
+- for ``check``: which findings hold the graph on their own (confirmation), what is
+  held by nothing nameable (``<unknown holder>``), and the growth curve.
+
+# NOTE [The loop's latest result]
+# At the start of call k a training loop still holds call k-1's loss (and often
+# its output) in its own variables, until the next call returns and rebinds
+# them: one graph, replaced every call, which every loop does. A reference from
+# a loop's variable (a caller frame's local, or a module-level loop's global),
+# through anything but a container that accumulates, that reaches only the
+# latest call's graph is therefore not a finding. An older call's graph, or any
+# list, deque, set or step-keyed mapping, still is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from leakscope.diagnose.findings import (
+    cycle_finding,
+    held_finding,
+    union_bytes,
+    unknown_finding,
+)
+from leakscope.diagnose.growth import curve, slope, storage_findings
+from leakscope.diagnose.kinds import (
+    BOUNDED,
+    GROWING,
+    curve_kind,
+    holder_key,
+    kind_of,
+    result_kind,
+    with_kinds,
+)
+from leakscope.diagnose.safety import Backward, Plan, plan_for
+from leakscope.diagnose.storefix import StoreSite, after_loss_fix, fix_for, release_fix, rewrite
+from leakscope.holders import CYCLE, UNKNOWN, HolderPath
+from leakscope.phase import report
+from leakscope.results import Cause, Edit, Finding, Growth, Mode, Source, TargetResult, Verdict
+
+if TYPE_CHECKING:
+    from leakscope.harness.observe import Held, Observation
+    from leakscope.harness.protocol import EngineSpec
+    from leakscope.harness.stored import Stored as Site
+    from leakscope.options import CheckOptions
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Context:
+    """What the judge needs to know beyond an observation: who runs backward, the adapter, and (a
+    check's single step) the sequence number of the step's loss."""
+
+    backward: Backward
+    adapter: str | None = None
+    loss_seq: int | None = None
+
+
+# -- the shared rules --------------------------------------------------------------------------
+
+def is_finding(held: Held, latest: int) -> bool:
+    """NOTE [The loop's latest result]: the loop's own variable holding only the latest result is not."""
+    return not (held.loop_local and held.steps <= {latest})
+
+
+def finding(held: Held, obs: Observation, ctx: Context, *, confirmed: bool = False, kind: str | None = None) -> Finding:
+    """The finding for one reference (NOTE [One accounting]), its fix planned (NOTE [Fixes that never
+    break training])."""
+    f = held_finding(
+        held, obs.node_bytes, confirmed=confirmed, adapter=ctx.adapter, kind=kind, node_cost=obs.node_cost_note,
+    )
+    return with_fix(f, held, None, ctx)
+
+
+def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context) -> Finding:
+    """``f`` with its stored-at line (when known) and the fix derived from it and from its plan."""
+    store = StoreSite(site.op, site.code, site.where, site.graph_names) if site is not None else None
+    changes: dict[str, Any] = {}
+    if site is not None:
+        changes.update(stored_at=site.where, store_op=site.op)
+    if f.severity == "leak" and f.path not in (UNKNOWN, CYCLE):
+        done = site.backward_done if site is not None else None
+        plan = plan_for(held, ctx.backward, backward_done=done) if held is not None else Plan.DETACH
+        graph_note = "; if it is only logged, compute it under torch.no_grad()" if f.cause is Cause.ACTIVATIONS else ""
+        hint: str | None
+        if plan is Plan.RELEASE_AFTER_BACKWARD:
+            hint = release_fix(f.path, store)
+        elif plan is Plan.DETACH_AFTER_LOSS and not _stored_after_loss(site, ctx.loss_seq):
+            hint = after_loss_fix(f.path, store, graph_note)
+        else:
+            hint = fix_for(store, f.path, f.holder, f.cause, ctx.adapter)
+            after = rewrite(store, f.path) if store is not None and site is not None else None
+            if after is not None and site is not None:
+                before = store.code if store is not None else ""
+                changes["edit"] = Edit(site.where.file, site.where.line, site.column, before, after)
+        if hint:
+            changes["hint"] = hint
+    return dataclasses.replace(f, **changes) if changes else f
+
+
+def _stored_after_loss(site: Site | None, loss_seq: int | None) -> bool:
+    """Whether the holder was stored after the step's loss was computed (its sequence number then was
+    past the loss node's): a detached copy stored there cannot change the loss's gradient."""
+    return site is not None and site.seq is not None and loss_seq is not None and site.seq > loss_seq
+
+
+def _kind_hint(f: Finding, steps: frozenset[int], watched: int, latest: int) -> Finding:
+    """watch: the leak kind in words (growing: a graph per call; bounded: only the latest)."""
+    if f.kind == GROWING:
+        says = f"keeps a graph of every call ({len(steps)} of {watched} watched calls)"
+    else:
+        says = f"keeps the graph of call {max(steps) if steps else latest} only, replaced as the job goes on"
+    return dataclasses.replace(f, hint=f"{f.kind}: {says}; {f.hint}")
+
+
+# -- check ---------------------------------------------------------------------------------------
+
+def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
+    """The verdict and findings of ``spec`` in ``mode``: run the step, name and size every holder of its
+    graph, prove each one, measure growth over micro-batches, find where each was stored."""
+    from leakscope.harness.experiment import Experiment
+
+    experiment = Experiment(spec, mode, options)
+    report("finding holders")
+    first = experiment.step(source=options.source)
+    obs = first.observation
+    ctx = Context(Backward.FRAMEWORK if spec.runs_backward else Backward.CALLER, spec.adapter, obs.loss_seq)
+    warnings: list[str] = []
+    held = list(obs.held)
+    by_path = {h.path: h for h in held}
+    findings = [finding(h, obs, ctx) for h in held]
+    residual: Mapping[str, int] = obs.unexplained if not held else {}
+    _note_walk(obs, warnings)
+    if findings and options.confirm:
+        confirmed = []
+        for i, f in enumerate(findings):
+            if i < options.max_confirm:
+                report(f"confirming {i + 1} of {min(len(findings), options.max_confirm)}")
+                proven = experiment.holds_alone(f.path, nodes_only=f.cause is Cause.NODES_ONLY)
+                f = dataclasses.replace(f, confirmed=proven)
+            confirmed.append(f)
+        findings = confirmed
+        more, residual, generic = experiment.after_release(set(by_path))
+        for h in more:
+            by_path.setdefault(h.path, h)
+            findings.append(finding(h, obs, ctx))
+        if generic and more:
+            warnings.extend(_walk_warning(obs))
+    if sum(residual.values()) > 0:
+        findings.append(unknown_finding(residual))
+    if not findings and sum(first.until_gc.values()) > 0:
+        findings.append(cycle_finding(first.until_gc))
+    growth, held_bytes, kinds = None, 0, {}
+    if options.micro_batches > 1:
+        report("growth")
+        run = experiment.micro_batches()
+        growth = curve(run.observations, run.storage_bytes)
+        last = run.observations[-1]
+        latest = len(run.observations) - 1
+        after = [h for h in last.held]
+        kinds = _holder_kinds(after, latest)
+        # Graphs still held after the last micro-batch are a leak the single step can miss
+        # (an engine that keeps every second step; NOTE [Held after the last micro-batch]);
+        # when the single step already named the holders, they are not repeated under their
+        # micro-batch-indexed paths.
+        single_step_leak = any(f.severity == "leak" for f in findings)
+        if not single_step_leak:
+            for h in after:
+                by_path.setdefault(h.path, h)
+                findings.append(finding(h, last, ctx, confirmed=True, kind=kinds.get(holder_key(h.path))))
+            held_bytes = sum(union_bytes(after, last.node_bytes, one_step=True).values())
+        findings.extend(storage_findings(run.storage_bytes, run.storage_paths))
+        if run.through_loop:
+            kinds = {}
+    if growth is not None:  # NOTE [Leak kinds]
+        findings = with_kinds(findings, kinds, curve_kind(growth.retained_bytes))
+    verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
+    if verdict is Verdict.LEAK and options.source:  # NOTE [Stored at]: only when a leak was found
+        wanted = [f.path for f in findings if f.severity == "leak" and f.path not in (UNKNOWN, CYCLE)]
+        if wanted:
+            sites = experiment.store_sites(wanted)
+            findings = [
+                with_fix(f, by_path.get(f.path), sites.get(f.path), ctx) if f.path in sites else f for f in findings
+            ]
+    projection = None
+    if options.at is not None and verdict is Verdict.LEAK:
+        from leakscope.diagnose.projection import project
+
+        projection = project(experiment, options.at)
+    total = 0
+    if verdict is Verdict.LEAK:
+        leaking = [by_path[f.path] for f in findings if f.severity == "leak" and f.path in by_path]
+        total = sum(union_bytes(leaking, obs.node_bytes, one_step=True).values()) + sum(residual.values()) + held_bytes
+    inspection = experiment.inspection_warning()
+    if inspection is not None:
+        warnings.append(inspection)
+    return TargetResult(
+        target=spec.name, mode=mode, verdict=verdict, findings=_anchored(findings, spec),
+        retained_bytes=total, warnings=tuple(dict.fromkeys(warnings)), growth=growth, projection=projection,
+        kind=result_kind(findings) if verdict is Verdict.LEAK else None,
+    )
+
+
+def _holder_kinds(held: Sequence[Held], latest: int) -> dict[HolderPath, str]:
+    """``{holder_key: kind}`` over references after the last micro-batch (NOTE [Leak kinds])."""
+    reached: dict[HolderPath, set[int]] = {}
+    capped: dict[HolderPath, bool] = {}
+    for h in held:
+        key = holder_key(h.path)
+        reached.setdefault(key, set()).update(h.steps)
+        capped[key] = capped.get(key, True) and h.maxlen is not None
+    return {key: BOUNDED if capped[key] else kind_of(frozenset(steps), latest) for key, steps in reached.items()}
+
+
+def _note_walk(obs: Observation, warnings: list[str]) -> None:
+    warnings.extend(_walk_warning(obs))
+
+
+def _walk_warning(obs: Observation) -> list[str]:
+    if obs.truncated:
+        return ["the holder walk stopped at --max-objects; some holders may be unnamed"]
+    return []
+
+
+def _anchored(findings: list[Finding], spec: EngineSpec) -> tuple[Finding, ...]:
+    """Findings with no known creating line point at the engine's ``forward_step``.
+
+    A held leaf, an unnamed holder, a reference cycle or storage growth has no
+    line that created it, but SARIF and pull-request annotations need a place
+    to stand.
+    """
+    if all(f.source is not None for f in findings):
+        return tuple(findings)
+    from leakscope.harness.source import anchor_source
+
+    anchor = anchor_source(spec)
+    return tuple(f if f.source is not None else dataclasses.replace(f, source=anchor) for f in findings)
+
+
+# -- watch ----------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Call:
+    """One watched call, as the judge needs it: which method, in which grad mode."""
+
+    index: int
+    target: str
+    mode: Mode
+    seconds: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Look:
+    """One look of a watch: what it observed and what the judge found then."""
+
+    observation: Observation
+    findings: Mapping[tuple[str, Mode], tuple[Finding, ...]]
+    #: bytes one call's graph keeps (each holder shape's earliest call, together)
+    per_call_bytes: int
+    #: the look when the job ended (not at the start of a call)
+    final: bool = False
+
+
+def look_findings(
+    obs: Observation, calls: Sequence[Call], ctx: Context, *, sites: Mapping[HolderPath, Site] = {},
+    sources: Mapping[HolderPath, Source] = {}, unknown: Mapping[int, Mapping[str, int]] = {}, final: bool = False,
+) -> Look:
+    """What one look found, per watched method and grad mode (NOTE [When watch looks]).
+
+    References are grouped by holder shape (``output_lst[*].model_output.log_probs``): one
+    finding per shape, named at its earliest call's entry. ``sites`` and ``sources``: stored-at
+    and created-at lines already known by holder shape; ``unknown``: bytes by cause alive of
+    calls no reference reaches (an unnamed holder; the last look only).
+    """
+    latest = obs.latest
+    groups: dict[HolderPath, list[Held]] = {}
+    for held in obs.held:
+        if held.steps and is_finding(held, latest):
+            groups.setdefault(held.path.shape(), []).append(held)
+    findings: dict[tuple[str, Mode], list[Finding]] = {}
+    firsts: list[Held] = []
+    for shape, members in groups.items():
+        first = min(members, key=lambda h: (min(h.steps), str(h.path)))
+        steps = frozenset().union(*(h.steps for h in members))
+        call = calls[min(first.steps)] if min(first.steps) < len(calls) else calls[-1]
+        kind = kind_of(steps, latest, first.maxlen if all(h.maxlen is not None for h in members) else None)
+        source = first.source or sources.get(shape)
+        if source is not None and first.source is None:
+            first = dataclasses.replace(first, source=source)
+        f = held_finding(
+            first, obs.node_bytes, confirmed=True, adapter=ctx.adapter, kind=kind, node_cost=obs.node_cost_note,
+        )
+        f = with_fix(f, first, sites.get(shape), ctx)
+        f = _kind_hint(f, steps, len(calls), latest)
+        findings.setdefault((call.target, call.mode), []).append(f)
+        firsts.append(first)
+    for index, by_cause in unknown.items():
+        if sum(by_cause.values()) > 0 and index < len(calls):
+            call = calls[index]
+            findings.setdefault((call.target, call.mode), []).append(unknown_finding(by_cause))
+    per_call = sum(union_bytes(firsts, obs.node_bytes, one_step=True).values())
+    return Look(obs, {k: tuple(v) for k, v in findings.items()}, per_call, final)
+
+
+def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetResult]:
+    """One result per watched method and grad mode seen (NOTE [The look that judges])."""
+    keys = list(dict.fromkeys((c.target, c.mode) for c in calls))
+    out = []
+    for target, mode in keys:
+        judging = _judging_looks(looks, target, mode)
+        last = judging[-1] if judging else None
+        findings = tuple(last.findings.get((target, mode), ())) if last else ()
+        growth = _look_growth(judging) if judging else None
+        leak = any(f.severity == "leak" for f in findings)
+        warnings: list[str] = []
+        if leak and last is not None and last is not looks[-1]:
+            end = looks[-1]
+            when = "when the job ended" if end.final else f"at the start of call #{end.observation.latest + 1}"
+            warnings.append(
+                f"freed by the last look ({when}): the loop held these graphs across calls (seen at the "
+                f"start of call #{last.observation.latest + 1}) and released them later; memory grows per call until it does"
+            )
+        if any(look.observation.truncated for look in looks):
+            warnings.append("the holder walk stopped at its object limit; some holders may be unnamed")
+        unknown = sum(f.retained_bytes for f in findings if f.path == UNKNOWN)
+        out.append(TargetResult(
+            target=target, mode=mode, verdict=Verdict.LEAK if leak else Verdict.CLEAN,
+            findings=findings, kind=result_kind(findings) if leak else None,
+            retained_bytes=(last.per_call_bytes + unknown) if leak and last else 0,
+            growth=growth, warnings=tuple(warnings),
+            seconds=round(sum(c.seconds for c in calls if (c.target, c.mode) == (target, mode)), 3),
+        ))
+    return out
+
+
+def _judging_looks(looks: Sequence[Look], target: str, mode: Mode) -> list[Look]:
+    """The looks up to the one that judges ``target`` in ``mode``: the latest that found it leaking,
+    else every look (NOTE [The look that judges])."""
+    for i in range(len(looks) - 1, -1, -1):
+        if any(f.severity == "leak" for f in looks[i].findings.get((target, mode), ())):
+            return list(looks[: i + 1])
+    return list(looks)
+
+
+def _look_growth(looks: Sequence[Look]) -> Growth:
+    """The growth curve over looks: bytes of every held graph at each (NOTE [One accounting])."""
+    points = []
+    for look in looks:
+        obs = look.observation
+        held = [h for h in obs.held if h.steps and is_finding(h, obs.latest)]
+        points.append(union_bytes(held, obs.node_bytes))
+    retained = [sum(p.values()) for p in points]
+    last = looks[-1].observation
+    cuda = [look.observation.cuda_allocated for look in looks]
+    return Growth(
+        retained_bytes=tuple(retained),
+        slope_bytes=round(slope(retained), 1),
+        graph_nodes=tuple(look.observation.graph_nodes for look in looks),
+        nodes_by_micro_batch=last.nodes_by_step,
+        cuda_allocated=tuple(c or 0 for c in cuda) if all(c is not None for c in cuda) else None,
+        retained_by_cause=tuple(points),
+    )
+
+
+__all__ = ["Call", "Context", "Look", "finding", "is_finding", "judge", "look_findings", "watch_results", "with_fix"]

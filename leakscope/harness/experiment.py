@@ -1,0 +1,483 @@
+"""The experiments a judge asks of a check's target: the harness's API to :mod:`leakscope.diagnose`.
+
+Each method runs the engine's real step on a fresh tiny model and engine (a
+step costs milliseconds) and answers with plain data
+(:class:`~leakscope.harness.observe.Observation` and friends), never tensors:
+
+- :meth:`Experiment.step`: run one step and observe who holds its graph;
+- :meth:`Experiment.holds_alone`: re-run, release every other holder the way the
+  fix would, and say whether this one still keeps the graph;
+- :meth:`Experiment.after_release`: re-run, release every holder, and say what
+  is still alive (held by something the typed walk cannot see);
+- :meth:`Experiment.micro_batches`: run N steps the way ``forward_backward_batch``
+  does and observe after each (or drive the framework's own loop);
+- :meth:`Experiment.store_sites`: re-run traced, for the line that stored each holder;
+- :meth:`Experiment.graph`: the graph one holder keeps (``leakscope explain``).
+
+``leakscope watch`` observes a running job through the same
+:mod:`leakscope.harness.observe` walk and descriptions; only a check can re-run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from leakscope.harness.observe import (
+    Collection,
+    Held,
+    Observation,
+    describe,
+    evidence_alive,
+    observation,
+)
+from leakscope.harness.protocol import EngineSpec
+from leakscope.harness.run import build_subject, make_micro_batch, step_once
+from leakscope.harness.trial import Trial, new_trial, record_step, run_trial
+from leakscope.holders import HolderPath
+from leakscope.options import CheckOptions, ModelSize
+from leakscope.phase import report
+from leakscope.probe.autograd import INSPECTION, UNTIL_GC, storage_key, storage_nbytes
+from leakscope.probe.liveness import settle
+from leakscope.probe.release import ReleaseFailed, release
+from leakscope.probe.walk import Hit
+from leakscope.results import GraphView, Mode
+
+if TYPE_CHECKING:
+    from leakscope.harness.stored import Stored
+
+#: roots whose graph-free tensors are measured for storage growth
+STORAGE_ROOTS = ("engine", "module", "global")
+
+
+@dataclasses.dataclass(frozen=True)
+class FirstStep:
+    """What the single step showed."""
+
+    observation: Observation
+    #: bytes by cause alive right after the step that only the cyclic collector then freed
+    until_gc: dict[str, int]
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroBatches:
+    """What a ``--micro-batches N`` run observed after each micro-batch."""
+
+    #: one per micro-batch; the last also describes every reference still holding a graph
+    observations: tuple[Observation, ...]
+    #: bytes of graph-free tensors the engine, the model and globals hold, after each micro-batch
+    storage_bytes: tuple[int, ...] = ()
+    #: where those tensors sit, after the last micro-batch
+    storage_paths: tuple[HolderPath, ...] = ()
+    #: the framework's own loop ran the micro-batches (no point between them to look at)
+    through_loop: bool = False
+
+
+class Experiment:
+    """Experiments on one target in one mode (see the module docstring)."""
+
+    def __init__(self, spec: EngineSpec, mode: Mode, options: CheckOptions) -> None:
+        self.spec = spec
+        self.mode = mode
+        self.options = options
+
+    # -- the single step ------------------------------------------------------------------
+    def step(self, *, source: bool = False) -> FirstStep:
+        """Run one step (with created-at traces when ``source``) and observe its holders; when the
+        typed walk names none but the graph is alive, the generic walk looks again."""
+        INSPECTION.reset()
+        trial = run_trial(self.spec, self.mode, self.options, anomaly=source)
+        try:
+            until_gc = _until_gc_bytes(trial)
+            report(step="walking")
+            obs = self._observe(trial)
+            if not obs.held and obs.unexplained:
+                obs = self._observe(trial, generic=True)  # NOTE [Generic fallback]
+            return FirstStep(obs, until_gc)
+        finally:
+            trial.close()
+
+    def _observe(self, trial: Trial, *, generic: bool = False, describe_all: bool = True) -> Observation:
+        settle()
+        found = trial.collect(self.options, generic=generic)
+        try:
+            excluded = _excluded(trial, found)
+            held = [self._describe(trial, hit, node, reached, excluded) for hit, node, reached in found.holders] \
+                if describe_all else []
+            plain_ids = {id(hit.obj) for hit in found.plain}
+            alive = evidence_alive([trial.evidence], plain_ids, excluded)
+            nodes_by_step, total = trial.steps.nodes_by_step(found.nodes())
+            INSPECTION.add(found.stats)
+            return observation(
+                held, latest=len(trial.steps.ranges) - 1, unexplained=alive if not found.holders else {},
+                alive=alive, nodes_by_step=nodes_by_step, graph_nodes=total, stats=found.stats,
+                cuda=self.options.device == "cuda", loss_seq=trial.loss_seq,
+            )
+        finally:
+            found.clear()
+
+    def _describe(self, trial: Trial, hit: Hit, node: Any, reached: frozenset[int], excluded: set[Any]) -> Held:
+        return describe(
+            hit, node, reached, trial.steps, excluded=excluded, modules=trial.modules,
+            target_modules=self.spec.modules, loss_nodes=trial.loss_nodes, leaf_steps=trial.leaf_steps,
+        )
+
+    # -- confirmation and release ---------------------------------------------------------
+    def holds_alone(self, path: HolderPath, *, nodes_only: bool) -> bool:
+        """Re-run, release every other holder as the fix would, and see whether the graph is still
+        alive and held at ``path`` (for a nodes-only graph: still held)."""
+        trial = run_trial(self.spec, self.mode, self.options)
+        try:
+            settle()
+            found = trial.collect(self.options)
+            generic = False
+            mine = _matching(found, path)
+            if not mine:  # a holder only the generic walk names (NOTE [Generic fallback])
+                found.clear()
+                found = trial.collect(self.options, generic=True)
+                generic = True
+                mine = _matching(found, path)
+            if not mine:
+                found.clear()
+                return False
+            my_paths = {h.path for h in mine}
+            others = [h for h, _, _ in found.holders if h.path not in my_paths and all(h.obj is not m.obj for m in mine)]
+            released = _release_all(others)
+            mine.clear()
+            others.clear()
+            found.clear()
+            if not released:
+                return False
+            settle()
+            found = trial.collect(self.options, generic=generic)
+            still_held = any(h.path in my_paths for h, _, _ in found.holders)
+            plain_ids = {id(hit.obj) for hit in found.plain}
+            found.clear()
+            if nodes_only:
+                return still_held
+            return still_held and bool(evidence_alive([trial.evidence], plain_ids, trial.excluded_storages))
+        finally:
+            trial.close()
+
+    def after_release(self, known: set[HolderPath]) -> tuple[list[Held], dict[str, int], bool]:
+        """Holders only the generic walk names (other than ``known``), the bytes still alive once every
+        named holder is released (held by something unnamed), and whether the generic walk ran."""
+        report("releasing every holder")
+        trial = run_trial(self.spec, self.mode, self.options)
+        more: list[Held] = []
+        try:
+            settle()
+            found = trial.collect(self.options)
+            released = _release_all([h for h, _, _ in found.holders])
+            found.clear()
+            settle()
+            found = trial.collect(self.options)
+            if found.holders or not released:
+                found.clear()
+                return more, {}, False
+            plain_ids = {id(hit.obj) for hit in found.plain}
+            excluded = _excluded(trial, found)
+            found.clear()
+            alive = evidence_alive([trial.evidence], plain_ids, excluded)
+            if not alive:
+                return more, {}, False
+            # NOTE [Generic fallback]: something the typed walk does not enter (a library
+            # object the user owns: a logging handler's records, a threading.local, a
+            # torch.distributions object, a library's module state) holds the rest.
+            found = trial.collect(self.options, generic=True)
+            INSPECTION.add(found.stats)
+            excluded = _excluded(trial, found)
+            more = [
+                self._describe(trial, hit, node, reached, excluded)
+                for hit, node, reached in found.holders if hit.path not in known
+            ]
+            released = _release_all([h for h, _, _ in found.holders])
+            found.clear()
+            if not released:
+                return more, {}, True
+            settle()
+            found = trial.collect(self.options, generic=True)
+            plain_ids = {id(hit.obj) for hit in found.plain}
+            excluded = _excluded(trial, found)
+            found.clear()
+            return more, evidence_alive([trial.evidence], plain_ids, excluded), True
+        finally:
+            trial.close()
+
+    # -- several micro-batches ------------------------------------------------------------
+    def micro_batches(self) -> MicroBatches:
+        """Run ``options.micro_batches`` steps as ``forward_backward_batch`` does (every output kept in a
+        list, the latest loss alive until the next step returns) and observe after each; the last
+        observation describes every reference still holding a graph (NOTE [Held after the last
+        micro-batch]). Through the framework's own loop when the adapter drives one."""
+        if self.spec.run_micro_batches is not None:
+            return self._through_loop()
+        spec, mode, options = self.spec, self.mode, self.options
+        report(step="building")
+        model, engine = build_subject(spec, options)
+        batches = [make_micro_batch(spec, options, i) for i in range(options.micro_batches)]
+        trial = new_trial(spec, mode, options, model, engine, batches)
+        del engine
+        trial.roots["output"] = []
+        observations: list[Observation] = []
+        storage: list[int] = []
+        paths: tuple[HolderPath, ...] = ()
+        try:
+            loss: Any = None
+            for i, micro_batch in enumerate(batches):
+                report(step=f"micro-batch {i + 1} of {len(batches)}")
+                trial.steps.begin()
+                # `loss` is rebound only after the step returns: the previous
+                # micro-batch's loss is alive during this step, as in a real loop.
+                loss, output = step_once(spec, trial.roots["engine"], micro_batch, mode)
+                trial.roots["output"].append(output)
+                del output
+                record_step(trial, model, loss, options)
+                last = i == len(batches) - 1
+                obs, stored, paths = self._after_micro_batch(trial, loss, describe_all=last)
+                observations.append(obs)
+                storage.append(stored)
+            del loss, micro_batch
+            return MicroBatches(tuple(observations), tuple(storage), paths)
+        finally:
+            batches.clear()
+            trial.close()
+            del model
+
+    def _after_micro_batch(self, trial: Trial, loss: Any, *, describe_all: bool) -> tuple[Observation, int, tuple[HolderPath, ...]]:
+        """Settle and observe after a micro-batch (NOTE [Held after the last micro-batch]): every walked
+        reference to a graph of the run is a holder; the caller keeps only the latest loss (a local
+        of the loop, never walked), whose graph counts in the curve but names no holder."""
+        import torch
+
+        from leakscope.probe.autograd import storage_map
+
+        settle()
+        found = trial.collect(self.options)
+        try:
+            excluded = _excluded(trial, found)
+            held = [
+                self._describe(trial, hit, node, reached, excluded) for hit, node, reached in found.holders
+            ] if describe_all else []
+            plain_ids = {id(hit.obj) for hit in found.plain}
+            alive = evidence_alive([trial.evidence], plain_ids, excluded)
+            roots = found.nodes()
+            held_nodes = trial.steps.count_nodes(roots)
+            if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
+                roots.append(loss.grad_fn)
+            nodes_by_step, total = trial.steps.nodes_by_step(roots)
+            roots.clear()
+            stored = [
+                ("storage", hit.obj) for hit in found.plain
+                if hit.root.kind in STORAGE_ROOTS and not trial.is_preexisting(hit.obj) and _maxlen(hit) is None
+            ]
+            paths = tuple(
+                hit.path for hit in found.plain
+                if hit.root.kind in STORAGE_ROOTS and not trial.is_preexisting(hit.obj) and _maxlen(hit) is None
+            )
+            storage = sum(n for _, n in storage_map(stored, trial.excluded_storages).values())
+            stored.clear()
+            INSPECTION.add(found.stats)
+            obs = observation(
+                held, latest=len(trial.steps.ranges) - 1, alive=alive, nodes_by_step=nodes_by_step,
+                graph_nodes=total, held_nodes=held_nodes, stats=found.stats, cuda=self.options.device == "cuda",
+            )
+            return obs, storage, paths
+        finally:
+            found.clear()
+
+    def _through_loop(self) -> MicroBatches:
+        """Through the framework's own loop: run it over 1, 2, ..., N micro-batches.
+
+        The loop runs step and backward for each micro-batch inside the framework,
+        so nothing can be measured between its micro-batches; a fresh engine driven
+        over the first k micro-batches gives the point after micro-batch k. What
+        the loop returns is what its caller keeps (the ``output`` root).
+        """
+        import torch
+
+        from leakscope.errors import EngineError
+        from leakscope.harness.protocol import describe_exception
+        from leakscope.harness.rng import seeded
+        from leakscope.models.tiny import loss_function as default_loss
+
+        spec, mode, options = self.spec, self.mode, self.options
+        assert spec.run_micro_batches is not None
+        forward_only = mode is Mode.FORWARD_ONLY
+        observations: list[Observation] = []
+        storage: list[int] = []
+        paths: tuple[HolderPath, ...] = ()
+        for k in range(1, options.micro_batches + 1):
+            report(step=f"{spec.adapter or 'framework'} loop over micro-batches 1-{k} of {options.micro_batches}")
+            model, engine = build_subject(spec, options)
+            batches = [make_micro_batch(spec, options, i) for i in range(k)]
+            trial = new_trial(spec, mode, options, model, engine, batches)
+            del engine
+            try:
+                grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
+                trial.steps.begin()
+                try:
+                    with grad_mode, seeded(0):
+                        result = spec.run_micro_batches(
+                            trial.roots["engine"], batches, spec.loss_function or default_loss, forward_only
+                        )
+                except Exception as exc:
+                    raise EngineError(describe_exception(exc, f"{spec.adapter or 'the framework'} loop")) from None
+                trial.roots["output"] = result
+                del result
+                record_step(trial, model, None, options)
+                obs, stored, paths = self._after_micro_batch(trial, None, describe_all=False)
+                observations.append(dataclasses.replace(obs, nodes_by_step=()))
+                storage.append(stored)
+            finally:
+                batches.clear()
+                trial.close()
+                del model
+        return MicroBatches(tuple(observations), tuple(storage), paths, through_loop=True)
+
+    # -- where a holder was stored --------------------------------------------------------
+    def store_sites(self, paths: list[HolderPath]) -> dict[HolderPath, Stored]:
+        """Re-run the step traced: the line that stored each holder (NOTE [Stored at])."""
+        from leakscope.harness.stored import trace_stores
+        from leakscope.probe.library import is_library_file
+
+        def is_user_file(file: str) -> bool:
+            return not is_library_file(file)
+
+        model, engine = build_subject(self.spec, self.options)
+        roots = {"engine": engine, "module": model, "micro_batch": make_micro_batch(self.spec, self.options, 0)}
+        del model, engine
+        result: list[Any] = []
+
+        def run() -> None:
+            result.append(step_once(self.spec, roots["engine"], roots["micro_batch"], self.mode))
+
+        try:
+            return trace_stores(paths, roots, is_user_file, run)
+        except Exception:
+            return {}  # the untraced verdict stands; stored-at is an extra
+        finally:
+            result.clear()
+            if self.spec.close_engine is not None:  # end what the adapter started (a paused framework loop)
+                self.spec.close_engine(roots["engine"])
+            roots.clear()
+
+    # -- at other sizes (the projection) ---------------------------------------------------
+    def at_size(self, size: ModelSize, micro_batches: int) -> Experiment:
+        """The same experiment on a tiny model of another size."""
+        return Experiment(self.spec, self.mode, dataclasses.replace(self.options, size=size, micro_batches=micro_batches))
+
+    # -- the graph one holder keeps -------------------------------------------------------
+    def graph(self, path: str | None, max_nodes: int) -> tuple[GraphView | None, tuple[str, ...]]:
+        """The graph the holder at ``path`` keeps (default: the first), and every holder's path."""
+        from leakscope.probe.view import view_of
+
+        trial = run_trial(self.spec, self.mode, self.options)
+        try:
+            settle()
+            found = trial.collect(self.options)
+            paths = tuple(str(h.path) for h, _, _ in found.holders)
+            chosen = [h for h, _, _ in found.holders if path is None or str(h.path) == path][:1]
+            found.clear()
+            if not chosen:
+                return None, paths
+            hit = chosen[0]
+            chosen.clear()
+            obj, view_path = hit.obj, str(hit.path)
+            del hit
+            view = view_of(obj, target=self.spec.name, mode=self.mode.value, path=view_path, max_nodes=max_nodes)
+            del obj
+            if view is None:
+                return GraphView(self.spec.name, self.mode.value, view_path, None, (), 0, False, paths), paths
+            return dataclasses.replace(view, paths=paths), paths
+        finally:
+            trial.close()
+
+    @staticmethod
+    def inspection_warning() -> str | None:
+        """"3 objects could not be inspected; first: ..." for everything this process's experiments
+        could not read since the last :meth:`step`."""
+        return INSPECTION.warning()
+
+
+def _excluded(trial: Trial, found: Collection) -> set[tuple[str, int]]:
+    """Storages not counted as retained: the trial's (parameters, what existed before) and what the
+    caller's roots hold directly (plain tensors and the held tensors themselves)."""
+    from leakscope.probe.walk import kinds
+
+    excluded = set(trial.excluded_storages)
+    for hit in found.plain:
+        key = storage_key(hit.obj)
+        if key is not None:
+            excluded.add(key)
+    for hit, node, _ in found.holders:
+        if node is not None and not kinds().is_node(hit.obj):
+            key = storage_key(hit.obj)
+            if key is not None:
+                excluded.add(key)
+    return excluded
+
+
+def _until_gc_bytes(trial: Trial) -> dict[str, int]:
+    """Bytes alive before ``settle()`` that the cyclic GC then freed (see ``until-gc``)."""
+    before = {}
+    excluded = trial.excluded_storages
+    for item, obj in trial.evidence.alive():
+        key = storage_key(obj)
+        if key is not None and key not in excluded:
+            before[id(item)] = (item.cause, key, storage_nbytes(obj))
+        del obj
+    if not before:
+        return {}
+    settle()
+    still = {id(item) for item, _ in trial.evidence.alive()}
+    seen: set[tuple[str, int]] = set()
+    out: dict[str, int] = {}
+    for item_id, (_cause, key, nbytes) in before.items():
+        if item_id in still or key in seen:
+            continue
+        seen.add(key)
+        out[UNTIL_GC] = out.get(UNTIL_GC, 0) + nbytes
+    return out
+
+
+def _replacement(obj: Any) -> Any:
+    import torch
+
+    return obj.detach() if isinstance(obj, torch.Tensor) else None
+
+
+def _release_all(hits: list[Hit]) -> bool:
+    """Release every hit as the fix would; False if one could not be released."""
+    ok = True
+    for hit in hits:
+        try:
+            release(hit.link, _replacement(hit.obj))
+        except (ReleaseFailed, Exception):
+            # An immutable holder (frozenset, tuple root): detach the tensor in
+            # place instead, which cuts the same reference.
+            try:
+                hit.obj.detach_()
+            except Exception:
+                ok = False
+    return ok
+
+
+def _matching(found: Collection, path: HolderPath) -> list[Hit]:
+    """The holders at ``path``; else at the same slot by shape (state that outlives trials, a
+    module-level registry, puts this run's entry at another index)."""
+    mine = [h for h, _, _ in found.holders if h.path == path]
+    if not mine:
+        shape = path.shape()
+        mine = [h for h, _, _ in found.holders if h.path.shape() == shape]
+    return mine
+
+
+def _maxlen(hit: Hit) -> int | None:
+    from collections import deque
+
+    container = hit.link.container
+    return container.maxlen if isinstance(container, deque) else None
+
+
+__all__ = ["Experiment", "FirstStep", "MicroBatches", "STORAGE_ROOTS"]

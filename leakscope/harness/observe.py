@@ -1,0 +1,429 @@
+"""Observe what a caller keeps: which references hold a judged step's graph, as plain data.
+
+The one walk of ``check`` (a trial's roots: the output, the engine, the
+micro-batch, the model, module globals) and of ``watch`` (a running job's
+roots: the loop's frames, the engine, the call's arguments, module globals).
+:func:`collect` finds every reference into the judged steps' graphs (NOTE [A
+step's graph] in :mod:`leakscope.harness.steps`); :func:`describe` turns each
+into a :class:`Held`, a tensor-free description a judge can reason about
+(:mod:`leakscope.diagnose.judge`): which steps' graphs it reaches, what those
+graphs keep, whether backward already ran through them, where it was created.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from leakscope.harness.source import called_from, created_at
+from leakscope.harness.steps import BEFORE, StepGraphs
+from leakscope.holders import HolderPath
+from leakscope.probe.autograd import (
+    LEAF_GRAD,
+    UINT64_MAX,
+    ScanStats,
+    accumulated_leaf,
+    ctx_values,
+    graph_tensors,
+    iter_nodes,
+    node_key,
+    node_name,
+    saved_values,
+    sequence_nr,
+    storage_key,
+    storage_map,
+)
+from leakscope.probe.cost import node_cost
+from leakscope.probe.liveness import Evidence, alive_bytes
+from leakscope.probe.view import FINDING_GRAPH_NODES, view_of
+from leakscope.probe.walk import ITEM, SET, Hit, Link, Root, WalkStats, kinds, walk
+from leakscope.results import GraphView, Source
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """One reference that keeps (part of) a judged step's graph: a description, no tensors."""
+
+    path: HolderPath
+    #: the judged steps (micro-batches, watched calls) whose graphs it reaches
+    steps: frozenset[int]
+    #: the held node's name (``AccumulateGrad (leaf)`` for a held leaf)
+    grad_fn: str
+    #: graph nodes of the judged steps (and of what was derived from them) below it
+    graph_nodes: int
+    #: what that graph keeps: ``{storage: (cause, bytes)}``, each storage once
+    storages: Mapping[tuple[str, int], tuple[str, int]]
+    #: identities of those nodes, to count shared ones once across references
+    node_keys: frozenset[int]
+    #: what one step's graph behind it keeps (its earliest step's; NOTE [One accounting]): a finding's bytes
+    step_storages: Mapping[tuple[str, int], tuple[str, int]] = dataclasses.field(default_factory=dict)
+    step_node_keys: frozenset[int] = frozenset()
+    #: the ``maxlen`` of the deque it sits in (a bounded holder), if it does
+    maxlen: int | None = None
+    #: held by a loop's own variable (a caller frame's local, or a running module-level loop's
+    #: global), not through a container that accumulates (NOTE [The loop's latest result])
+    loop_local: bool = False
+    source: Source | None = None
+    called_from: tuple[Source, ...] = ()
+    graph: GraphView | None = None
+    #: backward has run through every node of its graph that saved tensors (NOTE [Freed by backward])
+    backward_ran: bool = False
+    #: backward ran through part of it; another part (a side branch) still keeps its tensors
+    partly_freed: bool = False
+    #: the step's loss was computed from it (the loss's graph reaches its node)
+    feeds_loss: bool = False
+    #: a held leaf of a step (a checkpoint input forced to require grad), not a graph node
+    leaf: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Observation:
+    """What one look saw (after a check's step, or at the start of a watched call)."""
+
+    held: tuple[Held, ...]
+    #: the latest judged step when it looked (its graph is the one a loop may still hold)
+    latest: int
+    #: bytes by cause the steps' graphs keep that no reference found here explains
+    unexplained: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: bytes by cause of the steps' graphs still alive (the growth curve), caller-held tensors excluded
+    alive: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    #: live nodes below every reference held, by the step that created them
+    nodes_by_step: tuple[int, ...] = ()
+    #: live nodes below every reference held (and the latest loss, when the caller holds one)
+    graph_nodes: int = 0
+    #: live nodes of the judged steps below the references held (what the growth curve counts)
+    held_nodes: int = 0
+    #: what one graph node costs here, and how that was found (NOTE [What a node costs])
+    node_bytes: int = 0
+    node_cost_note: str = ""
+    #: the sequence number of the step's loss (a check's single step), for NOTE [Fixes that never break training]
+    loss_seq: int | None = None
+    walk_errors: int = 0
+    first_walk_error: str | None = None
+    truncated: bool = False
+    cuda_allocated: int | None = None
+
+
+@dataclasses.dataclass
+class Collection:
+    """References into the judged steps' graphs, with strong refs: describe and clear it soon.
+
+    ``holders``: ``(hit, node, steps)`` for a tensor (or a graph node) whose graph
+    reaches a judged step's, and ``(hit, None, {step})`` for a held leaf of a step.
+    ``plain``: the other tensors the roots hold.
+    """
+
+    holders: list[tuple[Hit, Any, frozenset[int]]]
+    plain: list[Hit]
+    stats: WalkStats
+
+    def nodes(self) -> list[Any]:
+        return [node for _, node, _ in self.holders if node is not None]
+
+    def clear(self) -> None:
+        self.holders.clear()
+        self.plain.clear()
+
+
+def collect(
+    roots: Sequence[Root], steps: StepGraphs, *, leaf_steps: Mapping[int, int], skip_ids: Iterable[int] = (),
+    max_objects: int = 2_000_000, generic: bool = False,
+) -> Collection:
+    """Walk ``roots`` and sort what they reach: references into the judged steps' graphs, and
+    plain tensors. ``leaf_steps``: ``{id(leaf): step}`` for the steps' own leaves."""
+    import torch
+
+    stats = WalkStats()
+    holders: list[tuple[Hit, Any, frozenset[int]]] = []
+    plain: list[Hit] = []
+    reached: dict[int, frozenset[int]] = {}
+    for hit in walk(roots, skip_ids=skip_ids, max_objects=max_objects, stats=stats, generic=generic):
+        obj = hit.obj
+        if isinstance(obj, torch.Tensor):
+            node = obj.grad_fn
+            if node is None:
+                step = leaf_steps.get(id(obj))
+                if step is not None and obj.requires_grad:
+                    holders.append((hit, None, frozenset({step})))
+                else:
+                    plain.append(hit)
+                continue
+        else:
+            node = obj
+        key = node_key(node)
+        found = reached.get(key)
+        if found is None:
+            found = reached[key] = steps.reached(node)
+        if found and not _only_extends_older(node, steps, leaf_steps):
+            holders.append((hit, node, found))
+        elif isinstance(obj, torch.Tensor):
+            plain.append(hit)
+    return Collection(holders, plain, stats)
+
+
+def _only_extends_older(node: Any, steps: StepGraphs, leaf_steps: Mapping[int, int]) -> bool:
+    """True when the judged steps only added graph-free nodes on top of a graph built before them.
+
+    NOTE [Older graphs]: an accumulator that outlives checks and modes
+    (``Engine.total = Engine.total + x``, with ``x`` computed under ``no_grad``)
+    gets one new node per step on top of an older graph. That older graph is the
+    leak of the step that built it, not of these; counting it here would make a
+    forward-only verdict depend on what ran before it in the same process.
+    """
+    older = False
+    for i, current in enumerate(iter_nodes([node])):
+        if i >= 10_000:
+            return False
+        seq = sequence_nr(current)
+        if seq == UINT64_MAX:
+            leaf = accumulated_leaf(current)
+            if leaf is not None and id(leaf) in leaf_steps:
+                return False  # reaches a step's leaf
+            continue
+        step = steps.step_of(current)
+        if step == BEFORE:
+            older = True
+            continue
+        if step is not None and (
+            next(saved_values(current), None) is not None or next(ctx_values(current), None) is not None
+        ):
+            return False  # a step's own nodes keep tensors
+    return older
+
+
+def plain_storages(found: Collection, holder_storage: Callable[[Any], tuple[str, int] | None]) -> set[tuple[str, int]]:
+    """Storages the roots hold directly (plain tensors, and the held tensors themselves): not retained
+    by a graph, whatever a graph also keeps on them."""
+    out = set()
+    for hit in found.plain:
+        key = holder_storage(hit.obj)
+        if key is not None:
+            out.add(key)
+    for hit, node, _ in found.holders:
+        if node is not None and not kinds().is_node(hit.obj):
+            key = holder_storage(hit.obj)
+            if key is not None:
+                out.add(key)
+    return out
+
+
+def describe(
+    hit: Hit, node: Any, reached: frozenset[int], steps: StepGraphs, *, excluded: set[tuple[str, int]],
+    modules: Sequence[Any] = (), target_modules: Sequence[Any] = (), loop_roots: frozenset[str] = frozenset(),
+    loss_nodes: frozenset[int] = frozenset(), graph: bool = True, leaf_steps: Mapping[int, int] = {},
+) -> Held:
+    """The description of one reference (:class:`Held`); ``node`` is None for a held leaf.
+
+    ``excluded``: storages not counted as retained (the model's parameters, what existed
+    before, what the caller holds directly). ``modules``: whose lines are preferred as the
+    created-at line; ``target_modules``: the target's own (for ``called_from``).
+    ``loss_nodes``: identities of the nodes of the step's loss graph.
+    """
+    import torch
+
+    obj = hit.obj
+    stats = ScanStats()
+    sized = min(reached) if reached else None
+
+    def one_step(n: Any) -> bool:  # a node (or leaf) of the step the reference is sized for
+        if sequence_nr(n) == UINT64_MAX:
+            leaf = accumulated_leaf(n)
+            return leaf is None or leaf_steps.get(id(leaf), sized) == sized
+        step = steps.step_of(n)
+        return step is None or step == sized
+
+    if node is None:  # a held leaf: the leaf and its gradient
+        items: list[tuple[str, Any]] = [(LEAF_GRAD, obj)]
+        if obj.grad is not None:
+            items.append((LEAF_GRAD, obj.grad))
+        storages = step_storages = storage_map(items, excluded)
+        keys: frozenset[int] = frozenset()
+        step_keys: frozenset[int] = frozenset()
+        grad_fn = "AccumulateGrad (leaf)"
+    else:
+        own = set()
+        if isinstance(obj, torch.Tensor):  # a held graph tensor's own storage is its value, not its graph's
+            key = storage_key(obj)
+            if key is not None:
+                own.add(key)
+        _, found = graph_tensors([node], stop=steps.is_before, stats=stats)
+        storages = storage_map([(g.cause, t) for g in found for t in g.tensors], excluded | own)
+        found.clear()
+        _, found = graph_tensors([node], stop=steps.is_before, count=one_step)
+        step_storages = storage_map([(g.cause, t) for g in found for t in g.tensors], excluded | own)
+        found.clear()
+        below = [n for n in iter_nodes([node], stop=steps.is_before) if sequence_nr(n) != UINT64_MAX]
+        keys = frozenset(node_key(n) for n in below)
+        step_keys = frozenset(node_key(n) for n in below if one_step(n))
+        below.clear()
+        grad_fn = node_name(node)
+    source = created_at(obj, modules) if node is not None else None
+    return Held(
+        path=hit.path,
+        steps=reached,
+        grad_fn=grad_fn,
+        graph_nodes=len(step_keys),
+        storages=storages,
+        node_keys=keys,
+        step_storages=step_storages,
+        step_node_keys=step_keys,
+        maxlen=_maxlen(hit.link),
+        loop_local=_loop_local(hit, loop_roots),
+        source=source,
+        called_from=called_from(obj, source, target_modules) if source is not None else (),
+        graph=view_of(obj, path=str(hit.path), max_nodes=FINDING_GRAPH_NODES) if graph and node is not None else None,
+        backward_ran=stats.freed > 0 and stats.intact == 0,
+        partly_freed=stats.freed > 0 and stats.intact > 0,
+        feeds_loss=node is not None and node_key(node) in loss_nodes,
+        leaf=node is None,
+    )
+
+
+def loss_graph(loss_node: Any, steps: StepGraphs) -> frozenset[int]:
+    """Identities of the nodes the step's loss was computed from (its graph, the loss's own node not
+    included: a reference to the loss itself does not feed the loss)."""
+    if loss_node is None:
+        return frozenset()
+    root = node_key(loss_node)
+    return frozenset(k for k in (node_key(n) for n in iter_nodes([loss_node], stop=steps.is_before)) if k != root)
+
+
+def live_step_nodes(steps: StepGraphs) -> dict[int, set[int]]:
+    """Identities of the judged steps' graph nodes still alive, by step.
+
+    # NOTE [Nodes as evidence]
+    # Once backward has run, a held graph keeps no tensor a weakref could watch:
+    # only its nodes, which take no weakrefs. But a node keeps the Python wrapper
+    # a walk made for it for as long as it lives (NOTE [Node identity]), and the
+    # steps' graphs were walked when each step ended, so the collector's young
+    # generations list a wrapper for every node of theirs still alive. A step
+    # node alive that no reference found explains is held by something the walk
+    # did not reach (a library's module state: NOTE [Every loaded module]). On a
+    # torch that does not preserve wrappers this finds nothing, and the tensor
+    # evidence alone speaks.
+    """
+    import gc
+
+    is_node = kinds().is_node
+    out: dict[int, set[int]] = {}
+    for obj in gc.get_objects():
+        if is_node(obj):
+            step = steps.step_of(obj)
+            if step is not None and step >= 0:
+                out.setdefault(step, set()).add(node_key(obj))
+    return out
+
+
+def unexplained_nodes(steps: StepGraphs, held: Iterable[Held]) -> dict[int, int]:
+    """Per step, how many of its live nodes no described reference reaches (NOTE [Nodes as evidence])."""
+    reached: set[int] = set()
+    for h in held:
+        reached |= h.node_keys
+    return {step: len(keys - reached) for step, keys in live_step_nodes(steps).items() if keys - reached}
+
+
+def module_roots(skip: Iterable[str] = ()) -> list[Root]:
+    """Every loaded module whose state can hold a graph, as ``global:`` roots.
+
+    # NOTE [Every loaded module]
+    # A holder can sit in a library's module state the job never names: a
+    # logging library's current run and the history rows it appends each step's
+    # loss to (``global:library.run.history[3]``). When a step's graph is alive
+    # and nothing the caller reaches explains it, the generic walk looks through
+    # the globals of every loaded module but the standard library's, torch's and
+    # leakscope's own (:func:`leakscope.probe.library.is_state_module`), bounded by
+    # the walk's object limit, each object once.
+    """
+    import sys
+
+    from leakscope.probe.library import is_state_module
+
+    seen = set(skip)
+    out = []
+    for name, module in list(sys.modules.items()):
+        if module is None or name in seen or not is_state_module(name):
+            continue
+        seen.add(name)
+        out.append(Root(f"global:{name}", module, "global"))
+    return out
+
+
+def _maxlen(link: Link) -> int | None:
+    """The ``maxlen`` of the deque the reference sits in, if it does."""
+    container = link.container
+    return container.maxlen if isinstance(container, deque) else None
+
+
+def _accumulates(link: Link) -> bool:
+    """A step of the path into a container that grows: a list, a deque or a set entry, or a
+    mapping value under a key that is not a name (``history[step]``)."""
+    container = link.container
+    if link.kind == SET:
+        return True
+    if link.kind != ITEM:
+        return False
+    if isinstance(container, (list, deque)):
+        return True
+    if isinstance(container, dict):
+        return not (type(link.key) is str and link.key.isidentifier())
+    return False
+
+
+def _loop_local(hit: Hit, loop_roots: frozenset[str]) -> bool:
+    """NOTE [The loop's latest result]: held by a loop's own variable, not through a container
+    that accumulates (``out = step(...)`` and ``out["loss"]``, not ``outputs[0]``)."""
+    if not (hit.root.kind == "caller" or hit.root.name in loop_roots):
+        return False
+    link: Link | None = hit.link
+    while link is not None and link.parent is not None:
+        if _accumulates(link):
+            return False
+        link = link.parent
+    return True
+
+
+def observation(
+    held: list[Held], *, latest: int, unexplained: Mapping[str, int] | None = None,
+    alive: Mapping[str, int] | None = None, nodes_by_step: tuple[int, ...] = (), graph_nodes: int = 0,
+    held_nodes: int | None = None, stats: WalkStats | None = None, cuda: bool = False, loss_seq: int | None = None,
+) -> Observation:
+    """An :class:`Observation`, with the node cost (when a graph is held) and the CUDA figure filled in."""
+    if held_nodes is None:
+        held_nodes = len(frozenset().union(*(h.node_keys for h in held))) if held else 0
+    cost = node_cost() if held or held_nodes else None
+    return Observation(
+        held=tuple(held), latest=latest, unexplained=dict(unexplained or {}), alive=dict(alive or {}),
+        nodes_by_step=nodes_by_step, graph_nodes=graph_nodes, held_nodes=held_nodes, loss_seq=loss_seq,
+        node_bytes=cost.bytes_per_node if cost else 0,
+        node_cost_note=cost.describe() if cost else "", walk_errors=stats.errors if stats else 0,
+        first_walk_error=stats.first_error if stats else None, truncated=stats.truncated if stats else False,
+        cuda_allocated=_cuda_allocated() if cuda else None,
+    )
+
+
+def _cuda_allocated() -> int | None:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+        return int(torch.cuda.memory_allocated())
+    return None
+
+
+def evidence_alive(
+    evidence: Iterable[Evidence], plain_ids: set[int], excluded: set[tuple[str, int]]
+) -> dict[str, int]:
+    """Bytes by cause of the evidence still alive (weakrefs to what the steps' graphs kept)."""
+    alive = []
+    for ev in evidence:
+        alive.extend(ev.alive(plain_ids))
+    out = alive_bytes(alive, excluded)
+    alive.clear()
+    return out
+
+
+__all__ = [
+    "Collection", "Held", "Observation", "collect", "describe", "evidence_alive", "live_step_nodes", "loss_graph",
+    "module_roots", "observation", "plain_storages", "unexplained_nodes",
+]

@@ -1,0 +1,108 @@
+"""The retained graph below one held reference, as plain data (a :class:`~leakscope.results.GraphView`).
+
+Node names, saved slots with shapes and bytes, leaves and their gradients; built
+iteratively (graphs of a million nodes need no recursion) from descriptions only.
+``leakscope explain`` and the report's per-finding drawing both use it; the
+renderers in ``leakscope.render.tree``, ``render.dot`` and ``render.html`` draw it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from leakscope.probe.autograd import (
+    accumulated_leaf,
+    ctx_values,
+    next_nodes,
+    node_name,
+    saved_values,
+    storage_nbytes,
+)
+from leakscope.results import GraphView, Slot, ViewNode
+
+
+def _slot(name: str, t: Any) -> Slot:
+    try:
+        return Slot(name, tuple(int(d) for d in t.shape), str(t.dtype).replace("torch.", ""), storage_nbytes(t))
+    except Exception:
+        return Slot(name, (), type(t).__name__, 0)
+
+
+def _slots(node: Any) -> tuple[Slot, ...]:
+    import torch
+
+    out = []
+    leaf = accumulated_leaf(node)
+    if leaf is not None:
+        label = "parameter" if isinstance(leaf, torch.nn.Parameter) else "leaf"
+        out.append(_slot(label, leaf))
+        if leaf.grad is not None:
+            out.append(_slot(f"{label}.grad", leaf.grad))
+        return tuple(out)
+    for name, data in saved_values(node):
+        if isinstance(data, torch.Tensor):
+            out.append(_slot(f"saved {name}", data))
+        else:
+            out.append(Slot(f"saved {name}", (), type(data).__name__, 0))
+    for name, value in ctx_values(node):
+        if isinstance(value, torch.Tensor):
+            out.append(_slot(f"ctx.{name}", value))
+    return tuple(out)
+
+
+def build_view(root: Any, *, target: str, mode: str, path: str, max_nodes: int = 10_000) -> GraphView:
+    """Describe the graph below ``root`` (a node), breadth first, at most ``max_nodes`` described."""
+    ids: dict[int, int] = {}  # id(python node) -> view id
+    keep: list[Any] = []  # hold wrappers so ids stay unique while walking
+    described: list[ViewNode] = []
+    queue = [root]
+    head = 0
+    while head < len(queue):
+        node = queue[head]
+        head += 1
+        if id(node) in ids:
+            continue
+        ids[id(node)] = len(keep)
+        keep.append(node)
+        children = next_nodes(node)
+        queue.extend(c for c in children if id(c) not in ids)
+        if len(described) < max_nodes:
+            described.append(ViewNode(ids[id(node)], node_name(node), _slots(node), ()))
+        # `children` ids are assigned lazily below, once every node has one.
+    total = len(keep)
+    # Second pass: child links of described nodes (ids now exist for all nodes).
+    linked = []
+    for view in described:
+        node = keep[view.id]
+        child_ids = tuple(ids[id(c)] for c in next_nodes(node) if id(c) in ids)
+        linked.append(dataclasses.replace(view, children=child_ids))
+    keep.clear()
+    ids.clear()
+    queue.clear()
+    return GraphView(target, mode, path, 0, tuple(linked), total, total > len(linked))
+
+
+#: nodes a finding's own graph description keeps (the report's HTML drawing; ``explain`` draws more)
+FINDING_GRAPH_NODES = 40
+
+
+def view_of(obj: Any, *, path: str, target: str = "", mode: str = "", max_nodes: int = 10_000) -> GraphView | None:
+    """The graph a held object keeps (a tensor's ``grad_fn`` or a node); None for a held leaf.
+
+    A finding's own graph (``Finding.graph``) leaves ``target`` and ``mode`` empty:
+    its result names them.
+    """
+    node = getattr(obj, "grad_fn", obj) if not _is_leaf(obj) else None
+    if node is None:
+        return None
+    return build_view(node, target=target, mode=mode, path=path, max_nodes=max_nodes)
+
+
+def _is_leaf(obj: Any) -> bool:
+    import torch
+
+    return isinstance(obj, torch.Tensor) and obj.grad_fn is None
+
+
+__all__ = ["FINDING_GRAPH_NODES", "build_view", "view_of"]
