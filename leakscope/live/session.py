@@ -92,18 +92,15 @@ class Watch:
         self._excepthook: tuple[Any, Any] | None = None
 
     # NOTE [Threads calling the step]
-    # A job may call the step from many threads at once. The observer is not
-    # built for that: two threads in a look at the same time would each count
-    # the call after the last watched one and each raise WatchStop. So one
-    # thread at a time is in the observer: a call made while another thread is
-    # in it (in a watched call, or looking) passes through unwatched, and once
-    # the watch is done every call does. Exactly one call raises WatchStop; in a
-    # thread other than the main one it ends that thread quietly (Python's
-    # ``threading.excepthook`` would print its traceback), and the thread that
-    # joins it goes on. Autograd numbers graph nodes per thread, so graphs of
-    # unwatched calls made in other threads can share a watched call's sequence
-    # range: they are counted as that call's when held (they are the step's graphs
-    # all the same).
+    # A job may call the step from many threads at once. The watched calls are
+    # all made by one thread, the one that made the first (``Observer.thread``);
+    # the others' calls pass through. Before the first watched call, threads
+    # that call at once would each take theirs for the first, so one thread at a
+    # time may enter the observer: a call made while another thread is in it
+    # passes through too. So exactly one call, in the watching thread, raises
+    # WatchStop (the call after its last watched one); in a thread other than the
+    # main one it ends that thread quietly (Python's ``threading.excepthook``
+    # would print its traceback), and the thread that joins it goes on.
     def _wrap(self, spec: MethodSpec, original: Callable[..., Any]) -> Callable[..., Any]:
         observer = self.observer
         busy = self._busy
@@ -111,7 +108,11 @@ class Watch:
         @functools.wraps(original)
         def leakscope_watched(*args: Any, **kwargs: Any) -> Any:
             # NOTE [Threads calling the step]
-            if observer.done or not busy.acquire(blocking=False):
+            watching = observer.thread
+            if (
+                observer.done or (watching is not None and watching != threading.get_ident())
+                or not busy.acquire(blocking=False)
+            ):
                 return original(*args, **kwargs)
             try:
                 before = len(observer.calls)
