@@ -23,6 +23,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "findings.md"
 
+#: bytes per graph node the examples are made with (measured on torch 2.13.0 CPU, glibc, x86_64)
+NODE_BYTES = "746"
+
 #: example id -> the ``leakscope check`` arguments that produce it
 EXAMPLES: dict[str, list[str]] = {
     "returned": ["fixtures.verl_bug:Engine", "--mode", "train"],
@@ -81,6 +84,9 @@ def main(argv: list[str]) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # NOTE [One measurement per machine]: the examples count graph nodes at the figure measured on
+    # the machine that made them, so that they read the same on every machine that checks them.
+    os.environ["LEAKSCOPE_NODE_BYTES"] = NODE_BYTES
     current = DOC.read_text(encoding="utf-8")
     fresh = render_doc(current)
     if "--check" in argv:

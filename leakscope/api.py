@@ -77,4 +77,31 @@ def _with_snippets(report: Report, targets: Sequence[Any]) -> Report:
     return capture(report, roots)
 
 
-__all__ = ["check"]
+def explain(target: Any, path: str | None = None, options: CheckOptions | None = None,
+            mode: Any = None, max_nodes: int = 10_000) -> Any:
+    """Run the step once and describe the graph the reference at ``path`` (default: the first holder)
+    keeps: a :class:`~leakscope.results.GraphView` (``leakscope explain``; renderers in
+    ``leakscope.render.tree`` and ``leakscope.render.dot``). An unknown ``path`` is a
+    :class:`~leakscope.errors.UsageError` naming the holders there are."""
+    from leakscope.adapters.registry import resolve_spec
+    from leakscope.errors import UsageError
+    from leakscope.harness.distributed import process_group
+    from leakscope.harness.experiment import Experiment, checking
+    from leakscope.harness.runtime import resolve_device
+    from leakscope.results import GraphView, Mode
+
+    mode = mode or Mode.TRAIN
+    options = resolve_device(options or CheckOptions())
+    spec = resolve_spec(target, options.factory)
+    with process_group(options.device), checking():
+        view, paths = Experiment(spec, mode, options).graph(path, max_nodes)
+    if view is None:
+        if path is not None:
+            raise UsageError(
+                f"{spec.name} [{mode.value}] has no finding at {path!r}; findings: {', '.join(paths) or 'none'}"
+            )
+        return GraphView(spec.name, mode.value, "", None, (), 0, False, paths)
+    return view
+
+
+__all__ = ["check", "explain"]

@@ -76,9 +76,13 @@ def test_projection_lists_its_assumptions_and_terms() -> None:
     # vocab not given: the entropy branch's term depends on it, so the assumption is stated
     assert "vocab 64 (the tiny model's; pass vocab=...)" in p.assumptions
     assert "dtype bf16 (the default; pass dtype=...)" in p.assumptions
-    texts = {str(t) for t in p.terms}
+    texts = {str(t) for t in p.terms if t.cause != "nodes-only"}
     # measured: the leaf follows the model dtype, the entropy branch is kept in fp32 (logits.float())
     assert texts == {"leaf+grad: 2 x tokens x hidden x 2 B", "activations: 2 x tokens x vocab x 4 B"}
+    # NOTE [Nodes at scale]: the graph nodes are a count per layer at what one node costs, never per token
+    nodes = [t for t in p.terms if t.cause == "nodes-only"]
+    assert nodes and all(t.monomial in ("graph nodes x layers", "graph nodes") for t in nodes)
+    assert sum(t.bytes for t in nodes) < 1 << 20  # a few KiB at any width
     with_vocab = leakscope.check(
         "fixtures.verl_bug:Engine",
         CheckOptions(modes=(Mode.TRAIN,), at=parse_at("hidden=4096,tokens=17700,vocab=151936"), confirm=False,

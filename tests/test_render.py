@@ -65,6 +65,7 @@ def test_json_document_is_exact() -> None:
                  "stored_at": {"file": "engine.py", "line": 14, "function": "forward_step"},
                  "store_op": "return",
                  "called_from": [{"file": "engine.py", "line": 30, "function": "step"}],
+                 "node_cost": None, "edit": None,
              }],
              "retained_bytes": 4096, "kind": "growing", "settings": [], "warnings": []},
             {"target": "pkg.mod:Broken", "mode": "forward-only", "verdict": "error", "error": "boom",

@@ -43,7 +43,7 @@ def explain(
     Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
     """
     from leakscope import config as project_config
-    from leakscope.diagnose.explain import explain as run_explain
+    from leakscope.api import explain as run_explain
     from leakscope.errors import ConfigError
     from leakscope.options import CheckOptions
     from leakscope.render.dot import render as render_dot

@@ -166,12 +166,14 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         findings.append(unknown_finding(residual))
     if not findings and sum(first.until_gc.values()) > 0:
         findings.append(cycle_finding(first.until_gc))
-    growth, held_bytes, kinds = None, 0, {}
+    growth, kinds = None, {}
+    node_bytes = obs.node_bytes
     if options.micro_batches > 1:
         report("growth")
         run = experiment.micro_batches()
         growth = curve(run.observations, run.storage_bytes)
         last = run.observations[-1]
+        node_bytes = node_bytes or last.node_bytes
         latest = len(run.observations) - 1
         after = [h for h in last.held]
         kinds = _holder_kinds(after, latest)
@@ -184,7 +186,6 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
             for h in after:
                 by_path.setdefault(h.path, h)
                 findings.append(finding(h, last, ctx, confirmed=True, kind=kinds.get(holder_key(h.path))))
-            held_bytes = sum(union_bytes(after, last.node_bytes, one_step=True).values())
         findings.extend(storage_findings(run.storage_bytes, run.storage_paths))
         if run.through_loop:
             kinds = {}
@@ -206,7 +207,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     total = 0
     if verdict is Verdict.LEAK:
         leaking = [by_path[f.path] for f in findings if f.severity == "leak" and f.path in by_path]
-        total = sum(union_bytes(leaking, obs.node_bytes, one_step=True).values()) + sum(residual.values()) + held_bytes
+        total = sum(union_bytes(leaking, node_bytes, one_step=True).values()) + sum(residual.values())
     inspection = experiment.inspection_warning()
     if inspection is not None:
         warnings.append(inspection)
@@ -254,6 +255,10 @@ def _anchored(findings: list[Finding], spec: EngineSpec) -> tuple[Finding, ...]:
 
 
 # -- watch ----------------------------------------------------------------------------------------
+
+#: how ``watch`` is judged: the job runs its own backward
+WATCH = Context(Backward.JOB)
+
 
 @dataclasses.dataclass(frozen=True)
 class Call:
@@ -378,4 +383,6 @@ def _look_growth(looks: Sequence[Look]) -> Growth:
     )
 
 
-__all__ = ["Call", "Context", "Look", "finding", "is_finding", "judge", "look_findings", "watch_results", "with_fix"]
+__all__ = [
+    "WATCH", "Call", "Context", "Look", "finding", "is_finding", "judge", "look_findings", "watch_results", "with_fix",
+]

@@ -119,7 +119,7 @@ class Experiment:
     def _describe(self, trial: Trial, hit: Hit, node: Any, reached: frozenset[int], excluded: set[Any]) -> Held:
         return describe(
             hit, node, reached, trial.steps, excluded=excluded, modules=trial.modules,
-            target_modules=self.spec.modules, loss_nodes=trial.loss_nodes, leaf_steps=trial.leaf_steps,
+            target_modules=self.spec.modules, loss_nodes=trial.loss_nodes,
         )
 
     # -- confirmation and release ---------------------------------------------------------
@@ -400,6 +400,13 @@ class Experiment:
         return INSPECTION.warning()
 
 
+def checking() -> Any:
+    """The collector as a check needs it (paused mid-step, the older heap frozen; NOTE [Frozen heap])."""
+    from leakscope.probe.liveness import gc_paused
+
+    return gc_paused()
+
+
 def _excluded(trial: Trial, found: Collection) -> set[tuple[str, int]]:
     """Storages not counted as retained: the trial's (parameters, what existed before) and what the
     caller's roots hold directly (plain tensors and the held tensors themselves)."""
@@ -480,4 +487,4 @@ def _maxlen(hit: Hit) -> int | None:
     return container.maxlen if isinstance(container, deque) else None
 
 
-__all__ = ["Experiment", "FirstStep", "MicroBatches", "STORAGE_ROOTS"]
+__all__ = ["Experiment", "FirstStep", "MicroBatches", "STORAGE_ROOTS", "checking"]

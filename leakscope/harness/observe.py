@@ -128,11 +128,11 @@ class Collection:
 
 
 def collect(
-    roots: Sequence[Root], steps: StepGraphs, *, leaf_steps: Mapping[int, int], skip_ids: Iterable[int] = (),
+    roots: Sequence[Root], steps: StepGraphs, *, skip_ids: Iterable[int] = (),
     max_objects: int = 2_000_000, generic: bool = False,
 ) -> Collection:
     """Walk ``roots`` and sort what they reach: references into the judged steps' graphs, and
-    plain tensors. ``leaf_steps``: ``{id(leaf): step}`` for the steps' own leaves."""
+    plain tensors."""
     import torch
 
     stats = WalkStats()
@@ -144,7 +144,7 @@ def collect(
         if isinstance(obj, torch.Tensor):
             node = obj.grad_fn
             if node is None:
-                step = leaf_steps.get(id(obj))
+                step = steps.leaf_step(obj)
                 if step is not None and obj.requires_grad:
                     holders.append((hit, None, frozenset({step})))
                 else:
@@ -156,14 +156,14 @@ def collect(
         found = reached.get(key)
         if found is None:
             found = reached[key] = steps.reached(node)
-        if found and not _only_extends_older(node, steps, leaf_steps):
+        if found and not _only_extends_older(node, steps):
             holders.append((hit, node, found))
         elif isinstance(obj, torch.Tensor):
             plain.append(hit)
     return Collection(holders, plain, stats)
 
 
-def _only_extends_older(node: Any, steps: StepGraphs, leaf_steps: Mapping[int, int]) -> bool:
+def _only_extends_older(node: Any, steps: StepGraphs) -> bool:
     """True when the judged steps only added graph-free nodes on top of a graph built before them.
 
     NOTE [Older graphs]: an accumulator that outlives checks and modes
@@ -179,7 +179,7 @@ def _only_extends_older(node: Any, steps: StepGraphs, leaf_steps: Mapping[int, i
         seq = sequence_nr(current)
         if seq == UINT64_MAX:
             leaf = accumulated_leaf(current)
-            if leaf is not None and id(leaf) in leaf_steps:
+            if leaf is not None and steps.leaf_step(leaf) is not None:
                 return False  # reaches a step's leaf
             continue
         step = steps.step_of(current)
@@ -212,7 +212,7 @@ def plain_storages(found: Collection, holder_storage: Callable[[Any], tuple[str,
 def describe(
     hit: Hit, node: Any, reached: frozenset[int], steps: StepGraphs, *, excluded: set[tuple[str, int]],
     modules: Sequence[Any] = (), target_modules: Sequence[Any] = (), loop_roots: frozenset[str] = frozenset(),
-    loss_nodes: frozenset[int] = frozenset(), graph: bool = True, leaf_steps: Mapping[int, int] = {},
+    loss_nodes: frozenset[int] = frozenset(), graph: bool = True,
 ) -> Held:
     """The description of one reference (:class:`Held`); ``node`` is None for a held leaf.
 
@@ -230,7 +230,8 @@ def describe(
     def one_step(n: Any) -> bool:  # a node (or leaf) of the step the reference is sized for
         if sequence_nr(n) == UINT64_MAX:
             leaf = accumulated_leaf(n)
-            return leaf is None or leaf_steps.get(id(leaf), sized) == sized
+            step_of_leaf = steps.leaf_step(leaf) if leaf is not None else None
+            return step_of_leaf is None or step_of_leaf == sized
         step = steps.step_of(n)
         return step is None or step == sized
 

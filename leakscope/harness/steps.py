@@ -52,6 +52,8 @@ class StepGraphs:
     ranges: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     #: node identity -> (step, sequence number, type name), for nodes the ranges cannot place
     known: dict[int, tuple[int, int, str]] = dataclasses.field(default_factory=dict)
+    #: the steps' own leaves (a checkpoint input forced to require grad): ``id -> (weakref, step)``
+    leaves: dict[int, tuple[Any, int]] = dataclasses.field(default_factory=dict)
     _start: int | None = None
 
     # -- recording ------------------------------------------------------------------------
@@ -95,6 +97,21 @@ class StepGraphs:
             return
         alive = {id(obj) for obj in gc.get_objects() if _is_node(obj)}
         self.known = {key: entry for key, entry in self.known.items() if entry[0] == BEFORE or key in alive}
+
+    def add_leaves(self, evidence: Any, step: int) -> None:
+        """The leaves of ``step``'s graph, from its evidence (:class:`leakscope.probe.liveness.Evidence`)."""
+        for item in evidence.items:
+            leaf = item.ref()
+            if leaf is not None and id(leaf) in evidence.leaf_ids and self.leaf_step(leaf) is None:
+                self.leaves[id(leaf)] = (item.ref, step)
+            del leaf
+
+    def leaf_step(self, leaf: Any) -> int | None:
+        """The step whose leaf ``leaf`` is (by identity, checked against the weakref), or None."""
+        entry = self.leaves.get(id(leaf))
+        if entry is None or entry[0]() is not leaf:
+            return None
+        return entry[1]
 
     def _register(self, node: Any, step: int) -> None:
         self.known[node_key(node)] = (step, sequence_nr(node), node_name(node))

@@ -40,8 +40,6 @@ class Trial:
     modules: tuple[types.ModuleType, ...]
     steps: StepGraphs
     evidence: Evidence
-    #: the steps' own leaves (a checkpoint input forced to require grad): ``{id(leaf): step}``
-    leaf_steps: dict[int, int]
     preexisting: dict[int, weakref.ref[Any]]
     #: storages that existed before the step, each with a weakref to a tensor on it
     #: (NOTE [Reused storage addresses]); Parameters' storages in ``param_storages``
@@ -100,7 +98,7 @@ class Trial:
         if generic:
             roots.extend(module_roots(skip=[r.name.partition(":")[2] for r in roots if r.kind == "global"]))
         return collect(
-            roots, self.steps, leaf_steps=self.leaf_steps, skip_ids=self.reserved_ids(),
+            roots, self.steps, skip_ids=self.reserved_ids(),
             max_objects=options.max_objects, generic=generic,
         )
 
@@ -144,7 +142,7 @@ def new_trial(
     # ``modules`` are the engine's own (their frames are what ``source`` prefers); the
     # walk also covers the project modules they import (a registry in a helper module).
     trial = Trial(
-        spec, mode, roots, modules, StepGraphs(), Evidence(), {}, {}, {}, tuple(_with_project_imports(modules)),
+        spec, mode, roots, modules, StepGraphs(), Evidence(), {}, {}, tuple(_with_project_imports(modules)),
     )
     older: list[Any] = []
     for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
@@ -303,8 +301,7 @@ def record_step(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> i
         if obj is not None and id(obj) not in known:
             trial.evidence.items.append(item)
         del obj
-    for leaf_id in more.leaf_ids:
-        trial.leaf_steps.setdefault(leaf_id, index)
+    trial.steps.add_leaves(more, index)
     trial.evidence.leaf_ids |= more.leaf_ids
     return index
 

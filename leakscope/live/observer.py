@@ -140,8 +140,6 @@ class Observer:
         self.thread: int | None = None
         self.steps = StepGraphs()
         self.calls: list[CallRecord] = []
-        #: the steps' own leaves (``{id(leaf): call}``)
-        self.leaf_steps: dict[int, int] = {}
         #: tensors alive before the first watched call, and before the current one (weakly)
         self._older: dict[int, weakref.ref[Any]] = {}
         self._before: dict[int, weakref.ref[Any]] = {}
@@ -270,8 +268,7 @@ class Observer:
         evidence = collect_evidence(roots, [], is_preexisting=self._existed, stop=other_step)
         roots.clear()
         self._before = {}
-        for leaf_id in evidence.leaf_ids:
-            self.leaf_steps.setdefault(leaf_id, index)
+        self.steps.add_leaves(evidence, index)
         return evidence
 
     def _existed(self, t: Any) -> bool:
@@ -317,7 +314,7 @@ class Observer:
         roots = self._roots(frame, args, extra_modules, extra_frames)
         loop_roots = frozenset(r.name for r in roots if getattr(r, "kind", "") == "global" and r.name in self._loop_globals)
         latest = len(self.calls) - 1
-        found = collect(roots, self.steps, leaf_steps=self.leaf_steps, max_objects=self.options.max_objects)
+        found = collect(roots, self.steps, max_objects=self.options.max_objects)
         held = self._describe(found, loop_roots)
         if self._unexplained(found, held):
             # Alive, and nothing the job's roots reach explains it: every loaded module, generically
@@ -325,8 +322,7 @@ class Observer:
             skip = [r.name.partition(":")[2] for r in roots if r.kind == "global"]
             found.clear()
             found = collect(
-                [*roots, *module_roots(skip=skip)], self.steps, leaf_steps=self.leaf_steps,
-                max_objects=self.options.max_objects, generic=True,
+                [*roots, *module_roots(skip=skip)], self.steps, max_objects=self.options.max_objects, generic=True,
             )
             held = self._describe(found, loop_roots)
         roots.clear()
@@ -360,7 +356,6 @@ class Observer:
         return [
             describe(
                 hit, node, reached, self.steps, excluded=excluded, modules=self._modules(), loop_roots=loop_roots,
-                leaf_steps=self.leaf_steps,
             )
             for hit, node, reached in found.holders
         ]
@@ -421,10 +416,9 @@ class Observer:
         return excluded
 
     def _context(self) -> Any:
-        from leakscope.diagnose.judge import Context
-        from leakscope.diagnose.safety import Backward
+        from leakscope.diagnose.judge import WATCH
 
-        return Context(Backward.JOB)
+        return WATCH
 
     def _judge_calls(self) -> list[Any]:
         from leakscope.diagnose.judge import Call
@@ -538,7 +532,7 @@ class Observer:
         for call in self.calls:
             call.evidence = None
         self.engines.clear()
-        self.leaf_steps.clear()
+        self.steps.leaves.clear()
         self._older.clear()
         self._before.clear()
 

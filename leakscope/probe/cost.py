@@ -67,8 +67,20 @@ def node_cost() -> NodeCost:
     if fixed.isdigit() and 0 < int(fixed) <= 1_000_000:
         return NodeCost(int(fixed), "fixed")
     if not _CACHE:
-        _CACHE.append(_cached_or_measured())
+        _CACHE.append(_cached_or_measured() or _measure())
     return _CACHE[0]
+
+
+def prepare() -> None:
+    """Find the node cost before forking check processes (the zygote): from the cache, else measured
+    in a fresh interpreter; never by running an op in this process (NOTE [Zygote])."""
+    import os
+
+    if _CACHE or os.environ.get("LEAKSCOPE_NODE_BYTES", "").isdigit():
+        return
+    cost = _cached_or_measured(in_process=False)
+    if cost is not None:
+        _CACHE.append(cost)
 
 
 def _cache_key() -> str:
@@ -91,7 +103,7 @@ def cache_dir() -> str:
     return os.path.join(base, "leakscope")
 
 
-def _cached_or_measured() -> NodeCost:
+def _cached_or_measured(*, in_process: bool = True) -> NodeCost | None:
     import json
     import os
 
@@ -106,7 +118,9 @@ def _cached_or_measured() -> NodeCost:
                 return NodeCost(entry["bytes"], entry["how"])
     except (OSError, ValueError):
         known = {}
-    cost = _in_fresh_interpreter() or _measure()
+    cost = _in_fresh_interpreter() or (_measure() if in_process else None)
+    if cost is None:
+        return None
     try:
         known = known if isinstance(known, dict) else {}
         known[key] = {"bytes": cost.bytes_per_node, "how": cost.how}

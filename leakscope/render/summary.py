@@ -54,6 +54,12 @@ def growth_line(result: TargetResult) -> str:
     if g.nodes_by_micro_batch:
         origin = ", ".join(f"#{i}: {n}" for i, n in enumerate(g.nodes_by_micro_batch))
         line += f"; live graph nodes by micro-batch {origin}"
+    if result.kind == "growing" and g.slope_bytes > 0:
+        # A growing leak at scale: the slope over a long run (it frees its graphs only when its holder does).
+        line += (
+            f"; at this slope {human_bytes(int(g.slope_bytes * 1_000))} per 1,000 micro-batches,"
+            f" {human_bytes(int(g.slope_bytes * 20_000))} per 20,000 (an epoch of that many) until the holder lets go"
+        )
     if g.storage_slope_bytes > 0:
         line += f"; graph-free storage grows {human_bytes(int(g.storage_slope_bytes))}/micro-batch"
     if g.cuda_allocated:

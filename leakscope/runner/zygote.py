@@ -74,21 +74,25 @@ PRELOAD = (
     "leakscope.adapters.registry",
     "leakscope.adapters.trainer",
     "leakscope.adapters.verl",
-    "leakscope.diagnose.explain",
     "leakscope.diagnose.findings",
     "leakscope.diagnose.fixes",
     "leakscope.diagnose.growth",
+    "leakscope.diagnose.judge",
     "leakscope.diagnose.kinds",
     "leakscope.diagnose.projection",
-    "leakscope.diagnose.stored",
+    "leakscope.diagnose.safety",
     "leakscope.diagnose.storefix",
-    "leakscope.diagnose.verdict",
     "leakscope.harness.distributed",
+    "leakscope.harness.experiment",
     "leakscope.harness.guard",
+    "leakscope.harness.observe",
     "leakscope.harness.protocol",
     "leakscope.harness.rng",
+    "leakscope.harness.run",
     "leakscope.harness.runtime",
     "leakscope.harness.source",
+    "leakscope.harness.steps",
+    "leakscope.harness.stored",
     "leakscope.harness.target",
     "leakscope.harness.trial",
     "leakscope.models.batch_keys",
@@ -98,10 +102,14 @@ PRELOAD = (
     "leakscope.policy",
     "leakscope.phase",
     "leakscope.probe.autograd",
+    "leakscope.probe.cost",
     "leakscope.probe.library",
     "leakscope.probe.liveness",
+    "leakscope.probe.release",
+    "leakscope.probe.view",
     "leakscope.probe.walk",
     "leakscope.serialize",
+    "leakscope.snippets",
 )
 
 #: set while importing, so numpy's OpenBLAS starts no thread server (see NOTE [Zygote])
@@ -177,6 +185,9 @@ def _load(model: str | None) -> _Fresh:
     from leakscope.adapters.registry import _entry_points
 
     _entry_points()  # every check lists the adapter entry points (metadata only: nothing is imported)
+    from leakscope.probe.cost import prepare
+
+    prepare()  # NOTE [One measurement per machine]: from the cache, or a fresh interpreter; no op here
     if model == "hf-lora":  # transformers and peft: seconds per child otherwise
         from leakscope.errors import UsageError
         from leakscope.models.hf import _imports
