@@ -15,7 +15,9 @@ Every fenced block in those docs is one of:
 A block right after ``<!-- needs: .venv-ray -->`` needs that framework venv (``.ci/setup-ray.sh``): its
 ``python`` runs with the venv's interpreter, and it is left as it is when the venv is missing. Commands run
 with this interpreter's ``bin`` first on PATH (``leakscope``, ``torchrun``), ``COLUMNS=120`` (the width
-of the tables shown) and ``OMP_NUM_THREADS=1``. Process ids vary from run to run and are written ``PID``.
+of the tables shown), ``OMP_NUM_THREADS=1`` and the node cost that docs/gen_examples.py fixes
+(``LEAKSCOPE_NODE_BYTES``, so that the bytes do not change with the machine). Process ids vary from run
+to run and are written ``PID``.
 
     python docs/gen_watch_examples.py          # rewrite the outputs
     python docs/gen_watch_examples.py --check  # exit 1 if any example fails or its output is stale
@@ -163,7 +165,12 @@ def _clean(output: str) -> str:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="120", PYTHONWARNINGS="ignore")
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        from gen_examples import NODE_BYTES  # one node cost for every doc example
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="120", PYTHONWARNINGS="ignore", LEAKSCOPE_NODE_BYTES=NODE_BYTES)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     for name in ("PYTHONPATH", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
