@@ -54,7 +54,9 @@ def run_example(args: list[str]) -> str:
 
     from leakscope.cli import app
 
-    result = CliRunner().invoke(app, ["check", *args])
+    # NOTE [One measurement per machine]: the examples count graph nodes at the figure measured on
+    # the machine that made them, so that they read the same on every machine that checks them.
+    result = CliRunner().invoke(app, ["check", *args], env={"LEAKSCOPE_NODE_BYTES": NODE_BYTES})
     lines = [line.rstrip() for line in result.stdout.splitlines()]
     if lines and lines[0].startswith("leakscope "):
         lines = lines[1:]  # the version line
@@ -84,9 +86,6 @@ def main(argv: list[str]) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    # NOTE [One measurement per machine]: the examples count graph nodes at the figure measured on
-    # the machine that made them, so that they read the same on every machine that checks them.
-    os.environ["LEAKSCOPE_NODE_BYTES"] = NODE_BYTES
     current = DOC.read_text(encoding="utf-8")
     fresh = render_doc(current)
     if "--check" in argv:

@@ -1,7 +1,7 @@
 """What fails the gate: the allowlist and ``--fail-on`` (pure functions over results; no torch).
 
 Detection decides what is retained; policy decides what a project accepts. An
-allowlisted finding stays in the report with ``severity="allowed"`` and its
+allowlisted finding stays in the report with ``severity=Severity.ALLOWED`` and its
 reason, so a deliberate case is visible in every format instead of hidden.
 """
 
@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from leakscope.errors import ExitCode
-from leakscope.results import Finding, Report, TargetResult, Verdict
+from leakscope.results import Finding, Report, Severity, TargetResult, Verdict
 
 #: values of ``--fail-on`` / ``fail-on``: the least severe finding that fails the gate
 FAIL_ON = ("leak", "warning")
@@ -52,14 +52,14 @@ def allow_result(result: TargetResult, allowlist: Sequence[AllowEntry]) -> Targe
     changed = False
     for finding in result.findings:
         entry = next((e for e in allowlist if e.matches(result, finding)), None)
-        if entry is not None and finding.severity != "allowed":
-            finding = dataclasses.replace(finding, severity="allowed", allowed_reason=entry.reason)
+        if entry is not None and finding.severity is not Severity.ALLOWED:
+            finding = dataclasses.replace(finding, severity=Severity.ALLOWED, allowed_reason=entry.reason)
             changed = True
         findings.append(finding)
     if not changed:
         return result
     out = dataclasses.replace(result, findings=tuple(findings))
-    if result.verdict is Verdict.LEAK and not any(f.severity == "leak" for f in findings):
+    if result.verdict is Verdict.LEAK and not any(f.severity is Severity.LEAK for f in findings):
         # Same convention as the detector: a clean result reports 0 retained bytes.
         out = dataclasses.replace(out, verdict=Verdict.CLEAN, retained_bytes=0)
     return out
@@ -67,7 +67,7 @@ def allow_result(result: TargetResult, allowlist: Sequence[AllowEntry]) -> Targe
 
 def has_warning(result: TargetResult) -> bool:
     """A warning finding (``until-gc``) or a warning line (a truncated walk)."""
-    return bool(result.warnings) or any(f.severity == "warning" for f in result.findings)
+    return bool(result.warnings) or any(f.severity is Severity.WARNING for f in result.findings)
 
 
 def fails(result: TargetResult, fail_on: str = "leak") -> bool:

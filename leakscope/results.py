@@ -68,6 +68,30 @@ class Cause(str, enum.Enum):
         return self.value
 
 
+class Severity(str, enum.Enum):
+    """What a finding does to the gate (``--fail-on``)."""
+
+    #: fails the gate
+    LEAK = "leak"
+    #: fails it only under ``--fail-on warning`` (``until-gc``, storage growth)
+    WARNING = "warning"
+    #: kept on purpose: an allowlist entry covers it (``[tool.leakscope] allowlist``)
+    ALLOWED = "allowed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class LeakKind(str, enum.Enum):
+    """Whether a held graph grows with every step or stays one step's (NOTE [Leak kinds])."""
+
+    GROWING = "growing"
+    BOUNDED = "bounded"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclasses.dataclass(frozen=True)
 class Source:
     """A place in the user's code."""
@@ -135,13 +159,13 @@ class Finding:
     #: bytes per cause class, storage-deduplicated
     bytes_by_cause: Mapping[str, int] = dataclasses.field(default_factory=dict)
     source: Source | None = None
-    #: "leak" fails the gate, "warning" does not (see ``--fail-on``)
-    severity: str = "leak"
+    #: a leak fails the gate, a warning does not (see ``--fail-on``)
+    severity: Severity = Severity.LEAK
     allowed_reason: str | None = None
     #: the graph it keeps, bounded (``probe.view.FINDING_GRAPH_NODES``); None for a held leaf or unknown holder
     graph: GraphView | None = None
-    #: "growing" or "bounded" (NOTE [Leak kinds] in leakscope/diagnose/kinds.py); None without a growth run
-    kind: str | None = None
+    #: growing or bounded (NOTE [Leak kinds] in leakscope/diagnose/kinds.py); None without a growth run
+    kind: LeakKind | None = None
     #: the user line that put the retaining tensor into its holder (``self.x = ...``, ``.append``, ...)
     stored_at: Source | None = None
     #: how it was stored there: "append", "attribute", "item", "buffer", "metric", "return", "hook", ...
@@ -153,6 +177,14 @@ class Finding:
     node_cost: str | None = None
     #: the one-line change that fixes it, when one can be derived and cannot change a gradient
     edit: Edit | None = None
+
+    def __post_init__(self) -> None:
+        # The domain values are enums end to end; a caller's plain string (``severity="warning"``)
+        # becomes its member here, and an unknown one is a ValueError naming it.
+        object.__setattr__(self, "severity", Severity(self.severity))
+        object.__setattr__(self, "cause", Cause(self.cause))
+        if self.kind is not None:
+            object.__setattr__(self, "kind", LeakKind(self.kind))
     #: the lines around ``source`` and ``stored_at``, captured when the check ran (``leakscope.snippets``)
     snippets: tuple[Snippet, ...] = ()
 
@@ -204,10 +236,16 @@ class TargetResult:
     projection: Any = None
     #: the micro-batch keys the engine read (leakscope's own micro-batch format only)
     keys_read: tuple[str, ...] = ()
-    #: "growing" or "bounded" for a leak (growing wins when findings differ); None when unknown
-    kind: str | None = None
+    #: growing or bounded for a leak (growing wins when findings differ); None when unknown
+    kind: LeakKind | None = None
     #: adapter settings the step ran with (e.g. verl's ``calculate_entropy``), as ``name=value`` strings
     settings: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", Mode(self.mode))
+        object.__setattr__(self, "verdict", Verdict(self.verdict))
+        if self.kind is not None:
+            object.__setattr__(self, "kind", LeakKind(self.kind))
 
 
 @dataclasses.dataclass(frozen=True)

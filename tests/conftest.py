@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -52,12 +52,16 @@ def framework_python(venv: Path, setup: str, required_by: tuple[str, ...] = ("LE
     (any of ``required_by`` set to 1). ``setup`` is the script that creates the venv."""
     python = venv / "bin" / "python"
     if not python.exists():
-        message = f"{venv.name} is missing; create it with {setup}"
-        flags = [name for name in required_by if os.environ.get(name) == "1"]
-        if flags:
-            pytest.fail(f"{message} ({' or '.join(f'{name}=1' for name in required_by)})")
-        pytest.skip(message)
+        framework_missing(f"{venv.name} is missing; create it with {setup}", required_by)
     return python
+
+
+def framework_missing(message: str, required_by: tuple[str, ...] = ("LEAKSCOPE_REQUIRE_FRAMEWORKS", "LEAKSCOPE_REQUIRE_VERL")) -> NoReturn:
+    """Skip a test whose framework environment is missing (``message`` says which and how to
+    create it), or fail it when CI requires the frameworks (any of ``required_by`` set to 1)."""
+    if any(os.environ.get(name) == "1" for name in required_by):
+        pytest.fail(f"{message} ({' or '.join(f'{name}=1' for name in required_by)})")
+    pytest.skip(message)
 
 
 def venv_env() -> dict[str, str]:

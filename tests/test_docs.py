@@ -88,3 +88,32 @@ def test_findings_catalogue_covers_every_holder_and_cause() -> None:
         assert f"### {cause}\n" in doc, cause
     for entry in re.split(r"\n### ", doc.split("## Holders", 1)[1].split("## Causes", 1)[0])[1:]:
         assert all(part in entry for part in ("**Symptom**", "**Cause**", "**Fix**")), entry[:40]
+
+
+def test_architecture_names_only_what_exists() -> None:
+    """Every ``leakscope.x.y`` the architecture page names is a module, or an attribute of one
+    (a class, a function, a method): the page is drawn from the code and cannot drift from it."""
+    import importlib
+
+    doc = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    names = sorted(set(re.findall(r"`(leakscope(?:\.\w+)+)`", doc)))
+    assert len(names) > 40
+    missing = []
+    for name in names:
+        parts = name.split(".")
+        obj: object = None
+        for cut in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+            except ImportError:
+                continue
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr, None)
+                if obj is None:
+                    break
+            break
+        if obj is None:
+            missing.append(name)
+    assert missing == [], f"docs/architecture.md names what does not exist: {missing}"
+    for module in re.findall(r"(\w+)/: ", doc):  # the stage folders of the drawing
+        assert (DOCS.parent / "leakscope" / module).is_dir(), module

@@ -103,14 +103,17 @@ def test_epoch_output_list_grows_every_batch_of_the_epoch(results: dict[tuple[st
         assert finding["holder"] == "engine attribute"
         assert finding["confirmed"] is True
         assert finding["grad_fn"] == "NllLossBackward0"
-        assert finding["retained_bytes"] == LEAF_AND_GRAD_BYTES
+        # the input leaf and its gradient, and the loss's graph nodes (NOTE [One accounting])
+        assert finding["bytes_by_cause"]["leaf+grad"] == LEAF_AND_GRAD_BYTES
+        assert finding["retained_bytes"] == LEAF_AND_GRAD_BYTES + finding["bytes_by_cause"]["nodes-only"]
+        assert finding["bytes_by_cause"]["nodes-only"] > 0
         # the line that created the kept tensor: the loss
         line = _line_of(name, "loss = next_token_loss(self.net, batch)")
         assert finding["source"] == {"file": f"fixtures/{name}.py", "line": line, "function": "training_step"}
         assert ".append(loss.detach())" in finding["hint"]  # derived from the storing line
         growth = result["growth"]
-        assert growth["retained_bytes"] == [LEAF_AND_GRAD_BYTES * k for k in (1, 2, 3)]
-        assert growth["slope_bytes"] == LEAF_AND_GRAD_BYTES
+        assert growth["retained_bytes"] == [finding["retained_bytes"] * k for k in (1, 2, 3)]
+        assert growth["slope_bytes"] == finding["retained_bytes"]
         # every batch's graph is alive after the third batch: one epoch, three batches
         assert len(set(growth["nodes_by_micro_batch"])) == 1 and growth["nodes_by_micro_batch"][0] > 0
 
@@ -125,10 +128,12 @@ def test_torchmetrics_forward_cache_holds_one_step(results: dict[tuple[str, str]
         assert finding["confirmed"] is True
         assert finding["bytes_by_cause"]["leaf+grad"] == LEAF_AND_GRAD_BYTES
         assert finding["source"] == {"file": "fixtures/lightning_metric.py", "line": line, "function": "training_step"}
-    # the input leaf and its grad, plus the metric's cloned scalar (a few bytes of activations)
+    # the input leaf and its grad, the metric's cloned scalar (a few bytes of activations) and the
+    # graph's nodes: one step's, flat
     growth = result["growth"]
     assert len(set(growth["retained_bytes"])) == 1
-    assert LEAF_AND_GRAD_BYTES < growth["retained_bytes"][0] <= LEAF_AND_GRAD_BYTES + 64
+    tensors = growth["retained_bytes"][0] - result["findings"][0]["bytes_by_cause"].get("nodes-only", 0)
+    assert LEAF_AND_GRAD_BYTES < tensors <= LEAF_AND_GRAD_BYTES + 64
     assert growth["slope_bytes"] == 0
     assert growth["nodes_by_micro_batch"][:2] == [0, 0] and growth["nodes_by_micro_batch"][2] > 0
 

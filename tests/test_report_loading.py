@@ -101,7 +101,7 @@ MALFORMED = [
     ("script in the rank", "results.0.rank", "<script>alert(1)</script>", "results[0].rank is a string"),
     ("script in a node id", "results.0.findings.0.graph.nodes.0.id", "<img src=x onerror=alert(1)>", "nodes[0].id is"),
     ("unknown severity", "results.0.findings.0.severity", "fatal", "severity is 'fatal', not one of 'leak'"),
-    ("unknown kind", "results.0.findings.0.kind", "exploding", "kind is 'exploding', not one of null"),
+    ("unknown kind", "results.0.findings.0.kind", "exploding", "kind is 'exploding', not one of 'growing', 'bounded'"),
     ("unknown holder", "results.0.findings.0.holder", "the void", "holder is 'the void', not one of"),
     ("findings not a list", "results.0.findings", {"a": 1}, "results[0].findings is not a list"),
     ("a missing required field", "results.0.findings.0.hint", ..., "results[0].findings[0].hint is missing"),

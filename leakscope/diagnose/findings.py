@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 from leakscope.diagnose.fixes import hint_for
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
-from leakscope.results import Cause, Finding, Holder
+from leakscope.results import Cause, Finding, Holder, LeakKind, Severity
 
 if TYPE_CHECKING:
     from leakscope.harness.observe import Held
 
-#: the order a storage reached under several causes is attributed in
-CAUSE_ORDER = (Cause.LEAF_GRAD.value, Cause.CTX.value, Cause.ACTIVATIONS.value)
+#: the order a storage reached under several causes is attributed in (as the probes attribute it)
+CAUSE_ORDER = (Cause.LEAF_GRAD, Cause.CTX, Cause.ACTIVATIONS)
 
 _HOLDER_OF_ROOT = {
     "output": Holder.RETURNED,
@@ -89,7 +89,7 @@ def _rank(cause: str) -> int:
 
 def held_finding(
     held: Held, node_bytes: int, *, confirmed: bool = False, adapter: str | None = None,
-    kind: str | None = None, node_cost: str | None = None,
+    kind: LeakKind | None = None, node_cost: str | None = None,
 ) -> Finding:
     """A reference the harness described, holding a judged step's graph; ``node_cost`` says what
     ``node_bytes`` is (NOTE [What a node costs])."""
@@ -142,7 +142,7 @@ def cycle_finding(by_cause: Mapping[str, int]) -> Finding:
         hint=hint_for(Holder.CYCLE, Cause.UNTIL_GC, CYCLE),
         cause=Cause.UNTIL_GC,
         bytes_by_cause=dict(sorted(by_cause.items())),
-        severity="warning",
+        severity=Severity.WARNING,
     )
 
 
@@ -158,7 +158,7 @@ def storage_growth_finding(container: HolderPath, rate: int) -> Finding:
         hint=hint_for(Holder.STORAGE_GROWTH, Cause.STORAGE_GROWTH, container, rate=rate),
         cause=Cause.STORAGE_GROWTH,
         bytes_by_cause={Cause.STORAGE_GROWTH.value: rate},
-        severity="warning",
+        severity=Severity.WARNING,
     )
 
 

@@ -52,7 +52,18 @@ from leakscope.diagnose.safety import Backward, Plan, plan_for
 from leakscope.diagnose.storefix import StoreSite, after_loss_fix, fix_for, release_fix, rewrite
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
 from leakscope.phase import report
-from leakscope.results import Cause, Edit, Finding, Growth, Mode, Source, TargetResult, Verdict
+from leakscope.results import (
+    Cause,
+    Edit,
+    Finding,
+    Growth,
+    LeakKind,
+    Mode,
+    Severity,
+    Source,
+    TargetResult,
+    Verdict,
+)
 
 if TYPE_CHECKING:
     from leakscope.harness.observe import Held, Observation
@@ -79,7 +90,7 @@ def is_finding(held: Held, latest: int) -> bool:
     return not (held.loop_local and held.steps <= {latest})
 
 
-def finding(held: Held, obs: Observation, ctx: Context, *, confirmed: bool = False, kind: str | None = None) -> Finding:
+def finding(held: Held, obs: Observation, ctx: Context, *, confirmed: bool = False, kind: LeakKind | None = None) -> Finding:
     """The finding for one reference (NOTE [One accounting]), its fix planned (NOTE [Fixes that never
     break training])."""
     f = held_finding(
@@ -88,15 +99,16 @@ def finding(held: Held, obs: Observation, ctx: Context, *, confirmed: bool = Fal
     return with_fix(f, held, None, ctx)
 
 
-def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context) -> Finding:
-    """``f`` with its stored-at line (when known) and the fix derived from it and from its plan."""
+def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context, *, promptly: bool = True) -> Finding:
+    """``f`` with its stored-at line (when known) and the fix derived from it and from its plan;
+    ``promptly``: backward ran through the holder's newest entry within the step that stored it."""
     store = StoreSite(site.op, site.code, site.where, site.graph_names) if site is not None else None
     changes: dict[str, Any] = {}
     if site is not None:
         changes.update(stored_at=site.where, store_op=site.op)
-    if f.severity == "leak" and f.path not in (UNKNOWN, CYCLE):
+    if f.severity is Severity.LEAK and f.path not in (UNKNOWN, CYCLE):
         done = site.backward_done if site is not None else None
-        plan = plan_for(held, ctx.backward, backward_done=done) if held is not None else Plan.DETACH
+        plan = plan_for(held, ctx.backward, backward_done=done, promptly=promptly) if held is not None else Plan.DETACH
         graph_note = "; if it is only logged, compute it under torch.no_grad()" if f.cause is Cause.ACTIVATIONS else ""
         hint: str | None
         if plan is Plan.RELEASE_AFTER_BACKWARD:
@@ -166,7 +178,8 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         findings.append(unknown_finding(residual))
     if not findings and sum(first.until_gc.values()) > 0:
         findings.append(cycle_finding(first.until_gc))
-    growth, kinds = None, {}
+    growth: Growth | None = None
+    kinds: dict[HolderPath, LeakKind] = {}
     node_bytes = obs.node_bytes
     if options.micro_batches > 1:
         report("growth")
@@ -181,7 +194,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         # (an engine that keeps every second step; NOTE [Held after the last micro-batch]);
         # when the single step already named the holders, they are not repeated under their
         # micro-batch-indexed paths.
-        single_step_leak = any(f.severity == "leak" for f in findings)
+        single_step_leak = any(f.severity is Severity.LEAK for f in findings)
         if not single_step_leak:
             for h in after:
                 by_path.setdefault(h.path, h)
@@ -191,9 +204,9 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
             kinds = {}
     if growth is not None:  # NOTE [Leak kinds]
         findings = with_kinds(findings, kinds, curve_kind(growth.retained_bytes))
-    verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
+    verdict = Verdict.LEAK if any(f.severity is Severity.LEAK for f in findings) else Verdict.CLEAN
     if verdict is Verdict.LEAK and options.source:  # NOTE [Stored at]: only when a leak was found
-        wanted = [f.path for f in findings if f.severity == "leak" and f.path not in (UNKNOWN, CYCLE)]
+        wanted = [f.path for f in findings if f.severity is Severity.LEAK and f.path not in (UNKNOWN, CYCLE)]
         if wanted:
             sites = experiment.store_sites(wanted)
             findings = [
@@ -206,7 +219,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         projection = project(experiment, options.at)
     total = 0
     if verdict is Verdict.LEAK:
-        leaking = [by_path[f.path] for f in findings if f.severity == "leak" and f.path in by_path]
+        leaking = [by_path[f.path] for f in findings if f.severity is Severity.LEAK and f.path in by_path]
         total = sum(union_bytes(leaking, node_bytes, one_step=True).values()) + sum(residual.values())
     inspection = experiment.inspection_warning()
     if inspection is not None:
@@ -218,7 +231,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     )
 
 
-def _holder_kinds(held: Sequence[Held], latest: int) -> dict[HolderPath, str]:
+def _holder_kinds(held: Sequence[Held], latest: int) -> dict[HolderPath, LeakKind]:
     """``{holder_key: kind}`` over references after the last micro-batch (NOTE [Leak kinds])."""
     reached: dict[HolderPath, set[int]] = {}
     capped: dict[HolderPath, bool] = {}
@@ -311,7 +324,8 @@ def look_findings(
         f = held_finding(
             first, obs.node_bytes, confirmed=True, adapter=ctx.adapter, kind=kind, node_cost=obs.node_cost_note,
         )
-        f = with_fix(f, first, sites.get(shape), ctx)
+        newest = max(members, key=lambda h: (max(h.steps), str(h.path)))
+        f = with_fix(f, first, sites.get(shape), ctx, promptly=newest.backward_ran)
         f = _kind_hint(f, steps, len(calls), latest)
         findings.setdefault((call.target, call.mode), []).append(f)
         firsts.append(first)
@@ -332,7 +346,7 @@ def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetRe
         last = judging[-1] if judging else None
         findings = tuple(last.findings.get((target, mode), ())) if last else ()
         growth = _look_growth(judging) if judging else None
-        leak = any(f.severity == "leak" for f in findings)
+        leak = any(f.severity is Severity.LEAK for f in findings)
         warnings: list[str] = []
         if leak and last is not None and last is not looks[-1]:
             end = looks[-1]
@@ -358,7 +372,7 @@ def _judging_looks(looks: Sequence[Look], target: str, mode: Mode) -> list[Look]
     """The looks up to the one that judges ``target`` in ``mode``: the latest that found it leaking,
     else every look (NOTE [The look that judges])."""
     for i in range(len(looks) - 1, -1, -1):
-        if any(f.severity == "leak" for f in looks[i].findings.get((target, mode), ())):
+        if any(f.severity is Severity.LEAK for f in looks[i].findings.get((target, mode), ())):
             return list(looks[: i + 1])
     return list(looks)
 

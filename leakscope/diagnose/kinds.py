@@ -31,11 +31,11 @@ import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from leakscope.holders import HolderPath, SegmentKind
-from leakscope.results import Finding
+from leakscope.results import Finding, LeakKind, Severity
 
-GROWING = "growing"
-BOUNDED = "bounded"
-KINDS = (GROWING, BOUNDED)
+GROWING = LeakKind.GROWING
+BOUNDED = LeakKind.BOUNDED
+KINDS = tuple(LeakKind)
 
 def holder_key(path: HolderPath) -> HolderPath:
     """The same holder in a single step and in a growth run.
@@ -50,13 +50,13 @@ def holder_key(path: HolderPath) -> HolderPath:
     return HolderPath(path.root, segments).shape()
 
 
-def kind_of(steps: frozenset[int], latest: int, maxlen: int | None = None) -> str:
+def kind_of(steps: frozenset[int], latest: int, maxlen: int | None = None) -> LeakKind:
     """One reference's kind: bounded when it reaches only the latest step's graph (or sits in a
     deque with a maxlen), growing when it reaches an earlier one (NOTE [Leak kinds])."""
     return BOUNDED if steps <= {latest} or maxlen is not None else GROWING
 
 
-def holder_kinds(held: Iterable[tuple[HolderPath, frozenset[int], int | None]], last: int) -> dict[HolderPath, str]:
+def holder_kinds(held: Iterable[tuple[HolderPath, frozenset[int], int | None]], last: int) -> dict[HolderPath, LeakKind]:
     """``{holder_key: kind}`` from (path, micro-batches reached, deque maxlen) per held reference.
 
     ``last`` is the index of the last micro-batch; see NOTE [Leak kinds].
@@ -74,18 +74,18 @@ def holder_kinds(held: Iterable[tuple[HolderPath, frozenset[int], int | None]], 
     return out
 
 
-def curve_kind(retained: Sequence[int]) -> str | None:
+def curve_kind(retained: Sequence[int]) -> LeakKind | None:
     """The kind a growth curve shows: rising is growing, flat and non-zero is bounded."""
     if len(retained) < 2 or max(retained) <= 0:
         return None
     return GROWING if retained[-1] > retained[0] else BOUNDED
 
 
-def with_kinds(findings: Iterable[Finding], kinds: Mapping[HolderPath, str], default: str | None) -> list[Finding]:
+def with_kinds(findings: Iterable[Finding], kinds: Mapping[HolderPath, LeakKind], default: LeakKind | None) -> list[Finding]:
     """Each leak finding with its kind: its holder's in the growth run, else the curve's."""
     out = []
     for f in findings:
-        if f.severity == "warning" or f.kind is not None:
+        if f.severity is Severity.WARNING or f.kind is not None:
             out.append(f)
             continue
         kind = kinds.get(holder_key(f.path), default)
@@ -93,9 +93,9 @@ def with_kinds(findings: Iterable[Finding], kinds: Mapping[HolderPath, str], def
     return out
 
 
-def result_kind(findings: Iterable[Finding]) -> str | None:
+def result_kind(findings: Iterable[Finding]) -> LeakKind | None:
     """The headline kind: growing if any failing finding grows, else bounded (None: unknown)."""
-    kinds = {f.kind for f in findings if f.severity == "leak" and f.kind is not None}
+    kinds = {f.kind for f in findings if f.severity is Severity.LEAK and f.kind is not None}
     if GROWING in kinds:
         return GROWING
     return BOUNDED if BOUNDED in kinds else None

@@ -50,12 +50,19 @@ class Plan(str, enum.Enum):
     RELEASE_AFTER_BACKWARD = "release-after-backward"
 
 
-def plan_for(held: Held, backward: Backward, *, backward_done: bool | None = None) -> Plan:
+def plan_for(held: Held, backward: Backward, *, backward_done: bool | None = None, promptly: bool = True) -> Plan:
     """NOTE [Fixes that never break training]. ``backward_done``: whether backward had already
-    run through the tensor when the stored-at line stored it (None: not known)."""
+    run through the tensor when the stored-at line stored it (None: not known). ``promptly``:
+    backward ran through the container's newest entry within the step that stored it."""
     if held.backward_ran and backward is not Backward.CALLER and held.path.root != "output" and not backward_done:
         # Backward ran through what it holds, not through a loss leakscope holds, and not before
-        # it was stored: the holder may be what backward ran on.
+        # it was stored. A list that gets each step's loss appended and backward run on the step's
+        # own loss, within the step (Lightning's ``training_step_outputs``), can keep a detached
+        # copy: a backward through an older entry again would fail on its freed graph. A single
+        # slot may be what the framework runs backward on (Lightning's ``_minimize``), and a list
+        # whose entries backward runs through later (losses summed over micro-batches) feeds it.
+        if held.accumulating and promptly:
+            return Plan.DETACH
         return Plan.RELEASE_AFTER_BACKWARD
     if held.feeds_loss and held.path.root != "output":
         return Plan.DETACH_AFTER_LOSS

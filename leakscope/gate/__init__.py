@@ -1,2 +1,3 @@
-"""The pre-merge gate: ``[tool.leakscope]`` configuration (``config``) and the pytest plugin
-(``pytest_plugin``). Torch-free: both load in every pytest session and CLI start."""
+"""The pre-merge gate: the pytest plugin (:mod:`~leakscope.gate.pytest_plugin`). Torch-free: it loads
+in every pytest session. The ``[tool.leakscope]`` configuration every command reads is
+:mod:`leakscope.config`."""

@@ -27,6 +27,7 @@ from leakscope.harness.observe import (
     Collection,
     Held,
     Observation,
+    caller_storages,
     describe,
     evidence_alive,
     observation,
@@ -409,20 +410,8 @@ def checking() -> Any:
 
 def _excluded(trial: Trial, found: Collection) -> set[tuple[str, int]]:
     """Storages not counted as retained: the trial's (parameters, what existed before) and what the
-    caller's roots hold directly (plain tensors and the held tensors themselves)."""
-    from leakscope.probe.walk import kinds
-
-    excluded = set(trial.excluded_storages)
-    for hit in found.plain:
-        key = storage_key(hit.obj)
-        if key is not None:
-            excluded.add(key)
-    for hit, node, _ in found.holders:
-        if node is not None and not kinds().is_node(hit.obj):
-            key = storage_key(hit.obj)
-            if key is not None:
-                excluded.add(key)
-    return excluded
+    caller's roots hold directly."""
+    return trial.excluded_storages | caller_storages(found)
 
 
 def _until_gc_bytes(trial: Trial) -> dict[str, int]:

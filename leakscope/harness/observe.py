@@ -4,7 +4,7 @@ The one walk of ``check`` (a trial's roots: the output, the engine, the
 micro-batch, the model, module globals) and of ``watch`` (a running job's
 roots: the loop's frames, the engine, the call's arguments, module globals).
 :func:`collect` finds every reference into the judged steps' graphs (NOTE [A
-step's graph] in :mod:`leakscope.harness.steps`); :func:`describe` turns each
+step's graph] in :mod:`leakscope.probe.steps`); :func:`describe` turns each
 into a :class:`Held`, a tensor-free description a judge can reason about
 (:mod:`leakscope.diagnose.judge`): which steps' graphs it reaches, what those
 graphs keep, whether backward already ran through them, where it was created.
@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from leakscope.harness.source import called_from, created_at
-from leakscope.harness.steps import BEFORE, StepGraphs
 from leakscope.holders import HolderPath
 from leakscope.probe.autograd import (
     LEAF_GRAD,
@@ -37,6 +36,7 @@ from leakscope.probe.autograd import (
 )
 from leakscope.probe.cost import node_cost
 from leakscope.probe.liveness import Evidence, alive_bytes
+from leakscope.probe.steps import BEFORE, StepGraphs
 from leakscope.probe.view import FINDING_GRAPH_NODES, view_of
 from leakscope.probe.walk import ITEM, SET, Hit, Link, Root, WalkStats, kinds, walk
 from leakscope.results import GraphView, Source
@@ -76,6 +76,8 @@ class Held:
     feeds_loss: bool = False
     #: a held leaf of a step (a checkpoint input forced to require grad), not a graph node
     leaf: bool = False
+    #: held through a container that accumulates (a list, deque or set entry, a step-keyed mapping)
+    accumulating: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,17 +195,17 @@ def _only_extends_older(node: Any, steps: StepGraphs) -> bool:
     return older
 
 
-def plain_storages(found: Collection, holder_storage: Callable[[Any], tuple[str, int] | None]) -> set[tuple[str, int]]:
-    """Storages the roots hold directly (plain tensors, and the held tensors themselves): not retained
-    by a graph, whatever a graph also keeps on them."""
+def caller_storages(found: Collection) -> set[tuple[str, int]]:
+    """Storages the caller's roots hold directly (plain tensors, and the held tensors themselves):
+    not retained by a graph, whatever a graph also keeps on them."""
     out = set()
     for hit in found.plain:
-        key = holder_storage(hit.obj)
+        key = storage_key(hit.obj)
         if key is not None:
             out.add(key)
     for hit, node, _ in found.holders:
         if node is not None and not kinds().is_node(hit.obj):
-            key = holder_storage(hit.obj)
+            key = storage_key(hit.obj)
             if key is not None:
                 out.add(key)
     return out
@@ -279,6 +281,7 @@ def describe(
         partly_freed=stats.freed > 0 and stats.intact > 0,
         feeds_loss=node is not None and node_key(node) in loss_nodes,
         leaf=node is None,
+        accumulating=_through_accumulator(hit.link),
     )
 
 
@@ -372,17 +375,20 @@ def _accumulates(link: Link) -> bool:
     return False
 
 
+def _through_accumulator(link: Link | None) -> bool:
+    while link is not None and link.parent is not None:
+        if _accumulates(link):
+            return True
+        link = link.parent
+    return False
+
+
 def _loop_local(hit: Hit, loop_roots: frozenset[str]) -> bool:
     """NOTE [The loop's latest result]: held by a loop's own variable, not through a container
     that accumulates (``out = step(...)`` and ``out["loss"]``, not ``outputs[0]``)."""
     if not (hit.root.kind == "caller" or hit.root.name in loop_roots):
         return False
-    link: Link | None = hit.link
-    while link is not None and link.parent is not None:
-        if _accumulates(link):
-            return False
-        link = link.parent
-    return True
+    return not _through_accumulator(hit.link)
 
 
 def observation(
@@ -426,5 +432,5 @@ def evidence_alive(
 
 __all__ = [
     "Collection", "Held", "Observation", "collect", "describe", "evidence_alive", "live_step_nodes", "loss_graph",
-    "module_roots", "observation", "plain_storages", "unexplained_nodes",
+    "module_roots", "observation", "caller_storages", "unexplained_nodes",
 ]

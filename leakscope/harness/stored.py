@@ -252,7 +252,7 @@ def _graph_names(frame: types.FrameType | None, line: int) -> tuple[str, ...]:
 def _sequence_now() -> int | None:
     """This thread's autograd sequence number now (one tiny node, made and dropped)."""
     try:
-        from leakscope.harness.steps import next_sequence_nr
+        from leakscope.probe.steps import next_sequence_nr
 
         return next_sequence_nr()
     except Exception:

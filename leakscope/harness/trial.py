@@ -4,7 +4,7 @@ A trial keeps exactly what a real caller keeps after a micro-batch (the
 returned output, the engine, the micro-batch and the model) and nothing else:
 :func:`run_trial` returns only after its own frame, holding the loss and the
 step's result, is gone. The trial also records, by weakref and identity only,
-what the step built (:class:`~leakscope.harness.steps.StepGraphs`, the
+what the step built (:class:`~leakscope.probe.steps.StepGraphs`, the
 evidence), so :mod:`leakscope.harness.observe` can tell who still holds it.
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 from leakscope.harness.observe import Collection, collect, loss_graph, module_roots
 from leakscope.harness.protocol import EngineSpec, build_engine
 from leakscope.harness.run import build_subject, make_micro_batch, step_once
-from leakscope.harness.steps import StepGraphs
 from leakscope.options import CheckOptions
 from leakscope.phase import report
 from leakscope.probe.autograd import sequence_nr, storage_key
 from leakscope.probe.liveness import Evidence, collect_evidence
+from leakscope.probe.steps import StepGraphs
 from leakscope.probe.walk import Root, walk
 from leakscope.results import Mode
 

@@ -1,7 +1,7 @@
 """Observe the watched calls of a real job and look, before each call, at which earlier graph is alive.
 
 What is particular to a live job lives here: counting the calls, placing each
-call's graph (:class:`~leakscope.harness.steps.StepGraphs`), collecting the roots
+call's graph (:class:`~leakscope.probe.steps.StepGraphs`), collecting the roots
 of a running program (its frames, the engine, the call's arguments, globals),
 looking at the right moment, and tracing the job for the stored-at line. The
 walk and the descriptions are the harness's (:mod:`leakscope.harness.observe`),
@@ -75,7 +75,7 @@ from typing import Any
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
 from leakscope.live.methods import MethodSpec, engine_of
 from leakscope.phase import report as report_phase
-from leakscope.results import Finding, Mode, TargetResult
+from leakscope.results import Finding, Mode, Severity, TargetResult
 
 
 class WatchStop(BaseException):
@@ -121,7 +121,7 @@ class Observer:
     """Counts calls, records the watched ones, looks before each (NOTE [When watch looks])."""
 
     def __init__(self, options: ObserverOptions) -> None:
-        from leakscope.harness.steps import StepGraphs
+        from leakscope.probe.steps import StepGraphs
 
         self.options = options
         #: tracing the job between two looks (NOTE [Stored at, in a running job])
@@ -344,7 +344,7 @@ class Observer:
             for f in found_here:
                 if f.source is not None:
                     self.sources.setdefault(f.path.shape(), f.source)
-                elif f.severity == "leak" and not final and f.path not in (UNKNOWN, CYCLE):
+                elif f.severity is Severity.LEAK and not final and f.path not in (UNKNOWN, CYCLE):
                     self.anomaly_next = True  # NOTE [Created at, in a running job]
         if not final and frame is not None and self.options.source:
             self._start_tracing(look.findings, frame, args)
@@ -399,21 +399,10 @@ class Observer:
         return getattr(self, "_loop_global_names", set())
 
     def _excluded(self, found: Any) -> set[tuple[str, int]]:
-        """Storages not counted as a call's: what the job's roots hold directly, and parameters."""
-        from leakscope.probe.autograd import storage_key
-        from leakscope.probe.walk import kinds
+        """Storages not counted as a call's: what the job's roots hold directly."""
+        from leakscope.harness.observe import caller_storages
 
-        excluded: set[tuple[str, int]] = set()
-        for hit in found.plain:
-            key = storage_key(hit.obj)
-            if key is not None:
-                excluded.add(key)
-        for hit, node, _ in found.holders:
-            if node is not None and not kinds().is_node(hit.obj):
-                key = storage_key(hit.obj)
-                if key is not None:
-                    excluded.add(key)
-        return excluded
+        return caller_storages(found)
 
     def _context(self) -> Any:
         from leakscope.diagnose.judge import WATCH
@@ -434,7 +423,7 @@ class Observer:
 
         wanted = [
             f for found in findings.values() for f in found
-            if f.severity == "leak" and f.path.shape() not in self.sites and f.path not in (UNKNOWN, CYCLE)
+            if f.severity is Severity.LEAK and f.path.shape() not in self.sites and f.path not in (UNKNOWN, CYCLE)
         ]
         if not wanted:
             return

@@ -29,15 +29,17 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from leakscope.holders import shorten
+from leakscope.results import Cause
 
 UINT64_MAX = 2**64 - 1
 
-# Cause classes, in the order a shared storage is attributed.
-LEAF_GRAD = "leaf+grad"
-CTX = "ctx"
-ACTIVATIONS = "activations"
-NODES_ONLY = "nodes-only"
-UNTIL_GC = "until-gc"
+# The cause classes the probes sort tensors into (:class:`leakscope.results.Cause`), and the
+# order a storage reached under several is attributed in.
+LEAF_GRAD = Cause.LEAF_GRAD
+CTX = Cause.CTX
+ACTIVATIONS = Cause.ACTIVATIONS
+NODES_ONLY = Cause.NODES_ONLY
+UNTIL_GC = Cause.UNTIL_GC
 CAUSE_ORDER = (LEAF_GRAD, CTX, ACTIVATIONS)
 
 _raw_names_by_type: dict[type, tuple[str, ...]] = {}
@@ -158,7 +160,7 @@ def iter_nodes(roots: Iterable[Any], stop: Callable[[Any], bool] | None = None) 
     """Every node reachable from ``roots``, each once, without recursion.
 
     ``stop(node)`` True: the node is neither yielded nor entered (a graph built
-    before the steps that are judged; NOTE [A step's graph] in leakscope/harness/steps.py).
+    before the steps that are judged; NOTE [A step's graph] in leakscope/probe/steps.py).
     """
     seen: dict[int, Any] = {}  # holds the Python wrappers so ids stay unique
     stack = [r for r in roots if r is not None]

@@ -1,6 +1,10 @@
 """Renderers: pure functions from a :class:`~leakscope.results.Report` to a string.
 
-One module per format. Writing the string to stdout or a file is the caller's job.
+One module per format (``text``, ``json_report``, ``junit``, ``sarif``, ``github``, ``html``; ``tree``
+and ``dot`` draw a ``GraphView``); ``summary`` holds what several share, ``escape`` the one escaping
+helper per format, ``graph_layout`` lays a graph out for the HTML page (its CSS is
+``report.css``), ``progress`` is the live status line on stderr. Writing to stdout or a file is the
+caller's job (:mod:`leakscope.commands.common`).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 from leakscope.policy import exit_code
 from leakscope.render.escape import github_data, github_property, terminal
 from leakscope.render.summary import finding_message, label, report_line
-from leakscope.results import Finding, Report, Verdict
+from leakscope.results import Finding, Report, Severity, Verdict
 
 _COMMAND = {"leak": "error", "warning": "warning", "allowed": "notice"}
 
@@ -28,7 +28,7 @@ def command(name: str, message: str, **properties: str | int) -> str:
 
 def _annotation(finding: Finding, message: str) -> str:
     name = _COMMAND.get(finding.severity, "error")
-    title = f"leakscope {finding.holder}" + (" (allowed)" if finding.severity == "allowed" else "")
+    title = f"leakscope {finding.holder}" + (" (allowed)" if finding.severity is Severity.ALLOWED else "")
     if finding.source is None:
         return command(name, message, title=title)
     return command(name, message, file=finding.source.file, line=max(1, finding.source.line), title=title)

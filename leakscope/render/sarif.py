@@ -17,7 +17,7 @@ from typing import Any
 
 from leakscope.render.escape import sarif_uri
 from leakscope.render.summary import finding_message, label
-from leakscope.results import Finding, Report, TargetResult, Verdict
+from leakscope.results import Finding, Report, Severity, TargetResult, Verdict
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -135,7 +135,7 @@ def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str
             },
             "logicalLocations": [{"fullyQualifiedName": f"{result.target}.{finding.source.function}"}],
         })
-    if finding.severity == "allowed":
+    if finding.severity is Severity.ALLOWED:
         out["suppressions"] = [{"kind": "external", "justification": finding.allowed_reason or ""}]
     return out
 

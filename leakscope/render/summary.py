@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from leakscope.policy import fails
-from leakscope.results import Finding, Holder, Report, TargetResult, Verdict
+from leakscope.results import Finding, Holder, Report, Severity, TargetResult, Verdict
 
 
 def human_bytes(n: int) -> str:
@@ -159,7 +159,7 @@ def shown_verdict(result: TargetResult, fail_on: str = "leak") -> str:
 
 def warning_count(result: TargetResult) -> str:
     """``2 warnings``: warning findings and warning lines of ``result``."""
-    warned = sum(1 for f in result.findings if f.severity == "warning") + len(result.warnings)
+    warned = sum(1 for f in result.findings if f.severity is Severity.WARNING) + len(result.warnings)
     return f"{warned} warning{'s' if warned != 1 else ''}"
 
 
@@ -167,10 +167,10 @@ def result_line(result: TargetResult, fail_on: str = "leak") -> str:
     """The verdict of one target and mode in one line, as the ``fail_on`` gate judged it."""
     if result.verdict is Verdict.ERROR:
         return f"{label(result)}: error: {result.error}"
-    leaks = [f for f in result.findings if f.severity == "leak"]
+    leaks = [f for f in result.findings if f.severity is Severity.LEAK]
     extras = []
-    allowed = sum(1 for f in result.findings if f.severity == "allowed")
-    warned = sum(1 for f in result.findings if f.severity == "warning") + len(result.warnings)
+    allowed = sum(1 for f in result.findings if f.severity is Severity.ALLOWED)
+    warned = sum(1 for f in result.findings if f.severity is Severity.WARNING) + len(result.warnings)
     if allowed:
         extras.append(f"{allowed} allowed")
     if warned:

@@ -18,7 +18,7 @@ from leakscope.render.summary import (
     source_lines,
     warning_count,
 )
-from leakscope.results import Report, TargetResult, Verdict
+from leakscope.results import Report, Severity, TargetResult, Verdict
 
 #: the verdict word's style, by :func:`~leakscope.render.summary.shown_verdict`
 _STYLE = {"clean": "bold green", "leak": "bold red", "error": "bold yellow", "warning": "bold yellow"}
@@ -52,7 +52,7 @@ def _result_block(result: TargetResult, fail_on: str) -> list[Any]:
         for column in ("path", "holder", "grad_fn", "cause", "kind", "bytes", "confirmed"):
             table.add_column(column, overflow="fold", justify="right" if column == "bytes" else "left")
         for f in result.findings:
-            severity = "" if f.severity == "leak" else f" ({f.severity})"
+            severity = "" if f.severity is Severity.LEAK else f" ({f.severity})"
             cells = (
                 shorten(str(f.path)), f"{f.holder}{severity}", f.grad_fn, f.cause, f.kind or "-",
                 human_bytes(f.retained_bytes), "yes" if f.confirmed else "no",

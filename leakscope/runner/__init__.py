@@ -1,2 +1,7 @@
-"""Runners: check targets in this process (``inprocess``) or each in a child process
-(``isolation``, whose child runs ``worker``). Above the diagnosis, below the library API."""
+"""Runners: where a check runs.
+
+- :mod:`~leakscope.runner.inprocess`: every mode of a target in this process, guarded;
+- :mod:`~leakscope.runner.isolation`: a child process per target (``-j N`` at once);
+- :mod:`~leakscope.runner.zygote`: the fork server that imports torch once, and both ends of its protocol;
+- :mod:`~leakscope.runner.worker`: what each child runs.
+"""

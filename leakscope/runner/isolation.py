@@ -37,6 +37,7 @@ from leakscope.errors import UsageError
 from leakscope.options import CheckOptions
 from leakscope.phase import listened, report
 from leakscope.results import Mode, Report, TargetResult, Verdict
+from leakscope.runner.zygote import Client, kill_group
 
 _FIX_EXIT = "an engine must return (loss, output) and never exit the process"
 #: ``LEAKSCOPE_START_METHOD=spawn`` starts every child as a new interpreter (no zygote)
@@ -139,73 +140,6 @@ class _Job:
         return self.returncode is not None
 
 
-class _Zygote:
-    """The parent's handle on the fork server (``leakscope.runner.zygote``)."""
-
-    def __init__(self, model: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leakscope.runner.zygote", model], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=_stderr_fd(), start_new_session=True,
-        )
-        assert self.proc.stdout is not None and self.proc.stdin is not None
-        self.out = self.proc.stdout.fileno()
-        os.set_blocking(self.out, False)
-        self.buffer = b""
-        self.alive = True
-
-    def wait_ready(self, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.out, selectors.EVENT_READ)
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
-                    return False
-                messages = self.read()
-                if messages is None:
-                    return False
-                if messages:
-                    return bool(messages[0].get("ready"))
-
-    def send(self, message: dict[str, Any]) -> bool:
-        assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write((json.dumps(message) + "\n").encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            self.alive = False
-        return self.alive
-
-    def read(self) -> list[dict[str, Any]] | None:
-        """The messages that arrived (maybe none); None once the zygote is gone."""
-        try:
-            chunk = os.read(self.out, 65536)
-        except BlockingIOError:
-            return []
-        if not chunk:
-            self.alive = False
-            return None
-        self.buffer += chunk
-        *lines, self.buffer = self.buffer.split(b"\n")
-        return [json.loads(line) for line in lines if line.strip()]
-
-    def close(self) -> None:
-        """End of its stdin: it kills and reaps every child, then exits; we make sure it does."""
-        try:
-            if self.proc.stdin is not None:
-                self.proc.stdin.close()
-        except OSError:
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        _kill_group(self.proc.pid)
-        self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
 class _Pool:
     """Runs up to ``options.jobs`` children at once, forked where safe, spawned otherwise."""
 
@@ -213,7 +147,7 @@ class _Pool:
         self.options = options
         self.jobs = max(1, options.jobs)
         self.fork = can_fork(options)
-        self.zygote: _Zygote | None = None
+        self.zygote: Client | None = None
         self.running: dict[int, _Job] = {}
         self.selector = selectors.DefaultSelector()
 
@@ -224,7 +158,7 @@ class _Pool:
         # Normal end, a usage error, KeyboardInterrupt: nothing we started outlives the check.
         for job in list(self.running.values()):
             if job.proc is not None:
-                _kill_group(job.proc.pid)
+                kill_group(job.proc.pid)
                 job.proc.wait()
             self._forget(job)
             job.tmp.cleanup()
@@ -264,11 +198,11 @@ class _Pool:
         else:
             self._spawn(job)
 
-    def _zygote(self) -> _Zygote | None:
+    def _zygote(self) -> Client | None:
         if not self.fork:
             return None
         if self.zygote is None:
-            self.zygote = _Zygote(self.options.model)
+            self.zygote = Client(self.options.model, _stderr_fd())
             if not self.zygote.wait_ready(_ZYGOTE_START_S):
                 self.fork = False  # it could not import, or may not fork: spawn every target
                 self.zygote.close()
@@ -323,7 +257,7 @@ class _Pool:
                 if time.perf_counter() - job.started >= limit:
                     job.timed_out = True
                     if job.proc is not None:
-                        _kill_group(job.pid)  # not reaped yet: still its group
+                        kill_group(job.pid)  # not reaped yet: still its group
                     elif self.zygote is not None:
                         self.zygote.send({"kill": job.ident})
 
@@ -348,7 +282,7 @@ class _Pool:
                     if job.pid is None:
                         self._spawn(job)
                     else:
-                        _kill_group(job.pid)  # helpers the engine started
+                        kill_group(job.pid)  # helpers the engine started
                         self._ended(job, -signal.SIGKILL)
 
     def _poll_spawned(self, job: _Job) -> None:
@@ -360,7 +294,7 @@ class _Pool:
         if ended is None:
             return
         # Also ends anything the engine spawned (data workers, servers), before the pid can be reused.
-        _kill_group(job.pid)
+        kill_group(job.pid)
         self._ended(job, job.proc.wait())
 
     def _ended(self, job: _Job, returncode: int) -> None:
@@ -440,13 +374,6 @@ def _stderr_fd() -> int:
         return sys.__stderr__.fileno() if sys.__stderr__ is not None else subprocess.DEVNULL
     except (OSError, ValueError):
         return subprocess.DEVNULL
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""The fork server of an isolated check: ``python -m leakscope.runner.zygote [MODEL]``.
+"""The fork server of an isolated check (``python -m leakscope.runner.zygote [MODEL]``), and both ends of
+its protocol: :func:`main` in the zygote, :class:`Client` in the parent.
 
 Started by :mod:`leakscope.runner.isolation`, once per check. It imports torch,
 tensordict and leakscope's check machinery (and transformers and peft for
@@ -61,8 +62,10 @@ import json
 import os
 import selectors
 import signal
+import subprocess
 import sys
 import threading
+import time
 from typing import IO, Any, NoReturn
 
 #: leakscope's own modules a check imports: loaded once here instead of in every child
@@ -91,7 +94,7 @@ PRELOAD = (
     "leakscope.harness.run",
     "leakscope.harness.runtime",
     "leakscope.harness.source",
-    "leakscope.harness.steps",
+    "leakscope.probe.steps",
     "leakscope.harness.stored",
     "leakscope.harness.target",
     "leakscope.harness.trial",
@@ -232,7 +235,7 @@ class _Server:
         if "kill" in message:
             child = self.children.get(int(message["kill"]))
             if child is not None:
-                _kill_group(child.pid)  # not reaped yet: the group id is still its own
+                kill_group(child.pid)  # not reaped yet: the group id is still its own
             return
         ident = int(message["id"])
         reason = unsafe_to_fork()
@@ -280,7 +283,7 @@ class _Server:
         worker.run_request(request)
 
     def _reap(self, child: _Child) -> None:
-        _kill_group(child.pid)  # helpers the engine left running die with it, as with a spawned child
+        kill_group(child.pid)  # helpers the engine left running die with it, as with a spawned child
         _, status = os.waitpid(child.pid, 0)
         self.selector.unregister(child.pidfd)
         os.close(child.pidfd)
@@ -289,7 +292,7 @@ class _Server:
 
     def _kill_all(self) -> None:
         for child in list(self.children.values()):
-            _kill_group(child.pid)
+            kill_group(child.pid)
             os.waitpid(child.pid, 0)
             os.close(child.pidfd)
         self.children.clear()
@@ -332,11 +335,82 @@ def _reset_process(fresh: _Fresh) -> None:
     torch.set_num_threads(fresh.torch_threads)
 
 
-def _kill_group(pgid: int) -> None:
+def kill_group(pgid: int) -> None:
+    """SIGKILL a process group (a child and the helpers it started); gone already is fine."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+# -- the parent's end -------------------------------------------------------------------------------
+
+class Client:
+    """The parent's end of the protocol: its handle on the fork server (the other end is :func:`main`)."""
+
+    def __init__(self, model: str, stderr: int) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "leakscope.runner.zygote", model], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=stderr, start_new_session=True,
+        )
+        assert self.proc.stdout is not None and self.proc.stdin is not None
+        self.out = self.proc.stdout.fileno()
+        os.set_blocking(self.out, False)
+        self.buffer = b""
+        self.alive = True
+
+    def wait_ready(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.out, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    return False
+                messages = self.read()
+                if messages is None:
+                    return False
+                if messages:
+                    return bool(messages[0].get("ready"))
+
+    def send(self, message: dict[str, Any]) -> bool:
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write((json.dumps(message) + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self.alive = False
+        return self.alive
+
+    def read(self) -> list[dict[str, Any]] | None:
+        """The messages that arrived (maybe none); None once the zygote is gone."""
+        try:
+            chunk = os.read(self.out, 65536)
+        except BlockingIOError:
+            return []
+        if not chunk:
+            self.alive = False
+            return None
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def close(self) -> None:
+        """End of its stdin: it kills and reaps every child, then exits; we make sure it does."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        kill_group(self.proc.pid)
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
 
 
 def main() -> None:
