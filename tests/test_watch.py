@@ -11,9 +11,13 @@ import gc
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 import weakref
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,9 +165,12 @@ def test_the_jobs_own_failure_is_reported_with_what_was_watched() -> None:
         # --timeout wakes a job blocked in time.sleep (a real SIGINT to the main thread) ...
         # (60 s: the clock counts from the launch, and the two steps, about 5 s on an idle machine, must fit
         # on a loaded two-core CI machine)
-        (["--timeout", "60"], ["--hang"], "the job ran past --timeout 60s and was interrupted; the report covers"),
+        # The message names the phase the job was in.
+        (["--timeout", "60"], ["--hang"],
+         "the job ran past --timeout 60s while running the job after watched call #1 and was interrupted; the report covers"),
         # ... and reports without it when the job ignores SIGINT (NOTE [A job past its timeout]).
-        (["--timeout", "60"], ["--hang", "--ignore-sigint"], "the job ran past --timeout 60s and did not stop"),
+        (["--timeout", "60"], ["--hang", "--ignore-sigint"],
+         "the job ran past --timeout 60s while running the job after watched call #1 and did not stop"),
     ],
 )
 def test_a_job_that_exits_is_interrupted_or_hangs_is_reported_with_its_holders(
@@ -209,6 +216,166 @@ def test_bad_input_is_one_line_with_its_exit_code(args: list[str], code: int, me
     assert message in done.stderr
     assert "Traceback" not in done.stderr
     _doc(done)  # valid JSON when JSON was asked
+
+
+ABRUPT = "fixtures/watch/abrupt_end.py"
+ABRUPT_PATHS = [
+    "caller:abrupt_end.py:main.output_lst[0].model_output.log_probs",
+    "caller:abrupt_end.py:main.output_lst[0].model_output.entropy",
+]
+
+
+def _left_in(tmp: Path) -> list[str]:
+    """What leakscope left in the temporary directory it was given (TMPDIR; torch keeps its own caches there)."""
+    return sorted(p.name for p in tmp.iterdir() if p.name.startswith("leakscope"))
+
+
+@pytest.mark.parametrize(
+    ("how", "error"),
+    [
+        # After two leaky watched calls (the look before call #1 saw call #0's graph held) ...
+        (["exit0"], "the job's process ended with exit status 0 while running the job after watched call #1, before "
+                    "leakscope wrote its report (os._exit(0), or an exit from C); the report covers the looks before"),
+        (["kill"], "the job's process died of SIGKILL while running the job after watched call #1: a signal from "
+                   "outside (out of memory?); the report covers the looks before"),
+        # ... or inside the step's call #1.
+        (["exit5", "--in-call", "1"], "the job's process ended with exit status 5 while in watched call #1, before "
+                                      "leakscope wrote its report (os._exit(5), or an exit from C); the report covers"),
+        (["segv", "--in-call", "1"], "the job's process died of SIGSEGV while in watched call #1: a crash in native "
+                                     "code (an extension or torch; its Python stack is on stderr); the report covers"),
+    ],
+)
+def test_a_job_that_ends_its_process_abruptly_is_an_error_with_the_looks_it_made(
+    how: list[str], error: str, tmp_path: Path,
+) -> None:
+    """NOTE [The job in a process of its own]: os._exit, a signal, a crash in C still give a report (exit 3)."""
+    done = _watch("-f", "json", "--method", ACTOR, ABRUPT, *how, env={"TMPDIR": str(tmp_path)})
+    doc = _doc(done)
+    (method, job) = doc["results"]
+    assert (method["target"], method["verdict"], [f["path"] for f in method["findings"]]) == (ACTOR, "leak", ABRUPT_PATHS)
+    assert (job["target"], job["verdict"]) == (ABRUPT, "error") and job["error"].startswith(error)
+    assert done.returncode == 3
+    assert f"leakscope: {ABRUPT}: {error}" in done.stderr
+    assert _left_in(tmp_path) == []  # the report directory is gone
+
+
+def test_a_job_that_ends_before_its_first_watched_call_is_an_error(tmp_path: Path) -> None:
+    done = _watch("-f", "json", "--method", ACTOR, ABRUPT, "exit0", "--steps", "0", env={"TMPDIR": str(tmp_path)})
+    assert [(r["target"], r["verdict"], r["error"]) for r in _doc(done)["results"]] == [(
+        ABRUPT, "error", "the job's process ended with exit status 0 while running the job before its first watched "
+        "call, before leakscope wrote its report (os._exit(0), or an exit from C)",
+    )]
+    assert done.returncode == 3
+    assert _left_in(tmp_path) == []
+
+
+def test_sigterm_to_leakscope_watch_is_forwarded_to_the_job_and_the_report_made(tmp_path: Path) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "leakscope", "watch", "-f", "json", "--method", ACTOR, ABRUPT, "hang"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # until the job hangs after its two watched calls
+            states = [json.loads(p.read_text()) for p in tmp_path.glob("leakscope-watch-*/state-*.json")]
+            if any(s["phase"] == "running the job after watched call #1" for s in states):
+                break
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    doc = _doc(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
+    assert [(r["verdict"], [f["path"] for f in r["findings"]]) for r in doc["results"]] == [("leak", ABRUPT_PATHS), ("error", [])]
+    assert doc["results"][1]["error"].startswith(
+        "the job's process died of SIGTERM while running the job after watched call #1"
+    )
+    assert proc.returncode == 3
+    assert _left_in(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("timeout", "job", "error"),
+    [
+        ("15", ["hang", "--steps", "0"],
+         "the job ran past --timeout 15s while running the job before its first watched call and was interrupted"),
+        ("30", ["hang", "--in-call", "0"], "the job ran past --timeout 30s while in watched call #0 and was interrupted"),
+        # A look that hangs in the job's own gc callback, which swallows the interrupt: reported from the timer
+        # thread with the looks before, and the hung look is not made again.
+        ("40", ["hang-in-look", "--in-call", "1"],
+         "the job ran past --timeout 40s while looking for held graphs before watched call #1 and did not stop when "
+         "interrupted"),
+        # C code that holds the GIL: not even the timer thread runs; leakscope watch kills the job's process.
+        ("30", ["wedge", "--in-call", "0"],
+         "the job ran past --timeout 30s while in watched call #0 and did not stop when interrupted, nor 30s later: "
+         "its process was killed"),
+    ],
+)
+def test_timeout_names_the_phase_the_job_was_in(timeout: str, job: list[str], error: str, tmp_path: Path) -> None:
+    done = _watch("-f", "json", "--timeout", timeout, "--method", ACTOR, ABRUPT, *job, env={"TMPDIR": str(tmp_path)})
+    doc = _doc(done)
+    (failure,) = [r for r in doc["results"] if r["target"] == ABRUPT]
+    assert failure["error"].startswith(error), failure["error"]
+    assert done.returncode == 3
+    assert "Traceback" not in done.stderr
+    assert _left_in(tmp_path) == []
+
+
+@pytest.mark.parametrize(("flags", "verdict"), [([], "leak"), (["--item"], "clean")])
+def test_fifty_threads_calling_the_step_stop_one_thread_quietly(flags: list[str], verdict: str) -> None:
+    """NOTE [Threads calling the step]: one thread at a time in the observer; exactly one WatchStop, and quiet."""
+    method = "thread_engine:Engine.forward_step"
+    done = _watch("-f", "json", "--method", method, "fixtures/watch/threads.py", *flags)
+    doc = _doc(done)
+    (result,) = doc["results"]
+    assert (result["target"], result["verdict"], result["warnings"]) == (method, verdict, [])
+    paths = [f["path"] for f in result["findings"]]
+    if verdict == "leak":
+        assert len(paths) == 1 and paths[0].startswith("global:thread_engine.KEPT[")
+        assert len(result["growth"]["retained_bytes"]) == 3
+    else:
+        assert paths == [] and result["growth"]["retained_bytes"] == [0, 0, 0]
+    assert len(doc["watch"]["calls"]) == 3
+    assert "Exception in thread" not in done.stderr and "WatchStop" not in done.stderr
+    assert "threads done" in done.stderr  # the main thread went on
+    assert done.returncode == (1 if verdict == "leak" else 0)
+
+
+_SHADOWED = r"""
+import os, sys
+with open(os.environ["MARKER"], "a") as f:
+    f.write(f"{os.path.dirname(os.path.abspath(__file__))} {__name__}\n")
+"""
+
+
+def test_the_sitecustomize_runs_only_as_sites_and_chains_only_to_the_one_it_shadows(tmp_path: Path) -> None:
+    """NOTE [The sitecustomize it shadows]: never one from the working directory or the script's."""
+    from leakscope.live.processes import SITE_DIR
+
+    marker = tmp_path / "ran"
+    shadowed, cwd = tmp_path / "on-the-path", tmp_path / "cwd"
+    for directory in (shadowed, cwd):
+        directory.mkdir()
+        (directory / "sitecustomize.py").write_text(_SHADOWED)
+    env = dict(os.environ, MARKER=str(marker), LEAKSCOPE_WATCH='{"methods": ["x:Y.z"]}')
+    # Imported by its package name (a report once named it), with the working directory first on sys.path:
+    # nothing runs, neither a watch nor the working directory's sitecustomize.
+    code = "import leakscope.live._site.sitecustomize as m; import leakscope.live.processes as p; print(p._active)"
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "None\n"), done.stderr
+    assert not marker.exists()
+    # Put first on PYTHONPATH, as leakscope watch does for the job's processes: site imports it, it chains to the
+    # sitecustomize of the job's own PYTHONPATH entry (under its own name), and only to that one; the script's
+    # directory and the working directory are not on sys.path at that moment.
+    (cwd / "job.py").write_text("print('job ran')\n")
+    env["PYTHONPATH"] = os.pathsep.join([SITE_DIR, str(shadowed), str(ROOT)])
+    env.pop("LEAKSCOPE_WATCH")
+    done = subprocess.run([sys.executable, "job.py"], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout == "job ran\n", done.stderr
+    assert marker.read_text().splitlines() == [f"{shadowed} sitecustomize"]
 
 
 def test_spawned_processes_report_and_are_merged_by_process() -> None:
@@ -265,6 +432,7 @@ def test_library_api_leaves_nothing_behind() -> None:
 
     original = metric_engine.Trainer.train_step
     meta_path, trace, profile = list(sys.meta_path), sys.gettrace(), sys.getprofile()
+    excepthook = threading.excepthook
     frozen = gc.get_freeze_count()
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
     trainer = metric_engine.Trainer(model)
@@ -291,6 +459,7 @@ def test_library_api_leaves_nothing_behind() -> None:
     # Restored: the original function object, no import hook, no tracer.
     assert metric_engine.Trainer.train_step is original
     assert sys.meta_path == meta_path and sys.gettrace() is trace and sys.getprofile() is profile
+    assert threading.excepthook is excepthook  # NOTE [Threads calling the step]: quiet only while watching
     assert gc.get_freeze_count() == frozen  # the heap frozen while watching is unfrozen
     # No reference from leakscope to the job's objects: drop the job's own, and they die.
     kept = metric_engine.METRICS[0]

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import enum
-import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -110,25 +107,9 @@ def watch(
         fail(exc.message, int(exc.exit_code), fmt, output)
     from leakscope.live.job import watch_job
 
-    restore_stdout: list[Callable[[], None]] = []
-
-    def stuck(done: JobResult) -> None:  # the job ignored --timeout's interrupt: report, then end the process
-        import os
-
-        for restore in restore_stdout:
-            restore()
-        code = _output(done, fmt, output, debug)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
-
     try:
-        with _stdout_to_stderr() as restore:  # the job's prints (and its children's) must not corrupt the report
-            restore_stdout.append(restore)
-            done = watch_job(
-                module or script or "", argv, options, as_module=module is not None, timeout=timeout or None,
-                on_stuck=stuck,
-            )
+        # The job runs in a process of its own, its stdout on stderr: stdout carries only the report.
+        done = watch_job(module or script or "", argv, options, as_module=module is not None, timeout=timeout or None)
     except LeakscopeError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
     if emit_test is not None and done.reporting:
@@ -158,41 +139,14 @@ def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) ->
     typer.echo(f"leakscope: wrote {terminal(path)}: it checks {terminal(', '.join(found))}", err=True)
 
 
-@contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[Callable[[], None]]:
-    """File descriptor 1 onto 2 for the job: its output and its child processes' go to stderr.
-
-    Yields a function that puts stdout back early (a report made while the job is still stuck).
-    """
-    import os
-
-    sys.stdout.flush()
-    saved = os.dup(1)
-    os.dup2(2, 1)
-
-    def restore() -> None:
-        sys.stderr.flush()
-        os.dup2(saved, 1)
-        sys.stdout = sys.__stdout__
-
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            yield restore
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-
-
-def _output(done: Any, fmt: FormatChoice, output: Path | None, debug: bool) -> int:
+def _output(done: JobResult, fmt: FormatChoice, output: Path | None, debug: bool) -> int:
     """Print a watch's errors on stderr and its report; the exit code."""
     from leakscope.policy import exit_code
 
     report = done.report
     if not done.reporting:
-        # A torchrun rank other than 0: rank 0 reports (and exits with) the merged verdict. This
-        # rank exits with its job's own code, so that a leak it found does not make torchrun stop
-        # rank 0 before it has printed the report.
+        # A torchrun rank other than 0: rank 0 reports (and exits with) the merged verdict, and this
+        # rank has waited until it printed (NOTE [One launch's store]); it exits with its job's own code.
         return int(done.job_exit_code)
     for result in report.results:
         if result.verdict.value == "error" and result.error:

@@ -182,15 +182,17 @@ def _comparable(result: TargetResult) -> TargetResult:
     return dataclasses.replace(result, seconds=0.0, rank=None, traceback=None)
 
 
-def merge_reports(reports: Sequence[Report], labels: Sequence[str] | None = None) -> Report:
+def merge_reports(
+    reports: Sequence[Report], labels: Sequence[str] | None = None, *, ranks: Sequence[int] | None = None
+) -> Report:
     """One report from one per rank (or per process: ``leakscope watch``).
 
     Results are matched by target and mode, in order of first appearance. A
     result every report that has it agrees on appears once (``rank`` None, the
     slowest one's seconds); where they differ, each report's result appears,
-    with its ``rank`` (its index), or with ``labels`` its target suffixed
-    ``@ label`` (``@ rank 1``, ``@ pid 4242``). The exit code is therefore the
-    worst over ranks.
+    with its ``rank`` (``ranks[i]``, by default its index), or with ``labels``
+    its target suffixed ``@ label`` (``@ rank 1``, ``@ pid 4242``). The exit
+    code is therefore the worst over ranks.
     """
     first = reports[0]
     keys: dict[tuple[str, Any], None] = {}
@@ -204,7 +206,7 @@ def merge_reports(reports: Sequence[Report], labels: Sequence[str] | None = None
         if len(per_rank) == len(reports) and all(_comparable(r) == _comparable(result) for _, r in per_rank[1:]):
             merged.append(dataclasses.replace(result, seconds=max(r.seconds for _, r in per_rank)))
         elif labels is None:
-            merged.extend(dataclasses.replace(r, rank=rank) for rank, r in per_rank)
+            merged.extend(dataclasses.replace(r, rank=ranks[i] if ranks is not None else i) for i, r in per_rank)
         else:
             merged.extend(dataclasses.replace(r, target=f"{r.target} @ {labels[i]}") for i, r in per_rank)
     return dataclasses.replace(first, results=tuple(merged))

@@ -6,8 +6,10 @@
 - :mod:`~leakscope.live.session`: one watch, the library API ``leakscope.watch(...)``;
 - :mod:`~leakscope.live.launcher`: run a script or module as ``__main__``;
 - :mod:`~leakscope.live.processes`: every process of the job (spawned workers, torchrun ranks,
-  Ray actors) and their merged reports;
-- :mod:`~leakscope.live.job`: what the ``watch`` command calls.
+  Ray actors), what each records as it goes, and their merged reports;
+- :mod:`~leakscope.live.ranks`: the ranks of one launch, whose reports reach rank 0 through the
+  launch's own store;
+- :mod:`~leakscope.live.job`: what the ``watch`` command calls: the job in a process of its own.
 
 Importing this package imports no torch.
 """

@@ -14,6 +14,7 @@ import traceback
 import types
 from collections.abc import Sequence
 
+from leakscope import phase
 from leakscope.errors import UsageError
 
 
@@ -39,6 +40,7 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
 
     from leakscope.live.observer import WatchStop
 
+    phase.report("importing the job")
     saved_path = list(sys.path)
     if as_module:
         if os.getcwd() not in sys.path:
@@ -54,8 +56,7 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
         file = spec.origin
         path0 = os.getcwd()
     else:
-        if not os.path.isfile(target):
-            raise UsageError(f"no such script: {target}; give the path of the training script to run")
+        require_script(target)
         with open(target, "rb") as f:
             source = f.read()
         try:
@@ -75,6 +76,7 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
     sys.argv = [file if not as_module else (file or target), *argv]
     sys.path.insert(0, path0)
     outcome = Outcome(module=module)
+    phase.report("running the job before its first watched call")
     try:
         exec(code, module.__dict__)
     except WatchStop:
@@ -111,6 +113,12 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
     return outcome
 
 
+def require_script(target: str) -> None:
+    """Raise the usage error for a script path that is not a file."""
+    if not os.path.isfile(target):
+        raise UsageError(f"no such script: {target}; give the path of the training script to run")
+
+
 def _keep_frames(outcome: Outcome, exc: BaseException) -> None:
     """The frames the job was in when it raised, exited or was interrupted (innermost first): the
     loop's locals are still alive there, and the look at the end searches them."""
@@ -120,4 +128,4 @@ def _keep_frames(outcome: Outcome, exc: BaseException) -> None:
         tb = tb.tb_next
 
 
-__all__ = ["Outcome", "run"]
+__all__ = ["Outcome", "require_script", "run"]

@@ -73,6 +73,7 @@ from typing import Any
 
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
 from leakscope.live.methods import MethodSpec, engine_of
+from leakscope.phase import report as report_phase
 from leakscope.results import Finding, Mode, Severity, TargetResult
 
 
@@ -226,6 +227,7 @@ class Observer:
 
         import torch
 
+        report_phase(f"in watched call #{len(self.calls)}")
         mode = Mode.TRAIN if torch.is_grad_enabled() else Mode.FORWARD_ONLY
         record = self.options.source and self.anomaly_next
         self.anomaly_next = False
@@ -305,6 +307,7 @@ class Observer:
         from leakscope.harness.observe import collect, module_roots, observation
         from leakscope.probe.liveness import settle
 
+        report_phase("looking for held graphs " + ("for the last time" if final else f"before watched call #{len(self.calls)}"))
         self._stop_tracing()
         settle()
         self.steps.forget_dead()

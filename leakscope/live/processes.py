@@ -1,39 +1,50 @@
-"""Every process of the job: activation through the environment, one report per process, one merged report.
+"""Every process of the job: activation through the environment, what each one records, one merged report.
 
 # NOTE [Activation at start-up]
 # torchrun, multiprocessing (spawn, forkserver) and Ray start new Python
-# interpreters that the driver's patches never reach. ``leakscope watch`` puts
-# a directory holding a ``sitecustomize.py`` at the front of ``PYTHONPATH`` and
-# its options in ``LEAKSCOPE_WATCH``; every interpreter of the job imports
-# that ``sitecustomize`` at start-up (``site`` does, unless ``-S`` or ``-I``),
-# which starts a watch in that process (then runs the ``sitecustomize`` it
-# shadows, if there is one). A process that made watched calls writes its
-# report to ``LEAKSCOPE_WATCH_DIR`` when it has looked for the last time (and
-# at exit otherwise); the driver reads them all and merges them, naming each
+# interpreters that the job process's patches never reach. ``leakscope watch``
+# puts a directory holding a ``sitecustomize.py`` at the front of
+# ``PYTHONPATH`` and its options in ``LEAKSCOPE_WATCH``; every interpreter of
+# the job imports that ``sitecustomize`` at start-up (``site`` does, unless
+# ``-S`` or ``-I``), which starts a watch in that process (then runs the
+# ``sitecustomize`` it shadows, if there is one: NOTE [The sitecustomize it
+# shadows]). A process that made watched calls writes its report to
+# ``LEAKSCOPE_WATCH_DIR`` when it has looked for the last time (and at exit
+# otherwise); ``leakscope watch`` reads them all and merges them, naming each
 # process. Other processes write nothing. Where the environment does not travel
 # (a remote Ray cluster), Ray's ``worker_process_setup_hook`` calls
 # :func:`ray_setup_hook` instead (docs/watch.md).
 #
 # NOTE [A process that ends before its report]
-# A child writes its report after its last look: at the call after its last
-# watched one, or at exit. A Ray actor that made no call after its last
-# watched one has neither: ``ray.shutdown()`` tears the local cluster down
-# (SIGTERM to the worker, which then exits at once when its raylet is gone)
-# and ``atexit`` never runs; a child that does exit cleanly may write after the
-# driver's script has returned. So a child announces itself at its first
-# watched call (``watching-PID`` in the report directory, its label inside);
-# the driver waits for the report of every announced process that is still
-# alive (up to ``CHILD_WAIT_S``), and names each one that ended without a
-# report, rather than judging the job as if it had never called the step.
+# A process writes its report after its last look: at the call after its last
+# watched one, or at exit. It may never get there: the job calls ``os._exit``,
+# a signal or a crash in C ends it, or (a Ray actor) ``ray.shutdown()`` tears
+# the local cluster down and ``atexit`` never runs. So from its first watched
+# call on, a process keeps ``state-PID.json`` in the report directory up to
+# date: its label, the phase it is in (``in watched call #1``, ``looking for
+# held graphs before watched call #2``), and the report of the looks made so
+# far, rewritten as each phase starts (the report only when a look was added).
+# It removes the file once its report is written. ``leakscope watch`` waits for
+# the report of every process that has a state file and is still alive (up to
+# ``CHILD_WAIT_S``), and reports each one that ended without one: the looks it
+# had made, and an error that names the phase it was in. The job's own process
+# is watched the same way by its parent (:mod:`leakscope.live.job`).
+#
+# The report directory is made by ``leakscope watch`` for one run (``mkdtemp``:
+# a new name, readable by this user only) and removed when the run ends, however
+# it ends: nothing in it is ever from another run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import json
 import os
 import sys
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +54,12 @@ ENV_OPTIONS = "LEAKSCOPE_WATCH"
 ENV_DIR = "LEAKSCOPE_WATCH_DIR"
 ENV_DRIVER = "LEAKSCOPE_WATCH_DRIVER"
 SITE_DIR = str(Path(__file__).resolve().parent / "_site")
-#: how long the driver waits for the report of a child that made watched calls and is still alive
+#: how long ``leakscope watch`` waits for the report of a child that made watched calls and is still alive
 CHILD_WAIT_S = 30.0
 
 _active: Any = None  # this process's watch when activated from the environment
-#: this process's label, taken at its first watched call: at exit Ray has shut down and no longer names the actor
-_label: str | None = None
+_progress: Progress | None = None
+_listening: contextlib.ExitStack | None = None
 
 
 def process_label() -> str:
@@ -70,11 +81,8 @@ def process_label() -> str:
 
 
 @contextlib.contextmanager
-def children_watched(options: Any) -> Iterator[str]:
-    """The environment that makes every Python process the job starts watch itself; yields the report dir."""
-    import tempfile
-
-    report_dir = tempfile.mkdtemp(prefix="leakscope-watch-")
+def children_watched(options: Any, report_dir: str) -> Iterator[None]:
+    """The environment that makes every Python process the job starts watch itself and report to ``report_dir``."""
     saved = {k: os.environ.get(k) for k in (ENV_OPTIONS, ENV_DIR, ENV_DRIVER, "PYTHONPATH")}
     os.environ[ENV_OPTIONS] = options.to_json()
     os.environ[ENV_DIR] = report_dir
@@ -82,7 +90,7 @@ def children_watched(options: Any) -> Iterator[str]:
     old = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = SITE_DIR + (os.pathsep + old if old else "")
     try:
-        yield report_dir
+        yield
     finally:
         for key, value in saved.items():
             if value is None:
@@ -91,22 +99,96 @@ def children_watched(options: Any) -> Iterator[str]:
                 os.environ[key] = value
 
 
+class Progress:
+    """This process's phase and the report of its looks so far, kept in ``state-PID.json``
+    (NOTE [A process that ends before its report]).
+
+    A :mod:`leakscope.phase` listener: each phase reported rewrites the file.
+    Nothing is written before :meth:`begin` (a process that never makes a
+    watched call leaves no trace), nor after :meth:`end`.
+    """
+
+    def __init__(self, watch: Any, directory: str, *, begun: bool = False) -> None:
+        self.watch = watch
+        self.directory = directory
+        self.label = ""
+        self.phase = "starting"
+        self.begun = begun
+        self.ended = False
+        self._seen = (0, 0)
+        self._report: Any = None
+        self._complete = False
+        self._lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return Path(self.directory, f"state-{os.getpid()}.json")
+
+    def begin(self) -> None:
+        """From now on the state file is kept (the first watched call)."""
+        self.begun = True
+        self.label = self.label or process_label()
+        self._save()
+
+    def __call__(self, fields: Mapping[str, str]) -> None:
+        text = fields.get("phase")
+        if text is None:
+            return
+        self.phase = text
+        if self.begun:
+            self._save()
+
+    def complete(self, report: Report) -> None:
+        """The watch is done and its report made (the job may still run on)."""
+        from leakscope.serialize import to_data
+
+        with self._lock:
+            self._report, self._complete = to_data(report), True
+        if self.begun:
+            self._save()
+
+    def _save(self) -> None:
+        if self.ended or not self.directory:
+            return
+        from leakscope.serialize import to_data
+
+        with self._lock:
+            observer = self.watch.observer
+            seen = (len(observer.looks), len(observer.calls))
+            if not self._complete and seen != self._seen:
+                self._seen = seen
+                self._report = to_data(self.watch.partial_report()) if seen[0] else None
+            state = {"label": self.label or process_label(), "phase": self.phase, "report": self._report,
+                     "complete": self._complete}
+            write_json(self.path, state)
+
+    def end(self) -> None:
+        """The process's report is written: its state is no longer news."""
+        self.ended = True
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+
+
 def activate() -> None:
     """Start watching in this process from ``LEAKSCOPE_WATCH`` (called by the ``sitecustomize``)."""
-    global _active
+    global _active, _progress, _listening
     text = os.environ.get(ENV_OPTIONS)
     if not text or _active is not None or os.environ.get(ENV_DRIVER) == str(os.getpid()):
         return
     import atexit
 
     from leakscope.live.session import Watch, WatchOptions
+    from leakscope.phase import listening
 
-    # In a child the driver decides when the job ends: detach after the report.
+    # In a child the job's process decides when the job ends: detach after the report.
     watch = Watch(WatchOptions.from_json(text), stop_in_this_process=False)
+    progress = Progress(watch, os.environ.get(ENV_DIR, ""))
     watch.on_report = _write_own
-    watch.observer.on_first_call = _announce
+    watch.observer.on_first_call = progress.begin
+    _listening = contextlib.ExitStack()
+    _listening.enter_context(listening(progress))  # for the life of the process (until its report)
     watch.start()
-    _active = watch
+    _active, _progress = watch, progress
     atexit.register(_at_exit)
 
 
@@ -115,21 +197,16 @@ def ray_setup_hook() -> None:
     activate()
 
 
-def _announce() -> None:
-    """Tell the driver to expect this process's report (NOTE [A process that ends before its report])."""
-    global _label
-    _label = process_label()
-    directory = os.environ.get(ENV_DIR, "")
-    if directory:
-        with contextlib.suppress(OSError):
-            Path(directory, f"watching-{os.getpid()}").write_text(_label, encoding="utf-8")
-
-
 def _write_own(report: Report) -> None:
-    watch = _active
-    if watch is None or not watch.observer.calls:
+    global _listening
+    watch, progress = _active, _progress
+    if watch is None or progress is None or not watch.observer.calls:
         return
-    write_report(report, os.environ.get(ENV_DIR, ""), _label or process_label())
+    write_report(report, progress.directory, progress.label or process_label())
+    progress.end()
+    if _listening is not None:
+        _listening.close()
+        _listening = None
 
 
 def _at_exit() -> None:
@@ -141,72 +218,107 @@ def _at_exit() -> None:
         _active = None
 
 
-def write_report(report: Report, directory: str, label: str, name: str | None = None) -> None:
-    """Write one process's report (atomically: a reader never sees half a file)."""
-    import json
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` to ``path`` atomically (a reader never sees half a file); nothing when the directory is gone
+    (the run it belonged to has ended)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
+
+def write_report(report: Report, directory: str, label: str) -> None:
+    """Write one process's report, ``report-PID.json``."""
     from leakscope.serialize import to_data
 
-    if not directory:
-        return
-    path = Path(directory, f"report-{name or os.getpid()}.json")
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"label": label, "report": to_data(report)}), encoding="utf-8")
-    os.replace(tmp, path)
+    if directory:
+        write_json(Path(directory, f"report-{os.getpid()}.json"), {"label": label, "report": to_data(report)})
 
 
-def read_reports(directory: str, *, expect: int = 0, wait_s: float = 0.0) -> list[tuple[str, Report]]:
-    """The reports written to ``directory`` (waiting up to ``wait_s`` for ``expect`` of them)."""
-    import json
+def read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object written by :func:`write_json`; None when missing or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
+
+def report_of(data: Mapping[str, Any] | None) -> Report | None:
+    """The report in a report or state file's data; None when there is none, or it does not load."""
     from leakscope.serialize import from_data
 
-    deadline = time.monotonic() + wait_s
-    while True:
-        files = sorted(Path(directory).glob("report-*.json")) if os.path.isdir(directory) else []
-        if len(files) >= expect or time.monotonic() >= deadline:
-            break
-        time.sleep(0.2)
+    if data is None or not isinstance(data.get("report"), dict):
+        return None
+    try:
+        return from_data(Report, data["report"])
+    except Exception:
+        return None
+
+
+def read_reports(directory: str, *, exclude: Sequence[int] = ()) -> list[tuple[str, Report]]:
+    """The reports the processes of the job wrote to ``directory`` (not those of the pids in ``exclude``)."""
     out = []
-    for file in files:
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-            out.append((str(data["label"]), from_data(Report, data["report"])))
-        except Exception:
+    for file in sorted(Path(directory).glob("report-*.json")) if os.path.isdir(directory) else []:
+        pid = file.name[len("report-"):-len(".json")]
+        if pid.isdigit() and int(pid) in exclude:
             continue
+        data = read_json(file)
+        report = report_of(data)
+        if data is not None and report is not None:
+            out.append((str(data.get("label", f"pid {pid}")), report))
     return out
 
 
-def unreported(directory: str, *, wait_s: float = 0.0) -> list[tuple[str, int, bool]]:
-    """The processes that made watched calls and wrote no report, as (label, pid, still alive).
+def unreported(directory: str, *, wait_s: float = 0.0, exclude: Sequence[int] = ()) -> list[Unreported]:
+    """The processes that made watched calls and wrote no report (NOTE [A process that ends before its report]).
 
     Waits up to ``wait_s`` while any of them is still alive (it may be writing
     at exit); one that has ended without a report never will.
     """
     deadline = time.monotonic() + wait_s
     while True:
-        missing = _announced_without_report(directory)
-        if not any(_alive(pid) for _, pid in missing) or time.monotonic() >= deadline:
+        missing = _without_report(directory, exclude)
+        if not any(_alive(pid) for pid in missing) or time.monotonic() >= deadline:
             break
         time.sleep(0.2)
     # Again: a process that wrote its report and ended since the look above is not missing.
     out = []
-    for marker, pid in _announced_without_report(directory):
-        try:
-            label = marker.read_text(encoding="utf-8").strip()
-        except OSError:
-            label = ""
-        out.append((label or f"pid {pid}", pid, _alive(pid)))
+    for pid in _without_report(directory, exclude):
+        data = read_json(Path(directory, f"state-{pid}.json"))
+        if data is None:  # it wrote its report and removed the file in between
+            continue
+        out.append(Unreported(
+            label=str(data.get("label") or f"pid {pid}"), pid=pid, alive=_alive(pid),
+            phase=str(data.get("phase") or ""), report=report_of(data),
+        ))
     return out
 
 
-def _announced_without_report(directory: str) -> list[tuple[Path, int]]:
-    markers = sorted(Path(directory).glob("watching-*")) if os.path.isdir(directory) else []
+@dataclasses.dataclass(frozen=True)
+class Unreported:
+    """A process that made watched calls and wrote no report (NOTE [A process that ends before its report])."""
+
+    label: str
+    pid: int
+    #: still running when ``leakscope watch`` gave up waiting
+    alive: bool
+    #: the phase it was last in (``in watched call #1``)
+    phase: str
+    #: the report of the looks it made; None before its first look
+    report: Report | None
+
+
+def _without_report(directory: str, exclude: Sequence[int]) -> list[int]:
+    states = sorted(Path(directory).glob("state-*.json")) if os.path.isdir(directory) else []
     out = []
-    for marker in markers:
-        pid_text = marker.name.partition("-")[2]
-        if pid_text.isdigit() and not Path(directory, f"report-{pid_text}.json").exists():
-            out.append((marker, int(pid_text)))
+    for state in states:
+        pid_text = state.name[len("state-"):-len(".json")]
+        if pid_text.isdigit() and int(pid_text) not in exclude and not Path(directory, f"report-{pid_text}.json").exists():
+            out.append(int(pid_text))
     return out
 
 
@@ -226,8 +338,6 @@ def _alive(pid: int) -> bool:
 
 def merged(own: Report, own_label: str, others: Sequence[tuple[str, Report]]) -> Report:
     """This process's report merged with the other processes' (see ``merge_reports``)."""
-    import dataclasses
-
     from leakscope.harness.distributed import merge_reports
 
     parts = [(own_label, own)] if own.results or not others else []
@@ -238,14 +348,14 @@ def merged(own: Report, own_label: str, others: Sequence[tuple[str, Report]]) ->
     if len(parts) > 1:
         report = merge_reports([r for _, r in parts], labels)
     elif parts[0][1] is not own:
-        # One other process did all the watched calls: name it, the driver did not make them.
+        # One other process did all the watched calls: name it, the job's process did not make them.
         report = dataclasses.replace(parts[0][1], results=tuple(
             dataclasses.replace(r, target=f"{r.target} @ {labels[0]}") for r in parts[0][1].results
         ))
     else:
         report = own
     calls = [{**call, "process": label} for label, r in parts for call in (r.watch.calls if r.watch else ())]
-    summary = own.watch or WatchSummary()
+    summary = own.watch or next((r.watch for _, r in parts if r.watch is not None), None) or WatchSummary()
     return dataclasses.replace(
         report, watch=dataclasses.replace(summary, calls=tuple(calls), processes=tuple(labels))
     )
@@ -256,12 +366,17 @@ __all__ = [
     "ENV_DIR",
     "ENV_OPTIONS",
     "SITE_DIR",
+    "Progress",
+    "Unreported",
     "activate",
     "children_watched",
     "merged",
     "process_label",
     "ray_setup_hook",
+    "read_json",
     "read_reports",
+    "report_of",
     "unreported",
+    "write_json",
     "write_report",
 ]

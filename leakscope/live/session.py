@@ -10,10 +10,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import threading
 import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from leakscope import phase
 from leakscope.errors import TargetError, UsageError
 from leakscope.live.methods import DEFAULT_METHODS, MethodSpec, parse_method
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
@@ -85,19 +87,75 @@ class Watch:
         self._explicit = bool(options.methods)
         #: the target name of the job's own error result (the script or module)
         self.job_name = "the job"
+        #: held by the thread in the observer (NOTE [Threads calling the step])
+        self._busy = threading.RLock()
+        self._excepthook: tuple[Any, Any] | None = None
 
+    # NOTE [Threads calling the step]
+    # A job may call the step from many threads at once. The watched calls are
+    # all made by one thread, the one that made the first (``Observer.thread``);
+    # the others' calls pass through. Before the first watched call, threads
+    # that call at once would each take theirs for the first, so one thread at a
+    # time may enter the observer: a call made while another thread is in it
+    # passes through too. So exactly one call, in the watching thread, raises
+    # WatchStop (the call after its last watched one); in a thread other than the
+    # main one it ends that thread quietly (Python's ``threading.excepthook``
+    # would print its traceback), and the thread that joins it goes on.
     def _wrap(self, spec: MethodSpec, original: Callable[..., Any]) -> Callable[..., Any]:
         observer = self.observer
+        busy = self._busy
 
         @functools.wraps(original)
         def leakscope_watched(*args: Any, **kwargs: Any) -> Any:
-            return observer.call(spec, original, args, kwargs)
+            # NOTE [Threads calling the step]
+            watching = observer.thread
+            if (
+                observer.done or (watching is not None and watching != threading.get_ident())
+                or not busy.acquire(blocking=False)
+            ):
+                return original(*args, **kwargs)
+            try:
+                before = len(observer.calls)
+                try:
+                    return observer.call(spec, original, args, kwargs)
+                finally:
+                    if len(observer.calls) > before:
+                        phase.report(f"running the job after watched call #{before}")
+            finally:
+                busy.release()
 
         return leakscope_watched
 
     def start(self) -> Watch:
         self.patcher.install()
+        if self.observer.options.stop:
+            self._quiet_threads()
         return self
+
+    def _quiet_threads(self) -> None:
+        """A :class:`WatchStop` that ends a thread other than the main one ends it quietly (NOTE [Threads
+        calling the step]); undone by :meth:`stop`."""
+        import threading
+
+        from leakscope.live.observer import WatchStop
+
+        previous = threading.excepthook
+
+        def leakscope_excepthook(args: Any) -> None:
+            if not (isinstance(args.exc_type, type) and issubclass(args.exc_type, WatchStop)):
+                previous(args)
+
+        threading.excepthook = leakscope_excepthook
+        self._excepthook = (previous, leakscope_excepthook)
+
+    def _loud_threads(self) -> None:
+        import threading
+
+        if self._excepthook is not None:
+            previous, ours = self._excepthook
+            self._excepthook = None
+            if threading.excepthook is ours:
+                threading.excepthook = previous
 
     def __enter__(self) -> Watch:
         return self.start()
@@ -109,19 +167,26 @@ class Watch:
         return tp is not None and issubclass(tp, WatchStop)
 
     def stop(
-        self, extra_modules: Sequence[types.ModuleType] = (), frames: Sequence[types.FrameType] = ()
+        self, extra_modules: Sequence[types.ModuleType] = (), frames: Sequence[types.FrameType] = (), *,
+        look: bool = True,
     ) -> Report:
         """Look once more (when the job ended before the call after the last watched one), restore, report.
 
         ``frames``: the frames of the job's traceback when it raised, walked as the caller's.
+        ``look=False``: report the looks made so far (a look that was itself interrupted is not retried).
         """
         observer = self.observer
-        if not observer.done and observer.calls:
+        self._loud_threads()
+        if look and not observer.done and observer.calls:
             observer.look(None, final=True, extra_modules=extra_modules, extra_frames=frames)
         observer.finish()  # calls _detach once
         self._detach()
         assert self.report is not None
         return self.report
+
+    def partial_report(self) -> Report:
+        """The report of the looks made so far, while the job still runs (nothing is restored or dropped)."""
+        return self._with_snippets(self._make_report())
 
     def _detach(self) -> None:
         """Put the methods back, make the report, drop the job's objects."""
