@@ -83,6 +83,8 @@ class Segment:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+#: a type's own ``__name__`` (``type(key).__name__`` would run the key class's metaclass hooks)
+_TYPE_NAME = type.__dict__["__name__"].__get__
 
 
 def _builtin_literal(key: object, depth: int = 0) -> bool:
@@ -102,7 +104,7 @@ def key_segment(key: object) -> Segment:
             return Segment(SegmentKind.KEY, repr(key))
         except Exception:
             pass
-    return Segment(SegmentKind.OBJECT_KEY, type(key).__name__)
+    return Segment(SegmentKind.OBJECT_KEY, _TYPE_NAME(type(key)))
 
 
 @dataclasses.dataclass(frozen=True)
