@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,20 @@ def test_reads_of_hostile_objects_run_nothing() -> None:
     )
     assert safe.storage(t) is not None and safe.tensor_hooks(t) == []
     assert _hostility.CALLS == []
+
+
+def test_the_security_doc_shows_what_leakscope_prints_for_a_hostile_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from leakscope.cli import app
+
+    monkeypatch.setenv("LEAKSCOPE_NODE_BYTES", "746")  # as docs/gen_examples.py makes every example
+    doc = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
+    block = next(b for b in re.findall(r"```text\n(.*?)```", doc, re.S) if "hostile_dict_property" in b)
+    result = CliRunner().invoke(app, [
+        "check", "fixtures.bad.hostile_dict_property:Engine", "fixtures.bad.hostile_dict_property:Clean",
+        "--mode", "train", "--no-isolate",
+    ])
+    assert result.exit_code == 1
+    shown = "\n".join(line.rstrip() for line in result.stdout.split("\n")[2:])  # after the version line
+    assert shown == block

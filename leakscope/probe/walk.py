@@ -222,8 +222,8 @@ def _classify(tp: type) -> int:
     for base, kind in _BUILTIN_KINDS:
         if is_subtype(tp, base):
             return kind
-    if k.tensordict is not None and is_subtype(tp, k.tensordict) and is_library_type(tp):
-        return _TD  # a user subclass of a TensorDict is walked as an object: its methods are its own
+    if k.tensordict is not None and is_subtype(tp, k.tensordict):
+        return _TD
     if is_subtype(tp, k.module):
         return _MODULE
     exact = _EXACT_KINDS.get(id(tp))
@@ -544,8 +544,9 @@ def _tensordict_children(td: Any, generic: bool) -> Iterable[Child]:
         for i, value in enumerate(stacked):
             yield _index(i), READONLY, stacked, i, value
         return
-    for key, value in list(td.items()):  # a tensordict package class (never a user's subclass)
-        yield _key(key), TD, td, key, value
+    if is_library_type(type(td)):  # the package's own methods; a user subclass's are its own code
+        for key, value in list(td.items()):
+            yield _key(key), TD, td, key, value
 
 
 _MODULE_PLAIN_DICTS = ("_modules", "_buffers")
