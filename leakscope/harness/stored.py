@@ -76,6 +76,10 @@ def _step(obj: Any, segment: Segment) -> Any:
                     return base.__getitem__(obj, name)
                 except IndexError:
                     return _MISSING
+        children = (safe.instance_dict(obj) or {}).get("_modules")
+        if type(children) is dict:  # a ModuleList's or Sequential's child, by position
+            values = list(dict.values(children))
+            return values[name] if -len(values) <= name < len(values) else _MISSING
         return _MISSING
     if kind is SegmentKind.CALL and name == "get" and type(obj) is contextvars.ContextVar:
         return obj.get(_MISSING)

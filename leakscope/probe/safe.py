@@ -224,7 +224,9 @@ def instance_dict(obj: object) -> dict[str, Any] | None:
 
 def slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
     """``(name, value, descriptor)`` for each set ``__slots__`` member of ``obj``, read by the
-    slot's own member descriptor."""
+    slot's own member descriptor. A ``__slots__`` that is not a string, tuple, list or dict (set
+    on the class after it was made) raises ``TypeError``: listing it could run its code, and the
+    caller counts what it cannot read."""
     tp = type(obj)
     for klass in mro(tp):
         namespace = class_dict(klass)
@@ -235,8 +237,10 @@ def slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
             names = tuple(slots)  # type: ignore[arg-type]
         elif type(slots) is dict:
             names = tuple(dict.keys(slots))
-        else:
+        elif slots is None:
             continue
+        else:
+            raise TypeError(f"{type_name(klass)}.__slots__ is a {type_name(type(slots))}, not a list of names")
         for name in names:
             if type(name) is not str or name in ("__dict__", "__weakref__"):
                 continue
