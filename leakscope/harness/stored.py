@@ -117,7 +117,7 @@ def _attribute(obj: Any, name: str) -> Any:
             index = fields.index(name)
             return tuple.__getitem__(obj, index) if index < tuple.__len__(obj) else _MISSING
     descr = safe.class_attr(tp, name)
-    if type(descr) in (types.GetSetDescriptorType, types.MemberDescriptorType):
+    if safe.is_exactly(descr, (types.GetSetDescriptorType, types.MemberDescriptorType)):
         # A C-level attribute (``partial.args``, ``exc.__traceback__``, ``t._backward_hooks``).
         try:
             return safe.tensor_read(obj, lambda o: descr.__get__(o, tp))
@@ -134,8 +134,12 @@ def _entry(obj: Any, key: Any) -> Any:
     if safe.is_instance(obj, dict):
         return dict.get(obj, key, _MISSING)
     d = safe.instance_dict(obj)
-    if d is not None and type(key) is str and key in d:
-        return d[key]
+    if d is not None:
+        if type(key) is str and key in d:
+            return d[key]
+        entries = d.get("_tensordict")  # a TensorDict's (or a tensorclass's) entries, as the walk reads them
+        if type(entries) is dict and key in entries:
+            return entries[key]
     tp = type(obj)
     if is_library_type(tp) or safe.class_attr(tp, "_is_tensorclass") is True:
         # The library's own lookup (its code, not the engine's).

@@ -33,6 +33,7 @@ from leakscope.holders import shorten
 from leakscope.probe.safe import grad as read_grad
 from leakscope.probe.safe import (
     instance_dict,
+    is_exactly,
     is_instance,
     is_plain_tensor,
     is_tensor,
@@ -509,7 +510,7 @@ def _frame_tensors(frame: Any) -> list[tuple[str, Any]]:
     out: list[tuple[str, Any]] = []
     d = instance_dict(frame) or {}
     saved: Any = d.get("saved_args")
-    for arg in saved if type(saved) in (tuple, list) else ():
+    for arg in saved if is_exactly(saved, (tuple, list)) else ():
         if is_tensor(arg):
             out.append(("checkpoint input", arg))
     fn = d.get("recompute_fn")
@@ -518,12 +519,12 @@ def _frame_tensors(frame: Any) -> list[tuple[str, Any]]:
             value = cell.cell_contents
         except ValueError:
             continue
-        values = value if type(value) in (list, tuple) else (value,)
+        values = value if is_exactly(value, (list, tuple)) else (value,)
         for v in values:
             if is_tensor(v):
                 out.append(("checkpoint rng state", v))
     recomputed_all: Any = d.get("recomputed")
-    for recomputed in recomputed_all if type(recomputed_all) in (list, tuple) else ():
+    for recomputed in recomputed_all if is_exactly(recomputed_all, (list, tuple)) else ():
         if is_instance(recomputed, dict):
             for v in list(dict.values(recomputed)):
                 if is_tensor(v):

@@ -83,7 +83,7 @@ def class_attr(tp: type, name: str, default: Any = None, *, want: type | tuple[t
         value = class_dict(klass).get(name, _MISSING)
         if value is _MISSING:
             continue
-        if want is None or type(value) in (want if type(want) is tuple else (want,)):
+        if want is None or is_exactly(value, want if type(want) is tuple else (want,)):  # type: ignore[arg-type]
             return value
     return default
 
@@ -127,6 +127,13 @@ def is_subtype(tp: type, base: type | tuple[type, ...]) -> bool:
         elif any(klass is b for klass in mro(tp)):
             return True
     return False
+
+
+def is_exactly(obj: object, kinds: tuple[type, ...]) -> bool:
+    """``type(obj) in kinds`` by identity (``in`` would compare types with ``==``: a metaclass's
+    ``__eq__``)."""
+    tp = type(obj)
+    return any(tp is kind for kind in kinds)
 
 
 def is_instance(obj: object, base: type | tuple[type, ...]) -> bool:
@@ -196,7 +203,7 @@ def _dict_getter(tp: type) -> Callable[[Any], Any] | None:
         descr = class_dict(klass).get("__dict__", _MISSING)
         if descr is _MISSING:
             continue
-        if type(descr) in (types.GetSetDescriptorType, types.MemberDescriptorType):
+        if is_exactly(descr, (types.GetSetDescriptorType, types.MemberDescriptorType)):
             return descr.__get__  # type: ignore[no-any-return]
         break  # a property (or anything else) hides the interpreter's getter
     try:
@@ -233,7 +240,7 @@ def slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
         slots = namespace.get("__slots__")
         if type(slots) is str:
             names: tuple[Any, ...] = (slots,)
-        elif type(slots) in (tuple, list):
+        elif is_exactly(slots, (tuple, list)):
             names = tuple(slots)  # type: ignore[arg-type]
         elif type(slots) is dict:
             names = tuple(dict.keys(slots))
@@ -610,6 +617,7 @@ __all__ = [
     "grad",
     "grad_fn",
     "instance_dict",
+    "is_exactly",
     "is_instance",
     "is_leaf",
     "is_node",
