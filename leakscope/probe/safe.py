@@ -326,6 +326,7 @@ class _Tensors:
         self.hooks = tuple(
             (name, getters[name].__get__) for name in ("_backward_hooks", "_post_accumulate_grad_hooks") if name in getters
         )
+        self.function_mode_on = torch._C._is_torch_function_mode_enabled
         self.function_base = torch._C._FunctionBase
         self.cpp_nodes = torch._C._functions.__dict__
 
@@ -409,10 +410,21 @@ def is_plain_tensor(obj: object) -> bool:
     return kind == _TENSOR or (kind == _SUBCLASS and not is_parameter(obj))
 
 
-def tensor_read(obj: Any, getter: Callable[[Any], T]) -> T:
-    """``getter(obj)`` with torch functions and Python dispatch off (raises what the getter raises)."""
-    with torch_code_off():
-        return getter(obj)
+def tensor_read(obj: Any, read: Callable[[Any], T], *, op: bool = False) -> T:
+    """``read(obj)`` with torch functions and Python dispatch off (raises what ``read`` raises).
+
+    A getter on an exact ``torch.Tensor`` or ``nn.Parameter`` runs no Python unless a torch-function
+    mode is on, so there it is called as is (entering the two guards costs more than the read;
+    a 1M-node graph reads a gradient per leaf). ``op``: ``read`` runs an operator (``detach``),
+    which a dispatch mode could see: always guarded.
+    """
+    t = _t()
+    tp = type(obj)
+    if not op and (tp is t.tensor or tp is t.parameter) and not t.function_mode_on():
+        return read(obj)
+    functions, dispatch = t.off
+    with functions(), dispatch():
+        return read(obj)
 
 
 def grad_fn(t: Any) -> Any:
@@ -455,8 +467,7 @@ def version(t: Any) -> int:
 
 def shape(t: Any) -> tuple[int, ...]:
     try:
-        with torch_code_off():
-            return tuple(int(d) for d in _t().shape(t))
+        return tuple(int(d) for d in tensor_read(t, _t().shape))
     except Exception:
         return ()
 
@@ -481,25 +492,23 @@ def storage(t: Any) -> tuple[str, int, int] | None:
     """``(device, data pointer, bytes)`` of the whole storage behind ``t`` (views share it), or
     None when it has none to read (a wrapper subclass, a meta tensor)."""
     tensors = _t()
+
+    def read(x: Any) -> tuple[str, int, int]:
+        s = tensors.base.untyped_storage(x)
+        return str(tensors.device(x)), int(s.data_ptr()), int(s.nbytes())
+
     try:
-        with torch_code_off():
-            s = tensors.base.untyped_storage(t)
-            ptr = s.data_ptr()
-            nbytes = s.nbytes()
-            where = str(tensors.device(t))
+        found = tensor_read(t, read)
     except Exception:
         return None
-    if ptr == 0:
-        return None
-    return where, int(ptr), int(nbytes)
+    return found if found[1] != 0 else None
 
 
 def numel_bytes(t: Any) -> int:
     """``t.numel() * t.element_size()``, or 0."""
     base = _t().base
     try:
-        with torch_code_off():
-            return int(base.numel(t) * base.element_size(t))
+        return tensor_read(t, lambda x: int(base.numel(x) * base.element_size(x)))
     except Exception:
         return 0
 
@@ -521,8 +530,7 @@ def tensor_hooks(t: Any) -> list[tuple[str, dict[Any, Any]]]:
 def detached(t: Any) -> Any:
     """A detached plain copy of ``t``'s view (``t.detach()`` without the subclass's code), or None."""
     try:
-        with torch_code_off():
-            return _t().base.detach(t)
+        return tensor_read(t, _t().base.detach, op=True)
     except Exception:
         return None
 
@@ -530,8 +538,7 @@ def detached(t: Any) -> Any:
 def detach_in_place(t: Any) -> bool:
     """``t.detach_()`` without the subclass's code; whether it worked."""
     try:
-        with torch_code_off():
-            _t().base.detach_(t)
+        tensor_read(t, _t().base.detach_, op=True)
     except Exception:
         return False
     return True
