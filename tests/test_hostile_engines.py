@@ -179,3 +179,26 @@ def test_the_security_doc_shows_what_leakscope_prints_for_a_hostile_engine(monke
     assert result.exit_code == 1
     shown = "\n".join(line.rstrip() for line in result.stdout.split("\n")[2:])  # after the version line
     assert shown == block
+
+
+def test_tensor_reads_run_no_torch_function_mode_the_engine_left_on() -> None:
+    """A torch-function mode still on (an engine that entered one and never left it) sees none of
+    leakscope's reads, of plain tensors included."""
+    from torch.overrides import TorchFunctionMode
+
+    from leakscope.probe import safe
+
+    seen: list[str] = []
+
+    class Recording(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            seen.append(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    leaf = torch.ones(2, requires_grad=True)
+    out = leaf * 2
+    with Recording():
+        reads = (safe.grad_fn(out) is not None, safe.requires_grad(leaf), safe.shape(out), safe.storage(out) is not None)
+        kept = safe.detached(out)
+    assert reads == (True, True, (2,), True) and kept is not None and safe.grad_fn(kept) is None
+    assert seen == []
