@@ -316,9 +316,8 @@ def _sequence_now() -> int | None:
 def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
     """Put a detached copy where the path's newest entry holds a tensor (the experiment of NOTE
     [Fixes that never break training]: does storing a detached copy change a gradient?). Only a
-    trial's own objects are ever changed; False when the slot cannot be set."""
-    import torch
-
+    trial's own objects are ever changed, through the builtin containers' own methods (NOTE [Reads
+    that run no user code]); False when the slot cannot be set."""
     segments = tuple(Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments)
     if not segments:
         return False
@@ -327,20 +326,22 @@ def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
         return False
     parent, last = parent_of(), segments[-1]
     value = _step(parent, last) if parent is not _MISSING else _MISSING
-    if not isinstance(value, torch.Tensor) or value.grad_fn is None:
+    if not safe.is_tensor(value) or safe.grad_fn(value) is None:
         return False
-    detached = value.detach()
+    detached = safe.detached(value)
+    if detached is None:
+        return False
     try:
-        if last.kind is SegmentKind.INDEX and isinstance(parent, list):
-            parent[int(last.name)] = detached
-        elif last.kind is SegmentKind.KEY and isinstance(parent, dict):
+        if last.kind is SegmentKind.INDEX and safe.is_instance(parent, list):
+            list.__setitem__(parent, int(last.name), detached)
+        elif last.kind is SegmentKind.KEY and safe.is_instance(parent, dict):
             key = _key(last)
             if key is _MISSING:
                 return False
-            parent[key] = detached
+            dict.__setitem__(parent, key, detached)
         elif last.kind in (SegmentKind.KEY, SegmentKind.ATTR) and isinstance(last.name, str):
-            instance = object.__getattribute__(parent, "__dict__")
-            if not isinstance(instance, dict) or last.name not in instance:
+            instance = safe.instance_dict(parent)
+            if instance is None or last.name not in instance:
                 return False
             instance[last.name] = detached
         else:
