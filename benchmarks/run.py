@@ -1,6 +1,6 @@
 """Run leakscope's benchmarks and print each number with its target: ``python benchmarks/run.py [--short]``.
 
-Sections (``--only`` picks some): ``cli-start``, ``check``, ``graph``,
+Sections (``--only`` picks some): ``cli-start``, ``check``, ``graph``, ``walk``,
 ``probes``, ``memory``, ``isolation``, ``watch``. ``--short`` (CI, about two minutes) uses fewer
 repetitions and graphs up to 100k nodes; the full run adds 1M-node graphs and
 the stricter no-FSDP baseline. Exit status: 0 when every target is met, 1
@@ -28,11 +28,12 @@ from benchmarks import (  # noqa: E402
     memory,
     probe_overhead,
     startup,
+    walk_scale,
     watch_cost,
 )
 from benchmarks._common import Row, machine  # noqa: E402
 
-SECTIONS = ("cli-start", "check", "graph", "probes", "memory", "isolation", "watch")
+SECTIONS = ("cli-start", "check", "graph", "walk", "probes", "memory", "isolation", "watch")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +83,8 @@ def _run_section(section: str, short: bool, rss: dict[str, float]) -> tuple[list
         return check_cost.run(short)
     if section == "graph":
         return graph_scan.run(short), rss
+    if section == "walk":
+        return walk_scale.run(short), rss
     if section == "isolation":
         return isolation_cost.run(short), rss
     if section == "probes":

@@ -83,12 +83,15 @@ class Segment:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+#: a type's own ``__name__`` (``type(key).__name__`` would run the key class's metaclass hooks)
+_TYPE_NAME = type.__dict__["__name__"].__get__
 
 
 def _builtin_literal(key: object, depth: int = 0) -> bool:
     """A key whose ``repr`` only builtins write: a scalar, or a tuple of such keys (a tuple's repr
-    calls its items' ``__repr__``: a tensor or a module inside one would run user code)."""
-    if type(key) in _SCALARS:
+    calls its items' ``__repr__``: a tensor or a module inside one would run user code). Types are
+    compared by identity (``in`` would run a metaclass's ``__eq__``)."""
+    if any(type(key) is scalar for scalar in _SCALARS):
         return True
     return type(key) is tuple and depth < 8 and len(key) <= 16 and all(_builtin_literal(k, depth + 1) for k in key)
 
@@ -102,7 +105,7 @@ def key_segment(key: object) -> Segment:
             return Segment(SegmentKind.KEY, repr(key))
         except Exception:
             pass
-    return Segment(SegmentKind.OBJECT_KEY, type(key).__name__)
+    return Segment(SegmentKind.OBJECT_KEY, _TYPE_NAME(type(key)))
 
 
 @dataclasses.dataclass(frozen=True)

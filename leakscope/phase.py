@@ -1,13 +1,17 @@
 """Where a running check is: one torch-free hook the check's stages call.
 
-The stages report each phase as they enter it (``importing``, ``finding
-holders``, ``confirming 2 of 3``, ``growth``) and, inside a phase, the step
-that may take long or hang (``building``, ``step``, ``walking``,
-``micro-batch 2 of 3``). Nothing listens by default, and then :func:`report`
-costs one comparison. The CLI's live status line (:mod:`leakscope.render.progress`)
-listens; in an isolated check the child (:mod:`leakscope.runner.worker`) listens
-and forwards each report to the parent, so the parent's status line shows the
-phase a hung engine is stuck in until the timeout kills it.
+The stages report each phase as they enter it (``importing the target``,
+``finding holders``, ``confirming 2 of 3``, ``releasing every holder``,
+``growth``, ``tracing where each holder was stored``) and, inside a phase, the
+step that may take long or hang (``building``, ``step``, ``micro-batch 2 of 3``,
+and ``walking``, which the holder walk reports itself whenever it starts).
+Nothing listens by default, and then :func:`report` costs one comparison. The
+CLI's live status line (:mod:`leakscope.render.progress`) listens; in an
+isolated check the child (:mod:`leakscope.runner.worker`) listens and forwards
+each report to the parent, so the parent's status line shows the phase a hung
+engine is stuck in until the timeout kills it, and the timeout's error names
+it (``timed out after 600 s while walking the holders``;
+:func:`leakscope.runner.isolation.timeout_message`).
 """
 
 from __future__ import annotations

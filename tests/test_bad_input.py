@@ -202,7 +202,8 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_isolated_hang_exit_and_crash_do_not_stop_the_other_targets(tmp_path: Path) -> None:
     pidfile = tmp_path / "helper.pid"
     targets = [
-        "fixtures.bad.hangs:Engine", "fixtures.bad.exits:OsExit", "fixtures.bad.exits:Segfault",
+        "fixtures.bad.hangs:Engine", "fixtures.bad.hangs:HangsInInit", "fixtures.bad.exits:OsExit",
+        "fixtures.bad.exits:Segfault",
         "fixtures/bad/noisy.py:Engine", "fixtures.bad.no_such_module:Engine", "fixtures/bad/syntax_error.py:Engine",
     ]
     out = _cli(*targets, "--mode", "train", "--timeout", "25", "-f", "json",
@@ -214,7 +215,13 @@ def test_isolated_hang_exit_and_crash_do_not_stop_the_other_targets(tmp_path: Pa
     by_target = {r["target"]: r for r in doc["results"]}
     assert list(by_target) == targets
     hang = by_target["fixtures.bad.hangs:Engine"]
-    assert hang["error"].startswith("timed out after 25 s and was killed: the engine's build or step did not return")
+    # The timeout names the phase the child was in (what it last reported).
+    assert hang["error"].startswith(
+        "timed out after 25 s while running the step; the check process was killed: the engine's step did not return"
+    )
+    assert by_target["fixtures.bad.hangs:HangsInInit"]["error"].startswith(
+        "timed out after 25 s while building the engine; the check process was killed: the engine's __init__ did not"
+    )
     assert by_target["fixtures.bad.exits:OsExit"]["error"].startswith(
         "the check process exited with status 7 before reporting: the engine called os._exit(7)"
     )

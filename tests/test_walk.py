@@ -253,3 +253,60 @@ def test_public_tensor_attributes_are_walked_private_ones_are_not() -> None:
     a.other, b.other = b, a  # type: ignore[attr-defined]  # a cycle through tensor attributes
     paths = [str(h.path) for h in walk([Root("module", model, "module"), Root("engine", [a], "engine")])]
     assert paths == ["module.weight.kfac_a", "engine[0]", "engine[0].other", "engine[0].other.other"]
+
+
+def test_references_to_one_tensor_are_named_once_per_slot() -> None:
+    """NOTE [Each reference once]: 10^5 list entries or dict keys holding one tensor name it once,
+    a 10^5-deep chain of containers holding it MAX_NAMED times; the rest are counted."""
+    from leakscope.probe.walk import MAX_NAMED, WalkStats
+
+    t = torch.ones(1, requires_grad=True) * 2
+    n = 100_000
+    chain: Any = t
+    for _ in range(n):
+        chain = [t, chain]
+    for structure, references, paths in (
+        ([t] * n, n, ["engine[0]"]),
+        (dict.fromkeys(range(n), t), n, ["engine[0]"]),
+        ({"a": t, "b": t, 3: t, 4: t}, 4, ["engine.a", "engine.b", "engine[3]"]),  # named keys: slots of their own
+        (chain, n + 1, ["engine[0]", *("engine" + "[1]" * i + "[0]" for i in range(1, MAX_NAMED))]),
+    ):
+        stats = WalkStats()
+        assert [str(h.path) for h in walk([Root("engine", structure, "engine")], stats=stats)] == paths
+        assert stats.repeated == references - len(paths)
+
+
+def _walk_seconds(structure: Any) -> float:
+    import time
+
+    best = float("inf")
+    for _ in range(3):
+        started = time.process_time()
+        for _hit in walk([Root("engine", structure, "engine")]):
+            pass
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def test_walk_time_grows_linearly_with_references() -> None:
+    """Twice the references take about twice the time (quadratic would be four times); a generous
+    bound, since the benchmark (benchmarks/walk_scale.py) measures the ratio itself."""
+    t = torch.ones(1, requires_grad=True) * 2
+
+    def chain(n: int) -> Any:
+        out: Any = t
+        for _ in range(n):
+            out = [t, out]
+        return out
+
+    for build in (lambda n: [t] * n, lambda n: dict.fromkeys(range(n), t), chain):
+        small, large = _walk_seconds(build(100_000)), _walk_seconds(build(200_000))
+        assert large < 3.2 * small + 0.05, (small, large)
+
+
+def test_the_walk_stops_at_its_time_budget_and_says_so() -> None:
+    from leakscope.probe.walk import WalkStats
+
+    stats = WalkStats()
+    hits = list(walk([Root("engine", [[torch.ones(1)] for _ in range(50_000)], "engine")], stats=stats, max_seconds=0))
+    assert stats.truncated and stats.stopped_after == 0 and len(hits) < 50_000

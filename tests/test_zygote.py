@@ -134,7 +134,7 @@ def test_jobs_2_reports_what_jobs_1_does_in_target_order(tmp_path: Path) -> None
     assert answers(docs["2"]) == answers(docs["1"])
     verdicts = [a[2] for a in answers(docs["1"])]
     assert verdicts == ["leak", "error", "error", "clean", "error", "clean", "error", "leak"]
-    assert answers(docs["1"])[1][3].startswith("timed out after 20 s and was killed")
+    assert answers(docs["1"])[1][3].startswith("timed out after 20 s while running the step; the check process was killed")
 
 
 def test_no_process_outlives_an_interrupted_check(tmp_path: Path) -> None:

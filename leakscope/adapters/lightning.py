@@ -55,6 +55,7 @@ from typing import Any
 
 from leakscope.errors import EngineError, UsageError
 from leakscope.harness.target import ResolvedTarget
+from leakscope.probe import safe
 
 #: where ``LightningModule`` lives, by package: the classic and the unified install
 MODULE_CLASSES = {
@@ -90,10 +91,9 @@ _MISSING = _Signal("missing")  # an attribute the module does not have
 def lightning_package(cls: Any) -> str | None:
     """``"pytorch_lightning"`` or ``"lightning.pytorch"`` when ``cls`` derives from its
     ``LightningModule`` (by name: no import of Lightning); None otherwise."""
-    mro = getattr(cls, "__mro__", None) if isinstance(cls, type) else None
-    for klass in mro or ():
-        if klass.__name__ == "LightningModule":
-            package = MODULE_CLASSES.get(getattr(klass, "__module__", "") or "")
+    for klass in safe.mro(cls) if safe.is_instance(cls, type) else ():
+        if safe.type_name(klass) == "LightningModule":
+            package = MODULE_CLASSES.get(safe.type_module(klass))
             if package is not None:
                 return package
     return None
@@ -575,10 +575,10 @@ def _require_greenlet() -> None:
 def _is_default(module: Any, hook: str) -> bool:
     """True when ``hook`` is Lightning's own (not overridden by the module): defined by a class of
     Lightning's packages (``LightningModule``, or its hook mix-ins such as 1.x's ``DataHooks``)."""
-    for klass in type(module).__mro__:
-        if hook in vars(klass):
-            package = MODULE_CLASSES.get(getattr(klass, "__module__", "") or "")
-            name = getattr(klass, "__module__", "") or ""
+    for klass in safe.mro(type(module)):
+        if hook in safe.class_dict(klass):
+            name = safe.type_module(klass)
+            package = MODULE_CLASSES.get(name)
             return package is not None or name.startswith(("pytorch_lightning.", "lightning.pytorch."))
     return True
 

@@ -34,6 +34,7 @@ import os
 from typing import Any
 
 from leakscope.harness.target import ResolvedTarget
+from leakscope.probe import safe
 
 #: ``(module, class)`` of the trainers this adapter drives, most specific first
 GRPO = ("trl.trainer.grpo_trainer", "GRPOTrainer")
@@ -55,9 +56,9 @@ SPECIAL = ("<pad>", "<s>", "</s>", "<unk>")
 def kind_of(obj: Any) -> str | None:
     """``grpo``/``dpo``/``sft``/``trainer`` for a Trainer class or subclass, ``ppo`` for TRL's
     PPOTrainer before 0.12 (which is not a Trainer), else None (no imports)."""
-    if not isinstance(obj, type):
+    if not safe.is_instance(obj, type):
         return None
-    names = {(getattr(k, "__module__", ""), k.__name__) for k in getattr(obj, "__mro__", ())}
+    names = {(safe.type_module(k), safe.type_name(k)) for k in safe.mro(obj)}
     for key in (GRPO, DPO, SFT, TRAINER, PPO):
         if key in names:
             return KINDS[key]

@@ -59,6 +59,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from leakscope.harness.target import ResolvedTarget
+from leakscope.probe import safe
 
 VERL_MODULE = "verl.workers.engine.fsdp.transformer_impl"
 ACTOR = "FSDPEngineWithLMHead"
@@ -66,11 +67,12 @@ CRITIC = "FSDPEngineWithValueHead"
 
 
 def _family(obj: Any) -> set[str]:
-    """Which verl engine classes ``obj`` is or derives from (by name: no import of verl)."""
-    mro = getattr(obj, "__mro__", None) if isinstance(obj, type) else None
-    if not mro:
+    """Which verl engine classes ``obj`` is or derives from (by name: no import of verl; read from the
+    classes themselves, never through a metaclass)."""
+    if not safe.is_instance(obj, type):
         return set()
-    return {k.__name__ for k in mro if getattr(k, "__module__", None) == VERL_MODULE and k.__name__ in (ACTOR, CRITIC)}
+    names = {(safe.type_module(k), safe.type_name(k)) for k in safe.mro(obj)}
+    return {name for module, name in names if module == VERL_MODULE and name in (ACTOR, CRITIC)}
 
 
 def use_cpu_platform() -> str:

@@ -256,8 +256,14 @@ def _note_walk(obs: Observation, warnings: list[str]) -> None:
 
 def _walk_warning(obs: Observation) -> list[str]:
     if obs.truncated:
-        return ["the holder walk stopped at --max-objects; some holders may be unnamed"]
+        return [_stopped(obs, "at --max-objects")]
     return []
+
+
+def _stopped(obs: Observation, at_limit: str) -> str:
+    """The warning of a walk that stopped early: at its object limit, or after its time budget."""
+    when = f"after {obs.walk_stopped_after:g} s" if obs.walk_stopped_after is not None else at_limit
+    return f"the holder walk stopped {when}; some holders may be unnamed"
 
 
 def _anchored(findings: list[Finding], spec: EngineSpec) -> tuple[Finding, ...]:
@@ -363,8 +369,9 @@ def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetRe
                 f"freed by the last look ({when}): the loop held these graphs across calls (seen at the "
                 f"start of call #{last.observation.latest + 1}) and released them later; memory grows per call until it does"
             )
-        if any(look.observation.truncated for look in looks):
-            warnings.append("the holder walk stopped at its object limit; some holders may be unnamed")
+        stopped = next((look.observation for look in looks if look.observation.truncated), None)
+        if stopped is not None:
+            warnings.append(_stopped(stopped, "at its object limit"))
         unknown = sum(f.retained_bytes for f in findings if f.path == UNKNOWN)
         out.append(TargetResult(
             target=target, mode=mode, verdict=Verdict.LEAK if leak else Verdict.CLEAN,

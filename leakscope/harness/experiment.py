@@ -39,6 +39,7 @@ from leakscope.harness.trial import Trial, new_trial, record_step, run_trial
 from leakscope.holders import HolderPath
 from leakscope.options import CheckOptions, ModelSize
 from leakscope.phase import report
+from leakscope.probe import safe
 from leakscope.probe.autograd import INSPECTION, UNTIL_GC, sequence_nr, storage_key, storage_nbytes
 from leakscope.probe.liveness import settle
 from leakscope.probe.release import ReleaseFailed, release
@@ -250,8 +251,6 @@ class Experiment:
         """Settle and observe after a micro-batch (NOTE [Held after the last micro-batch]): every walked
         reference to a graph of the run is a holder; the caller keeps only the latest loss (a local
         of the loop, never walked), whose graph counts in the curve but names no holder."""
-        import torch
-
         from leakscope.probe.autograd import storage_map
 
         settle()
@@ -265,8 +264,10 @@ class Experiment:
             alive = evidence_alive([trial.evidence], plain_ids, excluded)
             roots = found.nodes()
             held_nodes = trial.steps.count_nodes(roots)
-            if isinstance(loss, torch.Tensor) and loss.grad_fn is not None:
-                roots.append(loss.grad_fn)
+            loss_node = safe.grad_fn(loss) if safe.is_tensor(loss) else None
+            if loss_node is not None:
+                roots.append(loss_node)
+            del loss_node
             nodes_by_step, total = trial.steps.nodes_by_step(roots)
             roots.clear()
             stored = [
@@ -345,11 +346,14 @@ class Experiment:
         from leakscope.harness.stored import trace_stores
         from leakscope.probe.library import is_user_file_of
 
+        report("tracing where each holder was stored")
+        report(step="building")
+
         model, engine = build_subject(self.spec, self.options)
         # An installed package's line is traced only when it defines the engine (a framework
         # trainer a user subclasses); a library the engine calls (torchmetrics storing into its own
         # cache) runs untraced, so the stored-at line is the user's line that called it.
-        owners = [sys.modules.get(k.__module__) for k in type(engine).__mro__] + list(self.spec.modules)
+        owners = [sys.modules.get(safe.type_module(k)) for k in safe.mro(type(engine))] + list(self.spec.modules)
 
         def is_user_file(file: str) -> bool:
             return is_user_file_of(file, owners)
@@ -359,6 +363,7 @@ class Experiment:
         result: list[Any] = []
 
         def run() -> None:
+            report(step="step")
             result.append(step_once(self.spec, roots["engine"], roots["micro_batch"], self.mode))
 
         try:
@@ -475,23 +480,20 @@ def _until_gc_bytes(trial: Trial) -> dict[str, int]:
 
 
 def _replacement(obj: Any) -> Any:
-    import torch
-
-    return obj.detach() if isinstance(obj, torch.Tensor) else None
+    return safe.detached(obj) if safe.is_tensor(obj) else None
 
 
 def _release_all(hits: list[Hit]) -> bool:
-    """Release every hit as the fix would; False if one could not be released."""
+    """Release every hit as the fix would; False if one could not be released. Neither runs the
+    engine's code (a tensor subclass's ``__torch_function__``, a container's ``__setitem__``)."""
     ok = True
     for hit in hits:
         try:
             release(hit.link, _replacement(hit.obj))
         except (ReleaseFailed, Exception):
-            # An immutable holder (frozenset, tuple root): detach the tensor in
-            # place instead, which cuts the same reference.
-            try:
-                hit.obj.detach_()
-            except Exception:
+            # An immutable holder (frozenset, tuple root), a key that hashes itself: detach the
+            # tensor in place instead, which cuts the same reference.
+            if not (safe.is_tensor(hit.obj) and safe.detach_in_place(hit.obj)):
                 ok = False
     return ok
 
@@ -507,10 +509,7 @@ def _matching(found: Collection, path: HolderPath) -> list[Hit]:
 
 
 def _maxlen(hit: Hit) -> int | None:
-    from collections import deque
-
-    container = hit.link.container
-    return container.maxlen if isinstance(container, deque) else None
+    return safe.maxlen(hit.link.container)
 
 
 __all__ = ["Experiment", "FirstStep", "MicroBatches", "STORAGE_ROOTS", "checking"]

@@ -19,6 +19,7 @@ from typing import Any
 
 from leakscope.harness.source import called_from, created_at
 from leakscope.holders import HolderPath
+from leakscope.probe import safe
 from leakscope.probe.autograd import (
     LEAF_GRAD,
     UINT64_MAX,
@@ -106,6 +107,8 @@ class Observation:
     walk_errors: int = 0
     first_walk_error: str | None = None
     truncated: bool = False
+    #: the walk's time budget, when that is what stopped it (NOTE [A bounded walk])
+    walk_stopped_after: float | None = None
     cuda_allocated: int | None = None
 
 
@@ -136,19 +139,17 @@ def collect(
 ) -> Collection:
     """Walk ``roots`` and sort what they reach: references into the judged steps' graphs, and
     plain tensors."""
-    import torch
-
     stats = WalkStats()
     holders: list[tuple[Hit, Any, frozenset[int]]] = []
     plain: list[Hit] = []
     reached: dict[int, frozenset[int]] = {}
     for hit in walk(roots, skip_ids=skip_ids, max_objects=max_objects, stats=stats, generic=generic):
         obj = hit.obj
-        if isinstance(obj, torch.Tensor):
-            node = obj.grad_fn
+        if safe.is_tensor(obj):
+            node = safe.grad_fn(obj)
             if node is None:
                 step = steps.leaf_step(obj)
-                if step is not None and obj.requires_grad:
+                if step is not None and safe.requires_grad(obj):
                     holders.append((hit, None, frozenset({step})))
                 else:
                     plain.append(hit)
@@ -161,7 +162,7 @@ def collect(
             found = reached[key] = steps.reached(node)
         if found and not _only_extends_older(node, steps):
             holders.append((hit, node, found))
-        elif isinstance(obj, torch.Tensor):
+        elif safe.is_tensor(obj):
             plain.append(hit)
     return Collection(holders, plain, stats)
 
@@ -224,8 +225,6 @@ def describe(
     created-at line; ``target_modules``: the target's own (for ``called_from``).
     ``loss_nodes``: identities of the nodes of the step's loss graph.
     """
-    import torch
-
     obj = hit.obj
     stats = ScanStats()
     sized = min(reached) if reached else None
@@ -240,15 +239,15 @@ def describe(
 
     if node is None:  # a held leaf: the leaf and its gradient
         items: list[tuple[str, Any]] = [(LEAF_GRAD, obj)]
-        if obj.grad is not None:
-            items.append((LEAF_GRAD, obj.grad))
+        if safe.grad(obj) is not None:
+            items.append((LEAF_GRAD, safe.grad(obj)))
         storages = step_storages = storage_map(items, excluded)
         keys: frozenset[int] = frozenset()
         step_keys: frozenset[int] = frozenset()
         grad_fn = "AccumulateGrad (leaf)"
     else:
         own = set()
-        if isinstance(obj, torch.Tensor):  # a held graph tensor's own storage is its value, not its graph's
+        if safe.is_tensor(obj):  # a held graph tensor's own storage is its value, not its graph's
             key = storage_key(obj)
             if key is not None:
                 own.add(key)
@@ -358,8 +357,7 @@ def module_roots(skip: Iterable[str] = ()) -> list[Root]:
 
 def _maxlen(link: Link) -> int | None:
     """The ``maxlen`` of the deque the reference sits in, if it does."""
-    container = link.container
-    return container.maxlen if isinstance(container, deque) else None
+    return safe.maxlen(link.container)
 
 
 def _accumulates(link: Link) -> bool:
@@ -370,9 +368,9 @@ def _accumulates(link: Link) -> bool:
         return True
     if link.kind != ITEM:
         return False
-    if isinstance(container, (list, deque)):
+    if safe.is_instance(container, (list, deque)):
         return True
-    if isinstance(container, dict):
+    if safe.is_instance(container, dict):
         return not (type(link.key) is str and link.key.isidentifier())
     return False
 
@@ -408,6 +406,7 @@ def observation(
         node_bytes=cost.bytes_per_node if cost else 0,
         node_cost_note=cost.describe() if cost else "", walk_errors=stats.errors if stats else 0,
         first_walk_error=stats.first_error if stats else None, truncated=stats.truncated if stats else False,
+        walk_stopped_after=stats.stopped_after if stats else None,
         cuda_allocated=_cuda_allocated() if cuda else None,
     )
 

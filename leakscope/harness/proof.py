@@ -36,6 +36,7 @@ from typing import Any
 from leakscope.errors import EngineError, LeakscopeError, TargetError
 from leakscope.harness.protocol import EngineSpec
 from leakscope.options import CheckOptions
+from leakscope.probe import safe
 from leakscope.results import Mode
 
 #: gradients are equal when ``|a - b| <= ATOL + RTOL * |b|`` elementwise (``torch.allclose``)
@@ -248,18 +249,15 @@ def _parameters(model: Any, engine: Any) -> list[tuple[str, Any]]:
     if isinstance(model, torch.nn.Module):
         for name, p in model.named_parameters():
             add(f"module.{name}", p)
-    if isinstance(engine, torch.nn.Module):  # a LightningModule: its own parameters (and the model's again)
+    if safe.is_instance(engine, torch.nn.Module):  # a LightningModule: its own parameters (and the model's again)
         for name, p in engine.named_parameters():
             add(f"engine.{name}", p)
-    try:
-        attrs = dict(vars(engine))
-    except TypeError:
-        attrs = {}
+    attrs = dict(safe.instance_dict(engine) or {})  # read as the walk reads (NOTE [Reads that run no user code])
     for attr, value in attrs.items():
-        if isinstance(value, torch.nn.Module):
+        if safe.is_instance(value, torch.nn.Module):
             for name, p in value.named_parameters():
                 add(f"engine.{attr}.{name}", p)
-        elif isinstance(value, torch.Tensor) and value.is_leaf and value.requires_grad:
+        elif safe.is_tensor(value) and safe.is_leaf(value) and safe.requires_grad(value):
             add(f"engine.{attr}", value)
     return out
 

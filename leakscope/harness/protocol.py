@@ -19,8 +19,10 @@ from typing import Any
 from leakscope.errors import EngineError, TargetError
 from leakscope.harness.source import user_frame
 from leakscope.harness.target import ResolvedTarget
+from leakscope.probe import safe
 
 STEP_PARAMS = ("micro_batch", "loss_function", "forward_only")
+_MISSING: Any = object()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,21 +77,23 @@ def _call_forward_step(engine: Any, micro_batch: Any, loss_function: Any, forwar
 
 def check_forward_step(engine: Any, spec_name: str) -> None:
     """Fail with a clear line when ``engine.forward_step`` is missing or has the wrong signature."""
-    try:
-        method = inspect.getattr_static(engine, "forward_step")
-    except AttributeError:
+    # Looked up as the walk reads (never a ``__dict__`` property or a metaclass hook); then called
+    # as the real caller calls it.
+    name = safe.type_name(type(engine))
+    method = (safe.instance_dict(engine) or {}).get("forward_step", safe.class_attr(type(engine), "forward_step", _MISSING))
+    if method is _MISSING:
         raise EngineError(
-            f"{type(engine).__name__} (from {spec_name}) has no forward_step; "
+            f"{name} (from {spec_name}) has no forward_step; "
             "define forward_step(self, micro_batch, loss_function, forward_only) -> (loss, output)"
-        ) from None
+        )
     bound = engine.forward_step
     if not callable(bound):
-        raise EngineError(f"{type(engine).__name__}.forward_step is not callable ({type(method).__name__})")
+        raise EngineError(f"{name}.forward_step is not callable ({safe.type_name(type(method))})")
     try:
         inspect.signature(bound).bind(None, loss_function=None, forward_only=False)
     except TypeError as exc:
         raise EngineError(
-            f"{type(engine).__name__}.forward_step{_signature(bound)} cannot be called as "
+            f"{name}.forward_step{_signature(bound)} cannot be called as "
             f"forward_step(micro_batch, loss_function=..., forward_only=...): {exc}; "
             "use the signature forward_step(self, micro_batch, loss_function, forward_only)"
         ) from None

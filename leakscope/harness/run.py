@@ -7,6 +7,7 @@ Running only; what the caller keeps afterwards and who holds its graph is
 from __future__ import annotations
 
 import contextlib
+import math
 import traceback
 from typing import Any
 
@@ -14,29 +15,34 @@ from leakscope.errors import EngineError, LeakscopeError
 from leakscope.harness.protocol import EngineSpec, build_engine, describe_exception
 from leakscope.harness.rng import seeded
 from leakscope.options import CheckOptions
+from leakscope.probe import safe
 from leakscope.results import Mode
 
 
 def _validate(result: Any, mode: Mode) -> tuple[Any, Any]:
-    import torch
-
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        shape = f"a {type(result).__name__}" + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
+    # Read as the walk reads (NOTE [Reads that run no user code] in leakscope/probe/safe.py):
+    # the pair by its builtin type's own iteration, the loss by torch's getters.
+    pair = list(tuple.__iter__(result)) if safe.is_instance(result, tuple) else (
+        list(list.__iter__(result)) if safe.is_instance(result, list) else None
+    )
+    if pair is None or len(pair) != 2:
+        shape = f"a {safe.type_name(type(result))}" + (f" of length {len(pair)}" if pair is not None else "")
         raise EngineError(
             f"forward_step returned {shape}; expected a (loss, output) pair: end it with `return loss, output`"
         )
-    loss, output = result
+    loss, output = pair
     if mode is Mode.TRAIN:
-        if not isinstance(loss, torch.Tensor):
+        if not safe.is_tensor(loss):
             raise EngineError(
-                f"forward_step returned a loss of type {type(loss).__name__}; expected a scalar tensor "
+                f"forward_step returned a loss of type {safe.type_name(type(loss))}; expected a scalar tensor "
                 "that backward() can run on"
             )
-        if loss.numel() != 1:
+        dims = safe.shape(loss)
+        if math.prod(dims) != 1:
             raise EngineError(
-                f"forward_step returned a loss of shape {tuple(loss.shape)}; expected a scalar: reduce it (e.g. .mean())"
+                f"forward_step returned a loss of shape {dims}; expected a scalar: reduce it (e.g. .mean())"
             )
-        if loss.grad_fn is None:
+        if safe.grad_fn(loss) is None:
             raise EngineError(
                 "the loss has no grad_fn in train mode: nothing would train; "
                 "do not detach the loss or compute it under torch.no_grad()"

@@ -14,8 +14,8 @@ import types
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from leakscope.probe import safe
 from leakscope.probe.library import is_leakscope_machinery_file, is_library_file
-from leakscope.probe.walk import kinds
 from leakscope.results import Source
 
 if TYPE_CHECKING:
@@ -109,7 +109,7 @@ def created_at(obj: Any, modules: Any = ()) -> Source | None:
 
     Lines in ``modules``' files are preferred.
     """
-    node = getattr(obj, "grad_fn", None) if not kinds().is_node(obj) else obj
+    node = graph_node(obj)
     if node is not None:
         try:
             text = node.metadata.get("traceback_")
@@ -124,8 +124,14 @@ def created_at(obj: Any, modules: Any = ()) -> Source | None:
     return None
 
 
+def graph_node(obj: Any) -> Any:
+    """The graph node of a held object: a tensor's ``grad_fn`` (read without its subclass's code), or
+    the node itself."""
+    return obj if safe.is_node(obj) else (safe.grad_fn(obj) if safe.is_tensor(obj) else None)
+
+
 def stack_text(obj: Any) -> str | None:
-    node = getattr(obj, "grad_fn", None) if not kinds().is_node(obj) else obj
+    node = graph_node(obj)
     if node is None:
         return None
     try:
@@ -177,7 +183,10 @@ def anchor_source(spec: EngineSpec) -> Source | None:
     import inspect
 
     anchor = spec.anchor
-    fn = getattr(anchor, "forward_step", None) if inspect.isclass(anchor) else anchor
+    # The class's own ``forward_step`` as defined (read without its metaclass's hooks).
+    fn = safe.class_attr(anchor, "forward_step") if safe.is_instance(anchor, type) else anchor
+    if safe.is_instance(fn, (staticmethod, classmethod)):
+        fn = fn.__func__
     if fn is None:
         return None
     try:

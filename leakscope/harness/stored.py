@@ -21,15 +21,19 @@
 from __future__ import annotations
 
 import ast
+import contextvars
 import dataclasses
 import linecache
 import re
 import sys
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from leakscope.holders import HolderPath, Segment, SegmentKind
+from leakscope.probe import safe
+from leakscope.probe.library import is_library_type
 from leakscope.results import Source
 
 _MISSING = object()
@@ -38,7 +42,7 @@ _MISSING = object()
 def _key(segment: Segment) -> Any:
     """The mapping key a KEY segment names (an identifier as is; a builtin literal from its repr)."""
     name = segment.name
-    if isinstance(name, str) and not name.isidentifier():
+    if type(name) is str and not name.isidentifier():
         try:
             return ast.literal_eval(name)
         except (ValueError, SyntaxError):
@@ -47,53 +51,111 @@ def _key(segment: Segment) -> Any:
 
 
 def _step(obj: Any, segment: Segment) -> Any:
-    """The object one typed segment leads to from ``obj`` now (``_MISSING`` if it cannot be followed)."""
+    """The object one typed segment leads to from ``obj`` now (``_MISSING`` if it cannot be followed).
+
+    Read as the walk reads (NOTE [Reads that run no user code] in leakscope/probe/safe.py): an
+    instance dict, a class's own namespace, a slot, a named tuple's field, a C-level attribute, a
+    builtin container's entry; never a property, ``__getattr__``, ``__getitem__`` or ``__iter__``
+    of the engine's classes (the tracer resolves paths before every traced line).
+    """
     kind, name = segment.kind, segment.name
     if kind in (SegmentKind.ATTR, SegmentKind.HOOKS, SegmentKind.CELL):
-        if isinstance(obj, types.FunctionType) and name in obj.__code__.co_freevars and obj.__closure__:
-            return obj.__closure__[obj.__code__.co_freevars.index(name)].cell_contents
-        try:
-            return object.__getattribute__(obj, str(name))
-        except Exception:
-            found = getattr(obj, str(name), _MISSING)
-        if found is _MISSING and isinstance(obj, dict):  # a module's _modules / _buffers entry
-            found = obj.get(name, _MISSING)
-        return found
+        return _attribute(obj, str(name))
     if kind is SegmentKind.KEY:
         key = _key(segment)
         if key is _MISSING:
             return _MISSING
-        if isinstance(obj, dict):
-            return obj.get(key, _MISSING)
-        if isinstance(key, str) and not isinstance(obj, Mapping):
-            # An instance attribute the walk named by its ``__dict__`` key (a module's): read it
-            # there, not through ``obj[key]``, which may build a new object (torchmetrics'
-            # ``metric[key]`` is a new CompositionalMetric) or do anything else.
-            try:
-                instance = object.__getattribute__(obj, "__dict__")
-            except Exception:
-                instance = None
-            if isinstance(instance, dict) and key in instance:
-                return instance[key]
+        return _entry(obj, key)
+    if kind is SegmentKind.INDEX and type(name) is int:
+        if safe.is_instance(obj, dict):  # an OrderedDict of hooks, by position
+            values = list(dict.values(obj))
+            return values[name] if -len(values) <= name < len(values) else _MISSING
+        for base in (list, tuple, deque):
+            if safe.is_instance(obj, base):
+                try:
+                    return base.__getitem__(obj, name)
+                except IndexError:
+                    return _MISSING
+        children = (safe.instance_dict(obj) or {}).get("_modules")
+        if type(children) is dict:  # a ModuleList's or Sequential's child, by position
+            values = list(dict.values(children))
+            return values[name] if -len(values) <= name < len(values) else _MISSING
+        return _MISSING
+    if kind is SegmentKind.CALL and name == "get" and type(obj) is contextvars.ContextVar:
+        return obj.get(_MISSING)
+    return _MISSING  # a frame local, a set member, an object key, a referent: not followed
+
+
+#: an ``nn.Module``'s own dicts, whose entries the walk names as the module's attributes
+_MODULE_DICTS = ("_modules", "_buffers", "_parameters")
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    """``obj.name`` as the walk named it (see :func:`_step`)."""
+    if type(obj) is types.FunctionType and name in obj.__code__.co_freevars and obj.__closure__:
+        try:
+            return obj.__closure__[obj.__code__.co_freevars.index(name)].cell_contents
+        except ValueError:
+            return _MISSING
+    if safe.is_instance(obj, type):  # class state: the class's own namespace
+        return safe.class_dict(obj).get(name, _MISSING)
+    d = safe.instance_dict(obj)
+    if d is not None:
+        if name in d:
+            return d[name]
+        for inner in _MODULE_DICTS:  # a module's children, buffers, parameters
+            entries = d.get(inner)
+            if type(entries) is dict and name in entries:
+                return entries[name]
+    for slot, value, _ in safe.slot_values(obj):
+        if slot == name:
+            return value
+    tp = type(obj)
+    if safe.is_subtype(tp, tuple):
+        fields = safe.class_attr(tp, "_fields", want=tuple)
+        if fields is not None and all(type(f) is str for f in fields) and name in fields:
+            index = fields.index(name)
+            return tuple.__getitem__(obj, index) if index < tuple.__len__(obj) else _MISSING
+    descr = safe.class_attr(tp, name)
+    if safe.is_exactly(descr, (types.GetSetDescriptorType, types.MemberDescriptorType)):
+        # A C-level attribute (``partial.args``, ``exc.__traceback__``, ``t._backward_hooks``).
+        try:
+            return safe.tensor_read(obj, lambda o: descr.__get__(o, tp))
+        except Exception:
+            return _MISSING
+    if safe.is_instance(obj, dict):  # a hook dict's or a module dict's entry by name
+        return dict.get(obj, name, _MISSING)
+    return _MISSING
+
+
+def _entry(obj: Any, key: Any) -> Any:
+    """``obj[key]`` as the walk named it: a dict's entry, an attribute the walk named by its
+    ``__dict__`` key, or an entry of a library container (a TensorDict, a ``threading.local``)."""
+    if safe.is_instance(obj, dict):
+        return dict.get(obj, key, _MISSING)
+    d = safe.instance_dict(obj)
+    if d is not None:
+        if type(key) is str and key in d:
+            return d[key]
+        entries = d.get("_tensordict")  # a TensorDict's (or a tensorclass's) entries, as the walk reads them
+        if type(entries) is dict and key in entries:
+            return entries[key]
+    tp = type(obj)
+    if is_library_type(tp) or safe.class_attr(tp, "_is_tensorclass") is True:
+        # The library's own lookup (its code, not the engine's).
         try:
             return obj[key]
         except Exception:
-            found = getattr(obj, str(key), _MISSING)  # a module child or attribute shown as .name
-            return found
-    if kind is SegmentKind.INDEX and isinstance(name, int):
-        if isinstance(obj, dict):  # an OrderedDict of hooks, by position
-            values = list(obj.values())
-            return values[name] if -len(values) <= name < len(values) else _MISSING
-        try:
-            return obj[name] if isinstance(obj, (list, tuple)) else list(obj)[name]
-        except Exception:
-            return _MISSING
-    if kind is SegmentKind.CALL and name == "get":
-        try:
-            return obj.get(_MISSING)
-        except Exception:
-            return _MISSING
-    return _MISSING  # a frame local, a set member, an object key, a referent: not followed
+            return getattr(obj, str(key), _MISSING)
+    return _MISSING
+
+
+def _length(container: Any) -> int:
+    """``len(container)`` of a builtin container (by its base type's own method), else -1."""
+    for base in (list, tuple, deque, dict):
+        if safe.is_instance(container, base):
+            return int(base.__len__(container))
+    return -1
 
 
 def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
@@ -122,12 +184,6 @@ def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | Non
     return resolve
 
 
-def _is_tensor(obj: Any) -> bool:
-    import torch
-
-    return issubclass(type(obj), torch.Tensor)
-
-
 def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callable[[], tuple[int, ...]] | None:
     """A function returning what changes when something is stored at ``path``: the identity of the
     object there and, with ``growth``, the length of every list the path indexes (an append to
@@ -145,12 +201,9 @@ def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callabl
         lengths = []
         for prefix in prefixes:
             container: Any = prefix() if prefix is not None else _MISSING
-            try:
-                lengths.append(len(container) if container is not _MISSING else -1)
-            except Exception:
-                lengths.append(-1)
+            lengths.append(_length(container) if container is not _MISSING else -1)
         # An in-place update (``total += loss`` on a tensor) keeps the object and bumps its version.
-        version = getattr(now, "_version", 0) if _is_tensor(now) else 0
+        version = safe.version(now) if safe.is_tensor(now) else 0
         return (-1 if now is _MISSING else id(now), version, *lengths)
 
     return signature
@@ -237,8 +290,6 @@ def _graph_names(frame: types.FrameType | None, line: int) -> tuple[str, ...]:
     """
     if frame is None:
         return ()
-    import torch
-
     code = linecache.getline(frame.f_code.co_filename, line)
     names = dict.fromkeys(m.group(1) for m in _NAME.finditer(code.split("#", 1)[0]))
     # The frame is being traced: its f_locals is the snapshot the tracer machinery already keeps in
@@ -246,8 +297,8 @@ def _graph_names(frame: types.FrameType | None, line: int) -> tuple[str, ...]:
     snapshot = frame.f_locals
     found = []
     for name in names:
-        value = snapshot.get(name, _MISSING) if isinstance(snapshot, dict) else _MISSING
-        if issubclass(type(value), torch.Tensor) and value.grad_fn is not None:
+        value = snapshot.get(name, _MISSING) if type(snapshot) is dict else _MISSING
+        if safe.is_tensor(value) and safe.grad_fn(value) is not None:
             found.append(name)
     return tuple(found)
 
@@ -265,9 +316,8 @@ def _sequence_now() -> int | None:
 def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
     """Put a detached copy where the path's newest entry holds a tensor (the experiment of NOTE
     [Fixes that never break training]: does storing a detached copy change a gradient?). Only a
-    trial's own objects are ever changed; False when the slot cannot be set."""
-    import torch
-
+    trial's own objects are ever changed, through the builtin containers' own methods (NOTE [Reads
+    that run no user code]); False when the slot cannot be set."""
     segments = tuple(Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments)
     if not segments:
         return False
@@ -276,20 +326,22 @@ def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
         return False
     parent, last = parent_of(), segments[-1]
     value = _step(parent, last) if parent is not _MISSING else _MISSING
-    if not isinstance(value, torch.Tensor) or value.grad_fn is None:
+    if not safe.is_tensor(value) or safe.grad_fn(value) is None:
         return False
-    detached = value.detach()
+    detached = safe.detached(value)
+    if detached is None:
+        return False
     try:
-        if last.kind is SegmentKind.INDEX and isinstance(parent, list):
-            parent[int(last.name)] = detached
-        elif last.kind is SegmentKind.KEY and isinstance(parent, dict):
+        if last.kind is SegmentKind.INDEX and safe.is_instance(parent, list):
+            list.__setitem__(parent, int(last.name), detached)
+        elif last.kind is SegmentKind.KEY and safe.is_instance(parent, dict):
             key = _key(last)
             if key is _MISSING:
                 return False
-            parent[key] = detached
+            dict.__setitem__(parent, key, detached)
         elif last.kind in (SegmentKind.KEY, SegmentKind.ATTR) and isinstance(last.name, str):
-            instance = object.__getattribute__(parent, "__dict__")
-            if not isinstance(instance, dict) or last.name not in instance:
+            instance = safe.instance_dict(parent)
+            if instance is None or last.name not in instance:
                 return False
             instance[last.name] = detached
         else:
@@ -309,7 +361,7 @@ def _backward_done(obj: Any) -> bool | None:
     """Whether backward has run through every saved slot of ``obj``'s graph (NOTE [Freed by backward])."""
     from leakscope.probe.autograd import ScanStats, graph_tensors
 
-    node = getattr(obj, "grad_fn", None)
+    node = safe.grad_fn(obj) if safe.is_tensor(obj) else None
     if node is None:
         return None
     stats = ScanStats()

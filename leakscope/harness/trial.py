@@ -21,6 +21,7 @@ from leakscope.harness.protocol import EngineSpec, build_engine
 from leakscope.harness.run import build_subject, make_micro_batch, step_once
 from leakscope.options import CheckOptions
 from leakscope.phase import report
+from leakscope.probe import safe
 from leakscope.probe.autograd import storage_key
 from leakscope.probe.liveness import Evidence, collect_evidence
 from leakscope.probe.steps import StepGraphs
@@ -134,8 +135,6 @@ def new_trial(
     spec: EngineSpec, mode: Mode, options: CheckOptions, model: Any, engine: Any, micro_batch: Any
 ) -> Trial:
     """A trial over these objects, with what they hold before any step recorded as pre-existing."""
-    import torch
-
     roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
     modules = tuple(dict.fromkeys([*spec.modules, *_engine_modules(engine)]))
     # ``modules`` are the engine's own (their frames are what ``source`` prefers); the
@@ -146,7 +145,7 @@ def new_trial(
     older: list[Any] = []
     for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
         t = hit.obj
-        if not isinstance(t, torch.Tensor):
+        if not safe.is_tensor(t):
             older.append(t)  # a graph node held before any step
             continue
         ref = weakref.ref(t)
@@ -154,8 +153,10 @@ def new_trial(
         key = storage_key(t)
         if key is not None:
             trial.preexisting_storages[key] = ref
-        if t.grad_fn is not None:
-            older.append(t.grad_fn)
+        node = safe.grad_fn(t)
+        if node is not None:
+            older.append(node)
+        del node
     older.extend(heap_graph_nodes())  # graphs made before the step, held anywhere
     trial.steps.mark_before(older)  # NOTE [A step's graph]: older graphs are never the step's
     older.clear()
@@ -178,12 +179,10 @@ def heap_graph_nodes(steps: StepGraphs | None = None) -> list[Any]:
     """
     import gc
 
-    import torch
-
     out = []
     for obj in gc.get_objects():
-        if issubclass(type(obj), torch.Tensor):
-            node = obj.grad_fn
+        if safe.is_tensor(obj):
+            node = safe.grad_fn(obj)
             if node is not None and (steps is None or not steps.is_before(node)):
                 out.append(node)
     return out
@@ -216,10 +215,12 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
     out = list(modules)
     for module in list(out):
         for value in list(vars(module).values()):
-            if isinstance(value, types.ModuleType):
+            if safe.is_instance(value, types.ModuleType):
                 imported: Any = value
-            elif isinstance(value, (types.FunctionType, type)):
-                imported = sys.modules.get(getattr(value, "__module__", "") or "")
+            elif type(value) is types.FunctionType:
+                imported = sys.modules.get(value.__module__ if type(value.__module__) is str else "")
+            elif safe.is_instance(value, type):
+                imported = sys.modules.get(safe.type_module(value))
             else:
                 continue
             if imported is None or imported in out or is_library_module(imported.__name__):
@@ -247,8 +248,8 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
     from leakscope.probe.library import is_library_module
 
     out = []
-    for klass in type(engine).__mro__:
-        module = sys.modules.get(klass.__module__)
+    for klass in safe.mro(type(engine)):
+        module = sys.modules.get(safe.type_module(klass))
         if module is not None and not is_library_module(module.__name__):
             out.append(module)
     return out
@@ -275,10 +276,8 @@ def record_step(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> i
     still touch, while the loss is still held, and record it (NOTE [A step's graph],
     NOTE [Heap evidence]). The step's index.
     """
-    import torch
-
     roots: list[Any] = []
-    loss_node = loss.grad_fn if isinstance(loss, torch.Tensor) else None
+    loss_node = safe.grad_fn(loss) if safe.is_tensor(loss) else None
     if loss_node is not None:
         roots.append(loss_node)
     roots.extend(heap_graph_nodes(trial.steps))

@@ -204,8 +204,7 @@ class Observer:
     def _mark_before(self, frame: types.FrameType, args: tuple[Any, ...]) -> None:
         """Graphs the job held before its first watched call are older than every call
         (NOTE [A step's graph]): walk what a look walks, once, and register them."""
-        import torch
-
+        from leakscope.probe import safe
         from leakscope.probe.walk import walk
 
         roots = self._roots(frame, args)
@@ -213,7 +212,7 @@ class Observer:
         try:
             for hit in walk(roots, max_objects=self.options.max_objects):
                 obj = hit.obj
-                node = obj.grad_fn if isinstance(obj, torch.Tensor) else obj
+                node = safe.grad_fn(obj) if safe.is_tensor(obj) else obj
                 if node is not None:
                     older.append(node)
             self.steps.mark_before(older)
@@ -247,15 +246,14 @@ class Observer:
 
     def _end_call(self, result: Any) -> Any:
         """Place the call's graph, in any thread (NOTE [A step's graph]), and weakref what it keeps."""
-        import torch
-
         from leakscope.harness.trial import heap_graph_nodes
+        from leakscope.probe import safe
         from leakscope.probe.liveness import collect_evidence
         from leakscope.probe.walk import Root, walk
 
         roots = []
         for hit in walk([Root("output", result, "output")], max_objects=self.options.max_objects):
-            node = hit.obj.grad_fn if isinstance(hit.obj, torch.Tensor) else hit.obj
+            node = safe.grad_fn(hit.obj) if safe.is_tensor(hit.obj) else hit.obj
             if node is not None:
                 roots.append(node)
         roots.extend(heap_graph_nodes(self.steps))
@@ -280,6 +278,8 @@ class Observer:
         return False
 
     def _remember(self, args: tuple[Any, ...], original: Callable[..., Any]) -> None:
+        from leakscope.probe import safe
+
         if args and args[0] is not None:
             engine = args[0]
             if not any(ref() is engine for ref in self.engines):
@@ -287,8 +287,8 @@ class Observer:
                     self.engines.append(weakref.ref(engine))
                 except TypeError:
                     pass
-            for klass in type(engine).__mro__:
-                self._add_module(klass.__module__)
+            for klass in safe.mro(type(engine)):
+                self._add_module(safe.type_module(klass))
         self._add_module(getattr(original, "__module__", "") or "")
 
     def _add_module(self, name: str) -> None:
@@ -594,8 +594,10 @@ def _owner_files(findings: Sequence[Finding], frames: Sequence[types.FrameType],
         if frame.f_code.co_name != "<module>" and _caller_root_name(frame) in roots
     }
     if args and any(f.path.root == "engine" for f in findings):
-        for klass in type(args[0]).__mro__:
-            module = sys.modules.get(klass.__module__)
+        from leakscope.probe import safe
+
+        for klass in safe.mro(type(args[0])):
+            module = sys.modules.get(safe.type_module(klass))
             file = getattr(module, "__file__", None)
             if isinstance(file, str):
                 files.add(os.path.realpath(file))

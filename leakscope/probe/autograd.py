@@ -25,10 +25,21 @@ references only for the duration of one call.
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 from leakscope.holders import shorten
+from leakscope.probe.safe import grad as read_grad
+from leakscope.probe.safe import (
+    instance_dict,
+    is_exactly,
+    is_instance,
+    is_plain_tensor,
+    is_tensor,
+    numel_bytes,
+    storage,
+)
 from leakscope.results import Cause
 
 UINT64_MAX = 2**64 - 1
@@ -251,11 +262,8 @@ def saved_values(node: Any) -> Iterator[tuple[str, Any]]:
 
 def ctx_values(node: Any) -> Iterator[tuple[str, Any]]:
     """Attributes a custom ``autograd.Function`` stored on its ctx (``ctx.x = t``)."""
-    try:
-        d = object.__getattribute__(node, "__dict__")
-    except Exception:
-        return
-    if type(d) is dict:
+    d = instance_dict(node)
+    if d is not None:
         yield from list(d.items())
 
 
@@ -322,13 +330,11 @@ def graph_tensors(
     import torch
 
     tensor_type = torch.Tensor
-    param_type = torch.nn.Parameter
 
     def is_plain(obj: Any) -> bool:
-        """A tensor that is not a Parameter. ``isinstance(x, Parameter)`` runs
-        ``_ParameterMeta.__instancecheck__`` in Python (0.4 us), so exact
-        ``torch.Tensor`` (almost every saved tensor) is decided by type alone."""
-        return type(obj) is tensor_type or (isinstance(obj, tensor_type) and not isinstance(obj, param_type))
+        """A tensor that is not a Parameter, decided by type (NOTE [Reads that run no user code]):
+        exact ``torch.Tensor`` (almost every saved tensor) at once."""
+        return type(obj) is tensor_type or is_plain_tensor(obj)
 
     groups: dict[tuple[str, str, str], list[Any]] = {}
 
@@ -413,7 +419,7 @@ def graph_tensors(
                 leaf = accumulated_leaf(node)
                 if leaf is not None and is_plain(leaf):
                     put_leaf(leaf)
-                    grad = leaf.grad
+                    grad = read_grad(leaf)
                     if grad is not None:
                         put_grad(grad)
             continue
@@ -477,11 +483,15 @@ def checkpoint_tensors(packed: list[Any]) -> list[tuple[str, Any]]:
     """
     import gc
 
+    try:
+        from torch.utils.checkpoint import _CheckpointFrame
+    except ImportError:
+        return []
     wanted = {id(obj) for obj in packed}
     out: list[tuple[str, Any]] = []
     seen: set[int] = set()
     for obj in gc.get_objects():
-        if type(obj).__name__ != "_CheckpointFrame" or id(obj) in seen:
+        if type(obj) is not _CheckpointFrame or id(obj) in seen:
             continue
         try:
             holders = [ref() for ref in getattr(obj, "weak_holders", ())]
@@ -495,28 +505,29 @@ def checkpoint_tensors(packed: list[Any]) -> list[tuple[str, Any]]:
 
 
 def _frame_tensors(frame: Any) -> list[tuple[str, Any]]:
-    """Inputs, RNG states and recomputed tensors a checkpoint frame keeps (never unpacking)."""
-    import torch
-
+    """Inputs, RNG states and recomputed tensors a checkpoint frame keeps (never unpacking; what the
+    checkpointed block was given can be any object, so each is tested by type alone)."""
     out: list[tuple[str, Any]] = []
-    d = getattr(frame, "__dict__", {})
-    for arg in d.get("saved_args") or ():
-        if isinstance(arg, torch.Tensor):
+    d = instance_dict(frame) or {}
+    saved: Any = d.get("saved_args")
+    for arg in saved if is_exactly(saved, (tuple, list)) else ():
+        if is_tensor(arg):
             out.append(("checkpoint input", arg))
     fn = d.get("recompute_fn")
-    for cell in getattr(fn, "__closure__", None) or ():
+    for cell in (fn.__closure__ or ()) if type(fn) is types.FunctionType else ():
         try:
             value = cell.cell_contents
         except ValueError:
             continue
-        values = value if isinstance(value, (list, tuple)) else (value,)
+        values = value if is_exactly(value, (list, tuple)) else (value,)
         for v in values:
-            if isinstance(v, torch.Tensor):
+            if is_tensor(v):
                 out.append(("checkpoint rng state", v))
-    for recomputed in d.get("recomputed") or ():
-        if isinstance(recomputed, dict):
-            for v in recomputed.values():
-                if isinstance(v, torch.Tensor):
+    recomputed_all: Any = d.get("recomputed")
+    for recomputed in recomputed_all if is_exactly(recomputed_all, (list, tuple)) else ():
+        if is_instance(recomputed, dict):
+            for v in list(dict.values(recomputed)):
+                if is_tensor(v):
                     out.append(("checkpoint recomputed", v))
     return out
 
@@ -531,25 +542,14 @@ def _packed(handle: Any) -> Any:
 
 def storage_key(t: Any) -> tuple[str, int] | None:
     """Identity of the storage behind ``t`` (views share it), or None if unknown."""
-    try:
-        storage = t.untyped_storage()
-        ptr = storage.data_ptr()
-    except Exception:
-        return None
-    if ptr == 0:
-        return None
-    return (str(t.device), int(ptr))
+    found = storage(t)
+    return (found[0], found[1]) if found is not None else None
 
 
 def storage_nbytes(t: Any) -> int:
     """Bytes of the whole storage (a view keeps its whole base alive)."""
-    try:
-        return int(t.untyped_storage().nbytes())
-    except Exception:
-        try:
-            return int(t.numel() * t.element_size())
-        except Exception:
-            return 0
+    found = storage(t)
+    return found[2] if found is not None else numel_bytes(t)
 
 
 StorageMap = dict[tuple[str, int], tuple[str, int]]
@@ -564,12 +564,15 @@ def storage_map(items: Iterable[tuple[str, Any]], exclude: set[tuple[str, int]])
     """
     out: StorageMap = {}
     for cause, t in items:
-        key = storage_key(t)
-        if key is None or key in exclude:
+        found = storage(t)
+        if found is None:
+            continue
+        key = (found[0], found[1])
+        if key in exclude:
             continue
         current = out.get(key)
         if current is None or _rank(cause) < _rank(current[0]):
-            out[key] = (cause, storage_nbytes(t))
+            out[key] = (cause, found[2])
     return out
 
 

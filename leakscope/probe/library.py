@@ -13,7 +13,9 @@ policy honest:
   only leakscope's machinery and :func:`is_interpreter_internal` objects.
 
 Matching is by the whole first component of a module name: a user module
-``reward_model`` or ``replay`` is not ``re``, and ``iox`` is not ``io``.
+``reward_model`` or ``replay`` is not ``re``, and ``iox`` is not ``io``. A type's
+module is read from the type itself (:func:`leakscope.probe.safe.type_module`),
+never through its metaclass.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from leakscope.probe.safe import type_module
 
 #: Top-level packages whose objects are library machinery, not engine state.
 LIBRARY_PACKAGES = frozenset({
@@ -108,7 +112,7 @@ def is_library_type(tp: type) -> bool:
 
     ``torch.nn`` modules are walked by their own rule (parameters, buffers, hooks).
     """
-    module = getattr(tp, "__module__", "") or ""
+    module = type_module(tp)
     if module.startswith("torch.nn.modules"):
         return False
     return is_library_module(module)
@@ -116,7 +120,7 @@ def is_library_type(tp: type) -> bool:
 
 def is_leakscope_machinery(tp: type) -> bool:
     """leakscope's own objects (its trial, probes, evidence), never a holder; its engines are."""
-    module = getattr(tp, "__module__", "") or ""
+    module = type_module(tp)
     return (module == "leakscope" or module.startswith("leakscope.")) and module not in USER_MODULES_IN_LEAKSCOPE
 
 
@@ -127,7 +131,7 @@ def is_interpreter_internal(tp: type) -> bool:
     """
     if is_leakscope_machinery(tp):
         return True
-    module = getattr(tp, "__module__", "") or ""
+    module = type_module(tp)
     if module == "torch" or module.startswith("torch."):
         return not module.startswith(TORCH_USER_PACKAGES)
     return False

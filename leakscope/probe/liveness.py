@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from leakscope.probe.autograd import LEAF_GRAD, graph_tensors
+from leakscope.probe.safe import grad, grad_fn, is_leaf, requires_grad
 
 
 def settle() -> None:
@@ -112,23 +113,23 @@ def collect_evidence(
         # This step's leaves: reached as an AccumulateGrad's variable, or a probe
         # (a checkpoint input) that is itself a leaf requiring grad. A reference
         # to one is a holder (``self.block_input = args[0]``).
-        if what == "leaf" or (what == "probe" and t.grad_fn is None and t.requires_grad):
+        if what == "leaf" or (what == "probe" and grad_fn(t) is None and requires_grad(t)):
             evidence.leaf_ids.add(id(t))
 
     for ref in probes:
         t = ref()
         if t is not None:
-            add(t, LEAF_GRAD if t.grad_fn is None else "activations", "probe")
+            add(t, LEAF_GRAD if grad_fn(t) is None else "activations", "probe")
             # Only leaves have a .grad (reading it on a non-leaf warns).
-            if t.is_leaf and t.grad is not None:
-                add(t.grad, LEAF_GRAD, "probe.grad")
+            if is_leaf(t) and grad(t) is not None:
+                add(grad(t), LEAF_GRAD, "probe.grad")
     _, found = graph_tensors(graph_roots, stop=stop)
     # A learnable leaf the engine owned before the step (SAC's ``log_alpha``, a
     # temperature) keeps its ``.grad`` by design, as a Parameter does.
     owned_grads = {
-        id(leaf.grad)
+        id(grad(leaf))
         for g in found if g.slot == "variable"
-        for leaf in g.tensors if is_preexisting(leaf) and leaf.grad is not None
+        for leaf in g.tensors if is_preexisting(leaf) and grad(leaf) is not None
     }
     for g in found:
         what = "leaf" if g.slot == "variable" else f"{g.node}.{g.slot}"

@@ -9,8 +9,10 @@ Only a trial's own objects are ever released, never a running job's.
 from __future__ import annotations
 
 import types
+from collections import deque
 from typing import Any
 
+from leakscope.probe.safe import instance_dict, is_subtype, plain_hash, torch_code_off, type_name
 from leakscope.probe.walk import (
     ATTR,
     CELL,
@@ -28,7 +30,6 @@ from leakscope.probe.walk import (
     TD,
     TUPLE,
     Link,
-    _instance_dict,
 )
 
 
@@ -41,33 +42,41 @@ def release(link: Link, value: Any) -> None:
 
     Used to confirm findings: a reference is released by putting a detached
     tensor (or ``None``) where the attached one was, exactly as the fix would.
-    Tuples are rebuilt and put back into their own parent.
+    Tuples are rebuilt and put back into their own parent. Like the walk, it runs
+    none of the engine's code (NOTE [Reads that run no user code] in
+    leakscope/probe/safe.py): containers are written through their builtin base
+    type's own methods, and a slot under a key whose class hashes itself is
+    :class:`ReleaseFailed`, never hashed.
     """
     kind, container, key = link.kind, link.container, link.key
-    if kind == ITEM:
-        container[key] = value
-    elif kind == ATTR:
-        container[key] = value
+    with torch_code_off():  # a tensor key hashes through Tensor.__hash__ (its subclass's __torch_function__)
+        _release(link, kind, container, key, value)
+
+
+def _release(link: Link, kind: str, container: Any, key: Any, value: Any) -> None:
+    if kind in (ITEM, ATTR):
+        _set_item(container, key, value)
     elif kind == SLOT:
         key.__set__(container, value)
     elif kind == CELL:
         container.cell_contents = value
     elif kind == TD:
-        inner = (_instance_dict(container) or {}).get("_tensordict")
+        inner = (instance_dict(container) or {}).get("_tensordict")
         if type(inner) is dict:
-            inner[key] = value
+            _set_item(inner, key, value)
         else:
-            container.set(key, value)
+            container.set(key, value)  # a tensordict package class (the walk names no user subclass's entries)
     elif kind == SET:
-        container.discard(key)
+        _hashable(key)
+        set.discard(container, key)
         if value is not None:
-            container.add(value)
+            set.add(container, value)
     elif kind == DEFAULTS:
         defaults = list(container.__defaults__)
         defaults[key] = value
         container.__defaults__ = tuple(defaults)
     elif kind == CLASSATTR:
-        setattr(container, key, value)
+        type.__setattr__(container, key, value)  # never the metaclass's __setattr__
     elif kind == LRU:
         container.cache_clear()
     elif kind == CONTEXT_VAR:
@@ -75,13 +84,14 @@ def release(link: Link, value: Any) -> None:
     elif kind == FRAME:
         _set_frame_local(container, key, value)
     elif kind == DICT_KEY:
-        entry = container.pop(key)
+        _hashable(key)
+        entry = dict.pop(container, key)
         if value is not None:
-            container[value] = entry
+            dict.__setitem__(container, value, entry)
     elif kind == EXC_ARG:
-        args = list(container.args)
+        args = list(_EXC_ARGS.__get__(container))
         args[key] = value
-        container.args = tuple(args)
+        _EXC_ARGS.__set__(container, tuple(args))
     elif kind == PARTIAL_ARG:
         args = list(container.args)
         args[key] = value
@@ -91,11 +101,47 @@ def release(link: Link, value: Any) -> None:
             raise ReleaseFailed("a tuple root cannot be rebuilt")
         items = list(tuple.__iter__(container))
         items[key] = value
-        tp = type(container)
-        rebuilt = tp(*items) if hasattr(tp, "_fields") else (tp(items) if tp is not tuple else tuple(items))
-        release(link.parent, rebuilt)
+        rebuilt = _rebuilt(type(container), items)
+        _release(link.parent, link.parent.kind, link.parent.container, link.parent.key, rebuilt)
     else:
         raise ReleaseFailed(f"cannot replace a reference held as {kind}")
+
+
+_EXC_ARGS = BaseException.__dict__["args"]
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
+
+
+def _rebuilt(tp: type, items: list[Any]) -> tuple[Any, ...]:
+    """A tuple of type ``tp`` holding ``items``: ``tuple.__new__`` for a class defined in Python
+    (a named tuple's own ``__new__`` builds exactly this; no subclass constructor runs), the
+    type's C constructor for a C tuple type (``torch.return_types``)."""
+    if tp is tuple:
+        return tuple(items)
+    if type.__dict__["__flags__"].__get__(tp) & _HEAP_TYPE:
+        return tuple.__new__(tp, items)
+    return tp(items)  # type: ignore[no-any-return]
+
+
+def _hashable(key: Any) -> None:
+    if not plain_hash(key):
+        raise ReleaseFailed(
+            f"the key is a {type_name(type(key))}, whose class hashes itself: leakscope does not run it"
+        )
+
+
+def _set_item(container: Any, key: Any, value: Any) -> None:
+    """``container[key] = value`` through the builtin base's own method (a subclass's ``__setitem__``
+    is the engine's code)."""
+    tp = type(container)
+    if is_subtype(tp, dict):
+        _hashable(key)
+        dict.__setitem__(container, key, value)
+    elif is_subtype(tp, list):
+        list.__setitem__(container, key, value)
+    elif is_subtype(tp, deque):
+        deque.__setitem__(container, key, value)
+    else:
+        raise ReleaseFailed(f"cannot replace an entry of a {type_name(tp)}")
 
 
 def _set_frame_local(frame: types.FrameType, name: str, value: Any) -> None:

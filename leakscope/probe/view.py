@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from leakscope.probe import safe
 from leakscope.probe.autograd import (
     accumulated_leaf,
     ctx_values,
@@ -23,30 +24,26 @@ from leakscope.results import GraphView, Slot, ViewNode
 
 
 def _slot(name: str, t: Any) -> Slot:
-    try:
-        return Slot(name, tuple(int(d) for d in t.shape), str(t.dtype).replace("torch.", ""), storage_nbytes(t))
-    except Exception:
-        return Slot(name, (), type(t).__name__, 0)
+    return Slot(name, safe.shape(t), safe.dtype(t), storage_nbytes(t))
 
 
 def _slots(node: Any) -> tuple[Slot, ...]:
-    import torch
-
     out = []
     leaf = accumulated_leaf(node)
     if leaf is not None:
-        label = "parameter" if isinstance(leaf, torch.nn.Parameter) else "leaf"
+        label = "parameter" if safe.is_parameter(leaf) else "leaf"
         out.append(_slot(label, leaf))
-        if leaf.grad is not None:
-            out.append(_slot(f"{label}.grad", leaf.grad))
+        grad = safe.grad(leaf)
+        if grad is not None:
+            out.append(_slot(f"{label}.grad", grad))
         return tuple(out)
     for name, data in saved_values(node):
-        if isinstance(data, torch.Tensor):
+        if safe.is_tensor(data):
             out.append(_slot(f"saved {name}", data))
         else:
-            out.append(Slot(f"saved {name}", (), type(data).__name__, 0))
+            out.append(Slot(f"saved {name}", (), safe.type_name(type(data)), 0))
     for name, value in ctx_values(node):
-        if isinstance(value, torch.Tensor):
+        if safe.is_tensor(value):
             out.append(_slot(f"ctx.{name}", value))
     return tuple(out)
 
@@ -93,16 +90,10 @@ def view_of(obj: Any, *, path: str, target: str = "", mode: str = "", max_nodes:
     A finding's own graph (``Finding.graph``) leaves ``target`` and ``mode`` empty:
     its result names them.
     """
-    node = getattr(obj, "grad_fn", obj) if not _is_leaf(obj) else None
+    node = safe.grad_fn(obj) if safe.is_tensor(obj) else obj
     if node is None:
         return None
     return build_view(node, target=target, mode=mode, path=path, max_nodes=max_nodes)
-
-
-def _is_leaf(obj: Any) -> bool:
-    import torch
-
-    return isinstance(obj, torch.Tensor) and obj.grad_fn is None
 
 
 __all__ = ["FINDING_GRAPH_NODES", "build_view", "view_of"]

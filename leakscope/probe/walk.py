@@ -2,12 +2,16 @@
 
 The walk is the observer of the check, so it must not change what it observes:
 
-- it never calls user code: no properties, no ``__getattr__``, ``__eq__``,
-  ``__hash__`` or ``__iter__`` overrides (it reads ``__dict__``, slot
-  descriptors and the C-level contents of builtin containers);
+- it never calls user code: no properties, descriptors, ``__getattr__``,
+  ``__eq__``, ``__hash__`` or ``__iter__`` overrides, no metaclass hooks, no
+  ``__torch_function__`` (every read goes through :mod:`leakscope.probe.safe`:
+  instance dicts, slot descriptors, class namespaces, the C-level contents of
+  builtin containers, torch's own getters);
 - it is iterative, so 10k-deep nesting needs no recursion limit, and it visits
   each container once (by ``id``), so cycles terminate;
-- it is bounded by ``max_objects``;
+- it is linear: each tensor is named once per slot that holds it, at most
+  :data:`MAX_NAMED` times (NOTE [Each reference once]);
+- it is bounded by ``max_objects`` and by a time budget (NOTE [A bounded walk]);
 - paths are built only for hits, from parent links, so deep structures do not
   cost quadratic memory.
 
@@ -24,17 +28,28 @@ import dataclasses
 import functools
 import gc
 import threading
+import time
 import types
 import weakref
 from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from leakscope.holders import HolderPath, Segment, SegmentKind, key_segment
+from leakscope.holders import ENTRY_KINDS, HolderPath, Segment, SegmentKind, key_segment
+from leakscope.phase import report
+from leakscope.probe import safe
 from leakscope.probe.library import (
     is_interpreter_internal,
     is_library_module,
     is_library_type,
+)
+from leakscope.probe.safe import (
+    class_dict,
+    instance_dict,
+    is_instance,
+    is_subtype,
+    type_module,
+    type_name,
 )
 
 # Segment kinds: how a child is reached from its parent, and how it can be
@@ -112,6 +127,12 @@ _ATOMS: tuple[type, ...] = (
     types.BuiltinFunctionType, types.GetSetDescriptorType, types.MemberDescriptorType,
     types.WrapperDescriptorType, types.MethodWrapperType, memoryview, slice,
 )
+#: a tensor (or graph node) is named at this many references at most (NOTE [Each reference once])
+MAX_NAMED = 16
+#: seconds one walk may take before it stops with a warning (NOTE [A bounded walk])
+WALK_SECONDS = 60.0
+
+
 def _identifier(key: object) -> bool:
     return type(key) is str and key.isidentifier()
 
@@ -125,7 +146,13 @@ def _attr(name: str) -> tuple[Segment, ...]:
 
 
 def _index(i: int) -> tuple[Segment, ...]:
+    if 0 <= i < len(_INDEXES):
+        return _INDEXES[i]
     return (Segment(SegmentKind.INDEX, i),)
+
+
+#: the first positions' segments, made once (a 10^6-deep chain of pairs uses two of them)
+_INDEXES = tuple((Segment(SegmentKind.INDEX, i),) for i in range(1024))
 
 
 class _Kinds:
@@ -133,19 +160,10 @@ class _Kinds:
 
     def __init__(self) -> None:
         import torch
-        from torch.autograd.graph import Node
 
         self.torch = torch
         self.tensor = torch.Tensor
         self.module = torch.nn.Module
-        self.node = Node
-        self.cfunction_base = torch._C._FunctionBase
-        self._node_types: dict[type, bool] = {}
-        # C-level getters, so a tensor subclass's Python override is never called.
-        base = torch._C.TensorBase.__dict__
-        self.tensor_hook_getters = tuple(
-            (name, base[name]) for name in ("_backward_hooks", "_post_accumulate_grad_hooks") if name in base
-        )
         try:
             from tensordict.base import TensorDictBase
 
@@ -154,47 +172,26 @@ class _Kinds:
             self.tensordict = None
 
     def is_parameter(self, obj: Any) -> bool:
-        return isinstance(obj, self.torch.nn.Parameter)
+        return safe.is_parameter(obj)
 
     def tensor_hooks(self, t: Any) -> list[tuple[str, dict[Any, Any]]]:
         """``(name, hooks)`` for the Python hook dicts registered on ``t`` (``register_hook``,
         ``register_post_accumulate_grad_hook``): their closures can hold another step's graph."""
-        out = []
-        for name, getter in self.tensor_hook_getters:
-            try:
-                hooks = getter.__get__(t)
-            except Exception:
-                continue
-            if isinstance(hooks, dict) and hooks:
-                out.append((name, hooks))
-        return out
+        return safe.tensor_hooks(t)
 
     def tensor_attrs(self, t: Any) -> dict[str, Any] | None:
         """A tensor's instance ``__dict__`` when it has public attributes
         (``weight.kfac_a = input``, ``t.source = x``); private ones (a DTensor's
         ``_local_tensor``, ``_spec``) are the tensor's own machinery."""
-        d = _instance_dict(t)
+        d = safe.instance_dict(t)
         if d and any(type(key) is str and not key.startswith("_") for key in d):
             return d
         return None
 
     def is_node(self, obj: Any) -> bool:
-        """An autograd graph node (``loss.grad_fn``, a GradientEdge's ``.node``, ...).
-
-        Decided by type alone (``issubclass`` on ``Node``'s class-based
-        subclass hook), never ``isinstance``, which would read a user object's
-        ``__class__``; cached per type. C++ nodes report ``__module__ ==
-        'builtins'`` on torch 2.13, so the module name cannot decide it.
-        """
-        tp = type(obj)
-        known = self._node_types.get(tp)
-        if known is None:
-            try:
-                known = issubclass(tp, self.cfunction_base) or issubclass(tp, self.node)
-            except Exception:
-                known = False
-            self._node_types[tp] = known
-        return known
+        """An autograd graph node (``loss.grad_fn``, a GradientEdge's ``.node``, ...), decided by type
+        alone (:func:`leakscope.probe.safe.is_node`)."""
+        return safe.is_node(obj)
 
 
 @functools.lru_cache(maxsize=1)
@@ -202,151 +199,179 @@ def kinds() -> _Kinds:
     return _Kinds()
 
 
-def _instance_dict(obj: object) -> dict[str, Any] | None:
-    try:
-        d = object.__getattribute__(obj, "__dict__")
-    except Exception:
-        return None
-    return d if type(d) is dict else None
+# What the walk does with an object, decided once per type (``_kind_of``).
+(_ATOM, _CLASS, _TENSOR, _NODE, _HOOKS, _DICT, _LIST, _DEQUE, _TUPLE, _SET, _FROZENSET, _TD, _MODULE,
+ _FUNCTION, _METHOD, _BUILTIN_METHOD, _PARTIAL, _CELL, _EXCEPTION, _WEAK_KEYS, _SUSPENDED_FRAME, _LRU,
+ _PROXY, _LOCAL, _CONTEXT, _LIBRARY, _TENSORCLASS, _OBJECT) = range(28)
+
+
+def _classify(tp: type) -> int:
+    """How the walk treats objects of type ``tp`` (every test by the type alone: NOTE [Reads that
+    run no user code] in leakscope/probe/safe.py)."""
+    if is_subtype(tp, type):
+        return _CLASS
+    if is_subtype(tp, _ATOMS):
+        return _ATOM
+    k = kinds()
+    if is_subtype(tp, k.tensor):
+        return _TENSOR
+    if safe.is_node_type(tp):
+        return _NODE
+    if tp is _HookDict:
+        return _HOOKS
+    for base, kind in _BUILTIN_KINDS:
+        if is_subtype(tp, base):
+            return kind
+    if k.tensordict is not None and is_subtype(tp, k.tensordict):
+        return _TD
+    if is_subtype(tp, k.module):
+        return _MODULE
+    exact = _EXACT_KINDS.get(id(tp))
+    if exact is not None and exact[0] is tp:
+        return exact[1]
+    if is_subtype(tp, BaseException):
+        return _EXCEPTION
+    if is_subtype(tp, weakref.WeakKeyDictionary):
+        return _WEAK_KEYS
+    if is_library_type(tp):
+        return _LIBRARY
+    if safe.class_attr(tp, "_is_tensorclass") is True:
+        return _TENSORCLASS
+    return _OBJECT
+
+
+_kind_of = safe.TypeFacts(_classify)
+_BUILTIN_KINDS: tuple[tuple[type, int], ...] = (
+    (dict, _DICT), (list, _LIST), (deque, _DEQUE), (tuple, _TUPLE), (set, _SET), (frozenset, _FROZENSET),
+)
 
 
 def _slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
-    for klass in type(obj).__mro__:
-        slots = klass.__dict__.get("__slots__")
-        if not slots:
-            continue
-        if isinstance(slots, str):
-            slots = (slots,)
-        for name in slots:
-            if name in ("__dict__", "__weakref__"):
-                continue
-            descr = klass.__dict__.get(name)
-            if type(descr) is not types.MemberDescriptorType:
-                continue
-            try:
-                value = descr.__get__(obj, klass)
-            except AttributeError:  # an unset slot holds nothing
-                continue
-            yield name, value, descr
+    return safe.slot_values(obj)
 
 
-Child = tuple[tuple[Segment, ...], str, Any, Any, Any]  # segments, kind, container, key, value
+#: segments (None: the index ``key``, made when needed), kind, container, key, value
+Child = tuple["tuple[Segment, ...] | None", str, Any, Any, Any]
 
 
-def _children(obj: Any, k: _Kinds, generic: bool = False) -> Iterable[Child]:
-    tp = type(obj)
-    if tp is _HookDict:
-        yield from obj.children()
-        return
-    if issubclass(tp, dict):
-        items = list(dict.items(obj))
-        for key, value in items:
-            yield _key(key), ITEM, obj, key, value
-        for key, _ in items:
-            # A tensor (or graph node) used as a key is held by the dict too.
-            if issubclass(type(key), k.tensor) or k.is_node(key):
-                yield (Segment(SegmentKind.KEY_OBJECT, type(key).__name__),), DICT_KEY, obj, key, key
-        seen = {id(v) for _, v in items}
-        d = _instance_dict(obj)
-        if d:
-            for key, value in list(d.items()):
-                if id(value) not in seen:
-                    yield _attr(key), ATTR, d, key, value
-        return
-    if issubclass(tp, (list, deque)):
-        values = list(list.__iter__(obj)) if issubclass(tp, list) else list(deque.__iter__(obj))
-        for i, value in enumerate(values):
-            yield _index(i), ITEM, obj, i, value
-        return
-    if issubclass(tp, tuple):
-        fields = getattr(tp, "_fields", None)
-        values = list(tuple.__iter__(obj))
-        names: tuple[Any, ...] = fields if isinstance(fields, tuple) and len(fields) == len(values) else ()
-        for i, value in enumerate(values):
-            segment = _attr(names[i]) if names and _identifier(names[i]) else _index(i)
-            yield segment, TUPLE, obj, i, value
-        return
-    if issubclass(tp, (set, frozenset)):
-        kind = SET if issubclass(tp, set) else READONLY
-        for value in list(set.__iter__(obj) if issubclass(tp, set) else frozenset.__iter__(obj)):
-            yield (Segment(SegmentKind.MEMBER),), kind, obj, value, value
-        return
-    if k.tensordict is not None and issubclass(tp, k.tensordict):
-        yield from _tensordict_children(obj)
-        return
-    if issubclass(tp, k.module):
-        yield from _module_children(obj)
-        return
-    if tp is types.FunctionType:
-        yield from _function_children(obj)
-        return
-    if tp is types.MethodType:
-        yield _attr("__self__"), READONLY, obj, "__self__", obj.__self__
-        yield _attr("__func__"), READONLY, obj, "__func__", obj.__func__
-        return
-    if tp is types.BuiltinMethodType:
-        owner = getattr(obj, "__self__", None)
-        if owner is not None and not isinstance(owner, types.ModuleType):
-            yield _attr("__self__"), READONLY, obj, "__self__", owner
-        return
-    if tp is functools.partial:
-        yield _attr("func"), READONLY, obj, "func", obj.func
-        for i, value in enumerate(obj.args):
-            yield (*_attr("args"), *_index(i)), PARTIAL_ARG, obj, i, value
-        for key, value in (obj.keywords or {}).items():
-            yield (*_attr("keywords"), *_key(key)), ITEM, obj.keywords, key, value
-        return
-    if tp is types.CellType:
-        try:
-            yield (), CELL, obj, None, obj.cell_contents
-        except ValueError:  # empty cell
-            pass
-        return
-    if issubclass(tp, BaseException):
-        yield from _exception_children(obj)
-        return
-    if issubclass(tp, weakref.WeakKeyDictionary):
-        yield from _weak_key_children(obj)
-        return
-    if tp in _SUSPENDED:
-        yield from _frame_children(obj)
-        return
-    if tp is _LRU_WRAPPER:
-        yield from _lru_children(obj)  # then its __dict__ (``__wrapped__``), below
-    if tp is types.MappingProxyType:
-        # A read-only view: its entries are the mapping's (``output.stats['entropy']``).
-        mappings = [r for r in gc.get_referents(obj) if isinstance(r, dict)]
-        if mappings:
-            yield from _children(mappings[0], k, generic)
-        return
-    if tp is _THREAD_LOCAL:
-        # This thread's attributes of a ``threading.local()`` (the thread that ran the step):
-        # the C type's own getter picks the thread's dict; the generic one sees none.
-        d = _THREAD_LOCAL.__getattribute__(obj, "__dict__")
-        for key, value in list((d or {}).items()):
+def _children(obj: Any, generic: bool = False) -> Iterable[Child]:
+    yield from _CHILDREN[_kind_of(type(obj))](obj, generic)
+
+
+def _dict_children(obj: Any, generic: bool) -> Iterable[Child]:
+    items = list(dict.items(obj))
+    for key, value in items:
+        yield _key(key), ITEM, obj, key, value
+    for key, _ in items:
+        # A tensor (or graph node) used as a key is held by the dict too.
+        if _kind_of(type(key)) in (_TENSOR, _NODE):
+            yield (Segment(SegmentKind.KEY_OBJECT, type_name(type(key))),), DICT_KEY, obj, key, key
+    seen = {id(v) for _, v in items}
+    d = instance_dict(obj)
+    if d:
+        for key, value in list(d.items()):
+            if id(value) not in seen:
+                yield _attr(key), ATTR, d, key, value
+
+
+def _list_children(obj: Any, generic: bool) -> Iterable[Child]:
+    # ``None``: the index segment, made only if the entry is named or entered (``_link``).
+    return [(None, ITEM, obj, i, value) for i, value in enumerate(list(list.__iter__(obj)))]
+
+
+def _deque_children(obj: Any, generic: bool) -> Iterable[Child]:
+    return [(None, ITEM, obj, i, value) for i, value in enumerate(list(deque.__iter__(obj)))]
+
+
+def _tuple_children(obj: Any, generic: bool) -> Iterable[Child]:
+    values = list(tuple.__iter__(obj))
+    # A named tuple's field names: the first tuple of names along its classes (never a
+    # descriptor's ``__get__``, and a subclass that hides ``_fields`` keeps its base's).
+    fields = safe.class_attr(type(obj), "_fields", want=tuple)
+    names: tuple[Any, ...] = fields if fields is not None and len(fields) == len(values) else ()
+    for i, value in enumerate(values):
+        segment = _attr(names[i]) if names and _identifier(names[i]) else _index(i)
+        yield segment, TUPLE, obj, i, value
+
+
+def _set_children(obj: Any, generic: bool) -> Iterable[Child]:
+    for value in list(set.__iter__(obj)):
+        yield (Segment(SegmentKind.MEMBER),), SET, obj, value, value
+
+
+def _frozenset_children(obj: Any, generic: bool) -> Iterable[Child]:
+    for value in list(frozenset.__iter__(obj)):
+        yield (Segment(SegmentKind.MEMBER),), READONLY, obj, value, value
+
+
+def _method_children(obj: Any, generic: bool) -> Iterable[Child]:
+    yield _attr("__self__"), READONLY, obj, "__self__", obj.__self__
+    yield _attr("__func__"), READONLY, obj, "__func__", obj.__func__
+
+
+def _builtin_method_children(obj: Any, generic: bool) -> Iterable[Child]:
+    owner = obj.__self__  # the C type's own getter
+    if owner is not None and not is_instance(owner, types.ModuleType):
+        yield _attr("__self__"), READONLY, obj, "__self__", owner
+
+
+def _partial_children(obj: Any, generic: bool) -> Iterable[Child]:
+    yield _attr("func"), READONLY, obj, "func", obj.func
+    for i, value in enumerate(obj.args):
+        yield (*_attr("args"), *_index(i)), PARTIAL_ARG, obj, i, value
+    keywords = obj.keywords
+    if type(keywords) is dict:
+        for key, value in list(keywords.items()):
+            yield (*_attr("keywords"), *_key(key)), ITEM, keywords, key, value
+
+
+def _cell_children(obj: Any, generic: bool) -> Iterable[Child]:
+    try:
+        yield (), CELL, obj, None, obj.cell_contents
+    except ValueError:  # empty cell
+        pass
+
+
+def _proxy_children(obj: Any, generic: bool) -> Iterable[Child]:
+    # A read-only view: its entries are the mapping's (``output.stats['entropy']``).
+    mappings = [r for r in gc.get_referents(obj) if is_instance(r, dict)]
+    if mappings:
+        yield from _dict_children(mappings[0], generic)
+
+
+def _local_children(obj: Any, generic: bool) -> Iterable[Child]:
+    # This thread's attributes of a ``threading.local()`` (the thread that ran the step):
+    # the C type's own getter picks the thread's dict; the generic one sees none.
+    d = _THREAD_LOCAL.__getattribute__(obj, "__dict__")
+    if type(d) is dict:
+        for key, value in list(d.items()):
             yield _key(key), ATTR, d, key, value
-        return
-    if tp is _CONTEXT_VAR:
-        value = obj.get(_NO_VALUE)
-        if value is not _NO_VALUE:
-            yield (Segment(SegmentKind.CALL, "get"),), CONTEXT_VAR, obj, None, value
-        return
-    if is_library_type(tp):
-        if not generic or is_interpreter_internal(tp):
-            return
+
+
+def _context_children(obj: Any, generic: bool) -> Iterable[Child]:
+    value = obj.get(_NO_VALUE)
+    if value is not _NO_VALUE:
+        yield (Segment(SegmentKind.CALL, "get"),), CONTEXT_VAR, obj, None, value
+
+
+def _library_children(obj: Any, generic: bool) -> Iterable[Child]:
+    if generic and not is_interpreter_internal(type(obj)):
         yield from _generic_children(obj)
-        return
-    if getattr(tp, "_is_tensorclass", False):
-        d = _instance_dict(obj) or {}
-        inner = d.get("_tensordict")
-        if inner is not None:
-            yield from _tensordict_children(inner)
-        extra = d.get("_non_tensordict")
-        if type(extra) is dict:
-            for key, value in list(extra.items()):
-                yield _key(key), ITEM, extra, key, value
-        return
-    d = _instance_dict(obj)
+
+
+def _tensorclass_children(obj: Any, generic: bool) -> Iterable[Child]:
+    d = instance_dict(obj) or {}
+    inner = d.get("_tensordict")
+    if inner is not None:
+        yield from _tensordict_children(inner, generic)
+    extra = d.get("_non_tensordict")
+    if type(extra) is dict:
+        for key, value in list(extra.items()):
+            yield _key(key), ITEM, extra, key, value
+
+
+def _object_children(obj: Any, generic: bool) -> Iterable[Child]:
+    d = instance_dict(obj)
     if d:
         for key, value in list(d.items()):
             yield _key(key), ATTR, d, key, value
@@ -354,13 +379,22 @@ def _children(obj: Any, k: _Kinds, generic: bool = False) -> Iterable[Child]:
     for name, value, descr in _slot_values(obj):
         found = True
         yield _attr(name), SLOT, obj, descr, value
-    if generic and not found and not is_interpreter_internal(tp):
+    if generic and not found and not is_interpreter_internal(type(obj)):
         yield from _referents(obj)
+
+
+def _lru_and_object_children(obj: Any, generic: bool) -> Iterable[Child]:
+    yield from _lru_children(obj)
+    yield from _object_children(obj, generic)  # its __dict__ (``__wrapped__``)
+
+
+def _nothing(obj: Any, generic: bool) -> Iterable[Child]:
+    return ()
 
 
 def _generic_children(obj: Any) -> Iterable[Child]:
     """A library object the user owns: its attributes, else what the interpreter says it refers to."""
-    d = _instance_dict(obj)
+    d = instance_dict(obj)
     if d:
         for key, value in list(d.items()):
             yield _key(key), ATTR, d, key, value
@@ -373,13 +407,11 @@ def _generic_children(obj: Any) -> Iterable[Child]:
 
 
 def _referents(obj: Any) -> Iterable[Child]:
-    """What a C-level object (an iterator, a ``methodcaller``, a ``weakref.finalize`` record)
-    refers to, named by the referent's type (``engine.pending.<list>[0]``). Read through
-    ``gc.get_referents``: no user code runs."""
+    """What the interpreter says ``obj`` refers to (C-level objects without a ``__dict__``)."""
     for value in gc.get_referents(obj):
-        if isinstance(value, (type, types.ModuleType, types.CodeType)):
+        if is_instance(value, (type, types.ModuleType, types.CodeType)):
             continue
-        yield (Segment(SegmentKind.REFERENT, type(value).__name__),), READONLY, obj, None, value
+        yield (Segment(SegmentKind.REFERENT, type_name(type(value))),), READONLY, obj, None, value
 
 
 _THREAD_LOCAL = threading.local
@@ -387,19 +419,30 @@ _CONTEXT_VAR = contextvars.ContextVar
 _NO_VALUE = object()
 _SUSPENDED = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame", types.AsyncGeneratorType: "ag_frame"}
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
+# Types matched exactly (none of them can be subclassed, or a subclass is the user's own object):
+# by identity, since a dict keyed by a type would hash it with its metaclass's ``__hash__``.
+_EXACT_KINDS: dict[int, tuple[type, int]] = {
+    id(tp): (tp, kind) for tp, kind in (
+        (types.FunctionType, _FUNCTION), (types.MethodType, _METHOD), (types.BuiltinMethodType, _BUILTIN_METHOD),
+        (functools.partial, _PARTIAL), (types.CellType, _CELL), (types.GeneratorType, _SUSPENDED_FRAME),
+        (types.CoroutineType, _SUSPENDED_FRAME), (types.AsyncGeneratorType, _SUSPENDED_FRAME),
+        (_LRU_WRAPPER, _LRU), (types.MappingProxyType, _PROXY), (_THREAD_LOCAL, _LOCAL), (_CONTEXT_VAR, _CONTEXT),
+    )
+}
+_BASE_EXCEPTION = {name: BaseException.__dict__[name].__get__ for name in ("args", "__traceback__", "__cause__", "__context__")}
 
 
-def _weak_key_children(wkd: weakref.WeakKeyDictionary[Any, Any]) -> Iterable[Child]:
+def _weak_key_children(wkd: Any, generic: bool) -> Iterable[Child]:
     """Values of a ``WeakKeyDictionary`` are held strongly (only the keys are weak)."""
-    data = (_instance_dict(wkd) or {}).get("data")
+    data = (instance_dict(wkd) or {}).get("data")
     if type(data) is not dict:
         return
     for ref, value in list(dict.items(data)):
-        key = ref() if isinstance(ref, weakref.ref) else None
+        key = ref() if is_instance(ref, weakref.ref) else None
         yield (_key(key) if key is not None else (Segment(SegmentKind.OBJECT_KEY, "dead key"),)), ITEM, data, ref, value
 
 
-def _frame_children(gen: Any) -> Iterable[Child]:
+def _frame_children(gen: Any, generic: bool) -> Iterable[Child]:
     """Locals (and closed-over cells) of a suspended generator or coroutine.
 
     Read from the frame (``gi_frame.f_locals``), never by resuming it; see
@@ -410,22 +453,24 @@ def _frame_children(gen: Any) -> Iterable[Child]:
     graph into a finding.
     """
     attr = _SUSPENDED[type(gen)]
-    frame = getattr(gen, attr, None)
+    frame = getattr(gen, attr, None)  # the generator type's own getter
     if frame is not None:  # None: finished, holds nothing
         yield from _frame_locals(frame, _attr(attr), follow_back=False)
 
 
-def _exception_children(exc: BaseException) -> Iterable[Child]:
+def _exception_children(exc: BaseException, generic: bool) -> Iterable[Child]:
     """What a stored exception keeps: its ``args``, its attributes, the locals of
     every frame of its traceback (``self.last_error = e`` keeps the whole failed
-    step's frames), and the exceptions it chains to."""
-    for i, value in enumerate(exc.args):
+    step's frames), and the exceptions it chains to. Read through ``BaseException``'s
+    own getters (a subclass may shadow any of them with a property)."""
+    args = _BASE_EXCEPTION["args"](exc)
+    for i, value in enumerate(args if type(args) is tuple else ()):
         yield (*_attr("args"), *_index(i)), EXC_ARG, exc, i, value
-    d = _instance_dict(exc)
+    d = instance_dict(exc)
     if d:
         for key, value in list(d.items()):
             yield _key(key), ATTR, d, key, value
-    tb = exc.__traceback__
+    tb = _BASE_EXCEPTION["__traceback__"](exc)
     segment = _attr("__traceback__")
     if tb is not None:
         # The frame that caught it (and, once they return, the frames that
@@ -438,7 +483,7 @@ def _exception_children(exc: BaseException) -> Iterable[Child]:
         tb = tb.tb_next
         segment = (*segment, *_attr("tb_next"))
     for attr in ("__cause__", "__context__"):
-        chained = getattr(exc, attr, None)
+        chained = _BASE_EXCEPTION[attr](exc)
         if chained is not None:
             yield _attr(attr), READONLY, exc, attr, chained
 
@@ -448,10 +493,11 @@ def _frame_locals(frame: Any, segment: tuple[Segment, ...], *, follow_back: bool
     first one of a library package (leakscope's own caller frames, torch, pytest), whose
     locals are not the engine's."""
     while frame is not None:
-        if is_library_module(str(frame.f_globals.get("__name__", ""))):
+        name = frame.f_globals.get("__name__", "")
+        if is_library_module(name if type(name) is str else ""):
             return
-        for name, value in list(frame.f_locals.items()):
-            yield (*segment, Segment(SegmentKind.LOCAL, name)), FRAME, frame, name, value
+        for local, value in list(frame.f_locals.items()):
+            yield (*segment, Segment(SegmentKind.LOCAL, local)), FRAME, frame, local, value
         if not follow_back:
             return
         frame = frame.f_back
@@ -470,17 +516,15 @@ def _lru_children(wrapper: Any) -> Iterable[Child]:
     # named (the graph is still reported, as ``<unknown holder>``). Releasing a
     # result is ``cache_clear()``, which is also the fix.
     """
-    import gc
-
     refs = gc.get_referents(wrapper)
     caches = [r for r in refs if type(r) is dict and r]
     if not caches:
         return
     cache = caches[0]
-    keys = {id(key) for key in cache}
-    entry_type = type(next(iter(cache.values())))
-    if entry_type.__name__ != "_lru_list_elem":
-        results = list(cache.values())
+    keys = {id(key) for key in dict.__iter__(cache)}
+    entry_type = type(next(iter(dict.values(cache))))
+    if type_name(entry_type) != "_lru_list_elem":
+        results = list(dict.values(cache))
     else:
         results = [refs[i - 1] for i in range(2, len(refs)) if refs[i] is entry_type and id(refs[i - 2]) in keys]
     # Newest last: the entry a step just added is ``cache[-1]`` however old the cache is.
@@ -488,8 +532,8 @@ def _lru_children(wrapper: Any) -> Iterable[Child]:
         yield (Segment(SegmentKind.CACHE, "cache"), *_index(i - len(results))), LRU, wrapper, None, value
 
 
-def _tensordict_children(td: Any) -> Iterable[Child]:
-    d = _instance_dict(td) or {}
+def _tensordict_children(td: Any, generic: bool) -> Iterable[Child]:
+    d = instance_dict(td) or {}
     inner = d.get("_tensordict")
     if type(inner) is dict:
         for key, value in list(inner.items()):
@@ -500,15 +544,16 @@ def _tensordict_children(td: Any) -> Iterable[Child]:
         for i, value in enumerate(stacked):
             yield _index(i), READONLY, stacked, i, value
         return
-    for key, value in list(td.items()):
-        yield _key(key), TD, td, key, value
+    if is_library_type(type(td)):  # the package's own methods; a user subclass's are its own code
+        for key, value in list(td.items()):
+            yield _key(key), TD, td, key, value
 
 
 _MODULE_PLAIN_DICTS = ("_modules", "_buffers")
 
 
-def _module_children(module: Any) -> Iterable[Child]:
-    d = _instance_dict(module) or {}
+def _module_children(module: Any, generic: bool) -> Iterable[Child]:
+    d = instance_dict(module) or {}
     for key, value in list(d.items()):
         if key == "_parameters":
             # Parameters hold no step graph themselves; their hooks' closures and
@@ -522,10 +567,10 @@ def _module_children(module: Any) -> Iterable[Child]:
         if key in _MODULE_PLAIN_DICTS and type(value) is dict:
             for name, child in list(value.items()):
                 if child is not None:
-                    segment = _index(int(name)) if name.isdigit() else _attr(name)
+                    segment = _index(int(name)) if type(name) is str and name.isdigit() else _attr(name)
                     yield segment, ITEM, value, name, child
             continue
-        if key.endswith("_hooks") and isinstance(value, dict):
+        if type(key) is str and key.endswith("_hooks") and is_instance(value, dict):
             # Hook dicts are keyed by global handle ids that differ from run to
             # run; name hooks by position so paths are stable.
             hooks = _HookDict(value)
@@ -547,8 +592,13 @@ class _HookDict:
             yield _index(i), ITEM, self.hooks, key, value
 
 
-def _function_children(fn: types.FunctionType) -> Iterable[Child]:
-    if is_library_module(fn.__module__ or ""):
+def _hook_children(obj: Any, generic: bool) -> Iterable[Child]:
+    return obj.children()  # type: ignore[no-any-return]
+
+
+def _function_children(fn: types.FunctionType, generic: bool) -> Iterable[Child]:
+    module = fn.__module__
+    if is_library_module(module if type(module) is str else ""):
         return
     if fn.__closure__:
         for name, cell in zip(fn.__code__.co_freevars, fn.__closure__):
@@ -560,20 +610,34 @@ def _function_children(fn: types.FunctionType) -> Iterable[Child]:
     if fn.__defaults__:
         for i, value in enumerate(fn.__defaults__):
             yield (*_attr("__defaults__"), *_index(i)), DEFAULTS, fn, i, value
-    if fn.__kwdefaults__:
-        for key, value in list(fn.__kwdefaults__.items()):
-            yield (*_attr("__kwdefaults__"), *_key(key)), ITEM, fn.__kwdefaults__, key, value
+    kwdefaults = fn.__kwdefaults__
+    if type(kwdefaults) is dict:
+        for key, value in list(kwdefaults.items()):
+            yield (*_attr("__kwdefaults__"), *_key(key)), ITEM, kwdefaults, key, value
     d = fn.__dict__
     for key, value in list(d.items()):
         yield _key(key), ITEM, d, key, value
 
 
+_CHILDREN: dict[int, Any] = {
+    _ATOM: _nothing, _CLASS: _nothing, _TENSOR: _nothing, _NODE: _nothing, _HOOKS: _hook_children,
+    _DICT: _dict_children, _LIST: _list_children, _DEQUE: _deque_children, _TUPLE: _tuple_children,
+    _SET: _set_children, _FROZENSET: _frozenset_children, _TD: _tensordict_children, _MODULE: _module_children,
+    _FUNCTION: _function_children, _METHOD: _method_children, _BUILTIN_METHOD: _builtin_method_children,
+    _PARTIAL: _partial_children, _CELL: _cell_children, _EXCEPTION: _exception_children,
+    _WEAK_KEYS: _weak_key_children, _SUSPENDED_FRAME: _frame_children, _LRU: _lru_and_object_children,
+    _PROXY: _proxy_children, _LOCAL: _local_children, _CONTEXT: _context_children, _LIBRARY: _library_children,
+    _TENSORCLASS: _tensorclass_children, _OBJECT: _object_children,
+}
+
+
 def class_children(cls: type) -> Iterable[Child]:
-    """Class-level state (``Engine.cache = []``) of a class defined in a walked module."""
-    for key, value in list(vars(cls).items()):
-        if key.startswith("__") and key.endswith("__"):
+    """Class-level state (``Engine.cache = []``) of a class defined in a walked module, read from
+    the class's own namespace (no metaclass hook, no descriptor's ``__get__``)."""
+    for key, value in list(class_dict(cls).items()):
+        if type(key) is not str or (key.startswith("__") and key.endswith("__")):
             continue
-        if isinstance(value, (staticmethod, classmethod, property)):
+        if is_instance(value, (staticmethod, classmethod, property)):
             continue
         yield _attr(key), CLASSATTR, cls, key, value
 
@@ -584,52 +648,73 @@ def module_globals(module: types.ModuleType, generic: bool = False) -> Iterable[
     name = module.__name__
     d = module.__dict__
     for key, value in list(d.items()):
-        if key.startswith("__") and key.endswith("__"):
+        if type(key) is not str or (key.startswith("__") and key.endswith("__")):
             continue
-        if isinstance(value, types.ModuleType):
+        tp = type(value)
+        if is_subtype(tp, types.ModuleType):
             continue
-        if isinstance(value, type):
-            if value.__module__ != name:
+        if is_subtype(tp, type):
+            if type_module(value) != name:
                 continue
             yield _attr(key), READONLY, d, key, value
             continue
-        if isinstance(value, types.FunctionType) and value.__module__ != name:
+        if tp is types.FunctionType and value.__module__ != name:
             continue
-        if not (_is_state(value, name) or (generic and not is_interpreter_internal(type(value)))):
+        if not (_is_state(value, name) or (generic and not is_interpreter_internal(tp))):
             continue
         yield _attr(key), ITEM, d, key, value
 
 
 def _is_state(value: Any, module_name: str) -> bool:
     tp = type(value)
-    if tp.__module__ in ("builtins", "collections", "types", "functools", module_name):
+    if type_module(tp) in ("builtins", "collections", "types", "functools", module_name):
         return True  # containers, SimpleNamespace, partial, and the module's own objects
     if tp is _LRU_WRAPPER:  # a module's own cached function keeps its results
-        return getattr(value, "__module__", None) == module_name
-    k = kinds()
-    if issubclass(tp, k.tensor) or k.is_node(value):
-        return True
-    if k.tensordict is not None and issubclass(tp, k.tensordict):
-        return True
-    return False
+        return (instance_dict(value) or {}).get("__module__") == module_name
+    kind = _kind_of(tp)
+    return kind in (_TENSOR, _NODE, _TD)
 
 
 @dataclasses.dataclass
 class WalkStats:
-    """What a walk did: objects entered, whether it hit ``max_objects``, and the objects whose
-    children could not be listed (counted, never silently skipped)."""
+    """What a walk did: objects entered, whether it stopped early and why, the objects whose
+    children could not be listed (counted, never silently skipped), and the references to
+    tensors it did not name again (NOTE [Each reference once])."""
 
     visited: int = 0
     truncated: bool = False
     errors: int = 0
     #: the first error: ``TypeError: ... at engine.x``
     first_error: str | None = None
+    #: references to an already named tensor or node left unnamed
+    repeated: int = 0
+    #: the time budget (seconds) that stopped the walk, if that is what stopped it
+    stopped_after: float | None = None
 
     def note_error(self, exc: BaseException, where: str) -> None:
         self.errors += 1
         if self.first_error is None:
             text = str(exc).strip().splitlines()
             self.first_error = f"{type(exc).__name__}: {text[0] if text else '(no message)'} at {where}"
+
+
+
+def _slot_of(child: Child | None) -> tuple[int, Any]:
+    """Where a reference sits, for NOTE [Each reference once]: its container, and the name it has
+    there (every entry of a list, a set or a step-keyed mapping counts as one slot). With the
+    path that reached the container (its link), a slot names one reference per path: a closure
+    cell two functions share is named under each."""
+    if child is None:
+        return 0, ""
+    segments = child[0]
+    if segments is None:  # a list or deque entry
+        return id(child[2]), "*"
+    if not segments:
+        return id(child[2]), ""
+    last = segments[-1]
+    if last.kind in ENTRY_KINDS or (last.kind is SegmentKind.KEY and not _identifier(last.name)):
+        return id(child[2]), "*"
+    return id(child[2]), (last.kind, last.name)
 
 
 def walk(
@@ -639,6 +724,7 @@ def walk(
     max_objects: int = 2_000_000,
     stats: WalkStats | None = None,
     generic: bool = False,
+    max_seconds: float | None = None,
 ) -> Iterator[Hit]:
     """Yield every tensor and autograd node reachable from ``roots``, depth first.
 
@@ -652,71 +738,130 @@ def walk(
     through ``gc.get_referents``) and every kind of module global, skipping only
     leakscope's machinery and torch's internals (:mod:`leakscope.probe.library`).
     An object whose children cannot be listed is counted in ``stats.errors``.
+
+    # NOTE [Each reference once]
+    # A tensor is yielded once per slot that holds it (a container reached
+    # by one path, and the name it has there, every entry of a list, a set or
+    # a step-keyed mapping being one slot), at most MAX_NAMED times: a list of
+    # 10^6 entries of one tensor, a dict of 10^6 step keys mapping to it, or a
+    # chain of 10^6 containers each holding it name it once (or MAX_NAMED
+    # times), so everything after the walk (describing, confirming, the report)
+    # stays linear in the objects, not the references. The other references
+    # are counted in ``stats.repeated``; a fix for the named slot (clear the
+    # list, detach the value) covers its siblings.
+    #
+    # NOTE [A bounded walk]
+    # The walk stops after ``max_objects`` objects, or after ``max_seconds``
+    # (default WALK_SECONDS: ``stats.stopped_after``), and the result says so in a
+    # warning ("the holder walk stopped after 60 s; some holders may be
+    # unnamed"): without a child process to kill (``--no-isolate``) it is the
+    # only bound. It reports itself as the check's "walking" step, so a timeout
+    # in a child process names it.
     """
-    k = kinds()
+    budget = WALK_SECONDS if max_seconds is None else max_seconds
+    deadline = time.monotonic() + budget
     skip = set(skip_ids)
     visited: set[int] = set()
+    named: dict[int, int] = {}  # id(tensor or node) -> slots it was named at
+    slots: set[tuple[int, int, int, Any]] = set()
+    seen_types: dict[int, int] = {}  # id(type) -> its kind, for this walk (the types are pinned)
+    pinned: list[Any] = []
     stats = stats if stats is not None else WalkStats()
+    report(step="walking")
+    pops = 0
     for root in roots:
         if root.holder is not None:
             root_link = Link(None, (), ITEM, root.holder, root.name, root.name, root.kind)
         else:
             root_link = Link(None, (), READONLY, None, None, root.name, root.kind)
-        stack: list[tuple[Any, Link]] = []
+        # Entries: (object, the link of the object holding it, how it is held there); a Link
+        # is made only for what is named or entered.
+        stack: list[tuple[Any, Link, Child | None]] = []
+        child: Child | None
         if root.kind == "global":
             module = root.obj
             visited.add(id(module.__dict__))
-            for segment, kind, container, key, value in module_globals(module, generic):
-                stack.append((value, Link(root_link, segment, kind, container, key)))
+            for child in module_globals(module, generic):
+                stack.append((child[4], root_link, child))
             stack.reverse()
         else:
-            stack.append((root.obj, root_link))
+            stack.append((root.obj, root_link, None))
         while stack:
-            obj, link = stack.pop()
+            obj, parent, child = stack.pop()
+            pops += 1
+            if not pops & 0x1FFF and time.monotonic() > deadline:
+                stats.truncated, stats.stopped_after = True, budget
+                return
             tp = type(obj)
-            is_class = isinstance(obj, type)
-            if is_class:
+            kind = seen_types.get(id(tp))
+            if kind is None:
+                kind = seen_types[id(tp)] = _kind_of(tp)
+                pinned.append(tp)
+            if kind == _ATOM:
+                continue
+            if kind == _CLASS:
                 # Only classes defined in a walked module hold state we name.
-                if not (root.kind == "global" and link.parent is root_link):
+                if not (root.kind == "global" and parent is root_link and child is not None):
                     continue
-            elif issubclass(tp, _ATOMS):
-                continue
-            if issubclass(tp, k.tensor):
-                if not k.is_parameter(obj):
+            elif kind == _TENSOR or kind == _NODE:
+                oid = id(obj)
+                times = named.get(oid, 0)
+                if times >= MAX_NAMED:
+                    stats.repeated += 1
+                    continue
+                slot = (oid, id(parent), *_slot_of(child))
+                if slot in slots:
+                    stats.repeated += 1
+                    continue
+                slots.add(slot)
+                pinned.append(parent)  # its id stays its own while ``slots`` names it
+                named[oid] = times + 1
+                link = _link(parent, child)
+                if kind == _NODE:
                     yield Hit(obj, link, root)
-                for name, hooks in k.tensor_hooks(obj):
-                    stack.append((_HookDict(hooks), Link(link, (Segment(SegmentKind.HOOKS, name),), READONLY, None, None)))
-                attrs = k.tensor_attrs(obj)
-                if attrs is not None and id(attrs) not in visited:
-                    visited.add(id(attrs))
-                    for key, value in list(attrs.items()):
-                        if type(key) is str and not key.startswith("_"):
-                            stack.append((value, Link(link, _key(key), ATTR, attrs, key)))
-                continue
-            if k.is_node(obj):
-                yield Hit(obj, link, root)
+                    continue
+                if times == 0:  # its hooks and attributes, once
+                    for name, hooks in safe.tensor_hooks(obj):
+                        hooks_link = Link(link, (Segment(SegmentKind.HOOKS, name),), READONLY, None, None)
+                        stack.append((_HookDict(hooks), hooks_link, None))
+                    attrs = kinds().tensor_attrs(obj)
+                    if attrs is not None and id(attrs) not in visited:
+                        visited.add(id(attrs))
+                        for key, value in list(attrs.items()):
+                            if type(key) is str and not key.startswith("_"):
+                                stack.append((value, link, (_key(key), ATTR, attrs, key, value)))
+                if not safe.is_parameter(obj):
+                    safe.remember_path(obj, link.path)  # a subclass's: to name its errors
+                    yield Hit(obj, link, root)
                 continue
             oid = id(obj)
-            if tp is _HookDict:
+            if kind == _HOOKS:
                 # A temporary view: mark the dict it wraps, never the view's own id.
                 oid = id(obj.hooks)
-            if oid in visited or (oid in skip and link is not root_link):
+            if oid in visited or (oid in skip and child is not None):
                 continue
             visited.add(oid)
             stats.visited += 1
             if stats.visited > max_objects:
                 stats.truncated = True
                 return
+            link = _link(parent, child)
             try:
-                if is_class:
-                    children = list(class_children(obj))
-                else:
-                    children = list(_children(obj, k, generic))
+                children = list(class_children(obj)) if kind == _CLASS else list(_CHILDREN[kind](obj, generic))
             except Exception as exc:
                 stats.note_error(exc, str(link.path()))
                 continue
-            for segment, kind, container, key, value in reversed(children):
-                if kind == CELL and not segment:
-                    stack.append((value, link))
-                else:
-                    stack.append((value, Link(link, segment, kind, container, key)))
+            stack.extend([(entry[4], link, entry) for entry in reversed(children)])
+
+
+def _link(parent: Link, child: Child | None) -> Link:
+    """The link of an object held by ``parent``'s object as ``child`` says (a closure cell passes
+    its parent's link through)."""
+    if child is None:
+        return parent
+    segments, kind, container, key, _ = child
+    if segments is None:
+        segments = _index(key)
+    elif kind == CELL and not segments:
+        return parent
+    return Link(parent, segments, kind, container, key)

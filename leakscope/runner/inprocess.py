@@ -75,12 +75,8 @@ def _check_spec(spec: Any, options: CheckOptions, on_result: Callable[[TargetRes
                         lockstep.drain(mode, options)
         except LeakscopeError as exc:
             result = _error(name, mode, exc.message, exc.detail)
-        except Exception as exc:  # a bug in leakscope or a torch surprise: still one line
-            result = _error(
-                name, mode,
-                f"leakscope failed while checking: {type(exc).__name__}: {exc}; please report it with --debug output",
-                traceback.format_exc(),
-            )
+        except Exception as exc:  # a bug in leakscope, a torch surprise, a tensor subclass's code: one line
+            result = _error(name, mode, unexpected(exc), traceback.format_exc())
         if spec.settings:
             result = dataclasses.replace(result, settings=spec.settings)
         if changed:  # the engine left torch state changed: restored, but say so
@@ -89,6 +85,28 @@ def _check_spec(spec: Any, options: CheckOptions, on_result: Callable[[TargetRes
         if on_result is not None:
             on_result(results[-1])
     return results
+
+
+def unexpected(exc: Exception) -> str:
+    """The one line for an exception no stage turned into a :class:`LeakscopeError`.
+
+    Raised inside a tensor subclass's own code (its ``__torch_function__``, a property): that
+    subclass and where the engine keeps it (``engine.x is a MyTensor whose __torch_function__
+    raised ValueError: ...``), the engine's to fix. Anything else is leakscope's: please report it.
+    """
+    from leakscope.probe.safe import subclass_failure
+
+    text = str(exc).strip().splitlines()
+    what = f"{type(exc).__name__}: {text[0] if text else '(no message)'}"
+    failure = subclass_failure(exc)
+    if failure is None:
+        return f"leakscope failed while checking: {what}; please report it with --debug output"
+    subclass, method, path = failure
+    return (
+        f"{path or 'a tensor the engine keeps'} is a {subclass} whose {method} raised {what}; leakscope reads "
+        f"tensors without calling it where it can; make {subclass}.{method} work outside the engine's step, "
+        "or keep a plain tensor there"
+    )
 
 
 def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:
@@ -108,4 +126,4 @@ def _check_mode(spec: Any, mode: Mode, options: CheckOptions) -> TargetResult:
     return result
 
 
-__all__ = ["check_target"]
+__all__ = ["check_target", "unexpected"]

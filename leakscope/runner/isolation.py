@@ -324,10 +324,7 @@ def _collect(target: str, options: CheckOptions, job: _Job) -> tuple[list[Target
     missing = [mode for mode in options.modes if mode not in done]
     if missing:
         if job.timed_out:
-            message = (
-                f"timed out after {options.timeout:g} s and was killed: the engine's build or step did not "
-                "return; fix the hang (a blocking call, a wait on other ranks, an endless loop) or raise --timeout"
-            )
+            message = timeout_message(options.timeout or 0.0, *last_phase(records))
         elif fatal is not None:
             message = f"leakscope's check process failed: {fatal['fatal']}; please report it with --debug output"
         else:
@@ -338,13 +335,90 @@ def _collect(target: str, options: CheckOptions, job: _Job) -> tuple[list[Target
     return results, version
 
 
+def last_phase(records: Sequence[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """The phase and step the child reported last (NOTE [Phases from the child]), by the rules of
+    :func:`leakscope.phase.report`: a new target or mode starts over, a new phase clears the step."""
+    phase: str | None = None
+    step: str | None = None
+    for record in records:
+        event = record.get("phase")
+        if not isinstance(event, dict):
+            continue
+        if "target" in event or "mode" in event:
+            phase = step = None
+        if isinstance(event.get("phase"), str):
+            phase, step = event["phase"], None
+        if isinstance(event.get("step"), str):
+            step = event["step"]
+    return phase, step
+
+
+#: what a hang in each step of a check means, and what to do about it
+_STEP_WORDS = {
+    "building": (
+        "building the engine",
+        "the engine's __init__ did not return; fix the hang (a blocking call, a wait on other ranks, an "
+        "endless loop) or raise --timeout",
+    ),
+    "step": (
+        "running the step",
+        "the engine's step did not return; fix the hang (a blocking call, a wait on other ranks, an endless "
+        "loop) or raise --timeout",
+    ),
+    "walking": (
+        "walking the holders",
+        "leakscope's walk over what the engine keeps did not finish (it runs none of the engine's code: the "
+        "engine keeps a very large structure); lower --max-objects or raise --timeout",
+    ),
+}
+_PHASE_WORDS = {
+    "starting a check process": (
+        "starting the check process", "the check process could not start in time; raise --timeout",
+    ),
+    "importing torch and leakscope": (
+        "starting the check process (importing torch)", "the check process could not start in time; raise --timeout",
+    ),
+    "importing the target": (
+        "importing the target",
+        "importing the engine's module did not finish: a module-level statement blocks (a download, a wait on "
+        "other ranks); guard it with `if __name__ == '__main__':` or raise --timeout",
+    ),
+}
+
+
+#: phases named by what is being done
+_PHASE_NAMES = {"growth": "measuring growth"}
+
+
+def timeout_message(seconds: float, phase: str | None, step: str | None) -> str:
+    """``timed out after 600 s while walking the holders (confirming 1 of 2); ...``: what the child
+    was doing when it was killed, and what to do about it."""
+    hint = (
+        "the check did not finish in time; raise --timeout, and if it keeps happening, please report it "
+        "with --debug output"
+    )
+    phase = _PHASE_NAMES.get(phase, phase) if phase is not None else None
+    doing = phase or "setting up the check"
+    if step is not None:
+        words = _STEP_WORDS.get(step)
+        if words is None and (step.startswith("micro-batch") or " loop over " in step):
+            words = (f"running {step}", _STEP_WORDS["step"][1])
+        doing, hint = words if words is not None else (step, hint)
+        if phase and phase != "finding holders":  # the first phase goes without saying
+            doing = f"{doing} ({phase})"
+    elif phase in _PHASE_WORDS:
+        doing, hint = _PHASE_WORDS[phase]
+    return f"timed out after {seconds:g} s while {doing}; the check process was killed: {hint}"
+
+
 # NOTE [Phases from the child]
 # The child appends each phase it enters (leakscope.phase.report) to its
 # records file as {"phase": {...}}, next to its results. While children run,
 # the pool's loop wakes every 0.1 s and reports the new lines in this process
 # under the target's name, so the CLI's status line shows the phase even when a
 # child hangs in it: the last one read is where it hangs. Nothing is read when
-# nothing listens.
+# nothing listens. A child killed by the timeout is named by the last phase it
+# wrote (``timeout_message``): "timed out after 600 s while walking the holders".
 _RELAY_S = 0.1
 
 
