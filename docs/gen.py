@@ -409,6 +409,11 @@ def _session(body: str) -> list[tuple[str, str]]:
 def _run_session(block: Block, venvs: list[str]) -> str:
     """A session's commands run in one shell; each followed by what it printed on stdout."""
     commands = block.commands
+    if len(commands) == 1:  # one command: its run is shared with every output directive that names it
+        done = _shell(commands[0], tuple(venvs))
+        assert done.returncode in EXIT_CODES, f"{block.name}: `{commands[0]}` exited {done.returncode}:\n{done.stderr[-3000:]}"
+        _no_traceback(block.name, commands[0], done)
+        return f"$ {commands[0]}\n{clean(done.stdout)}"
     marker = "@@leakscope-doc-example@@"
     script = "\n".join(f"echo {marker}\n{command}\necho \"{marker} $?\" >&2" for command in commands)
     done = _shell(script, tuple(venvs))
