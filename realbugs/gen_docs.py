@@ -1,13 +1,17 @@
 """Regenerate docs/real-bugs.md's table and outputs, and each bug's NOTES.md outputs, from real runs.
 
     python -m realbugs.gen_docs           # after .ci/setup-realbugs.sh; about 5 minutes on 2 cores
+    python -m realbugs.gen_docs --check   # the same runs; exit 1 if a shown output is stale
     python -m realbugs.gen_docs --table   # only the table (bugs.toml), no runs
 
-The table comes from realbugs/bugs.toml alone (tests/test_realbugs.py checks that the doc has it).
-The outputs are real: every release's ``confirm.py`` and ``leakscope watch`` run with its overlay,
-exactly as the tests run them; each lands between ``<!-- NAME -->`` and ``<!-- /NAME -->``
-markers. Machine-specific parts are made relative: the repository's path is left out, and the
-first line of a text report (leakscope, torch and Python versions) too.
+``python docs/gen.py`` runs this for docs/real-bugs.md. The table comes from realbugs/bugs.toml
+alone (tests/test_realbugs.py checks that the doc has it). The outputs are real: every release's
+``confirm.py`` and ``leakscope watch`` run with its overlay, exactly as the tests run them (with the
+docs' node cost, :func:`realbugs.suite.env`); each lands between ``<!-- NAME -->`` and ``<!-- /NAME
+-->`` markers (``<!-- realbugs: BUG-SIDE -->`` in docs/real-bugs.md, which docs/gen.py knows as made
+here). What varies from machine to machine is normalised by docs/gen.py's one ``clean``.
+tests/test_realbugs.py compares each shown report with the watch run it makes anyway
+(:func:`shown_report`).
 """
 
 from __future__ import annotations
@@ -67,8 +71,9 @@ def wrong(bugs: list[Bug]) -> str:
 
 
 def _clean(text: str) -> str:
-    text = text.replace(str(ROOT) + "/", "")
-    return "\n".join(line.rstrip() for line in text.splitlines()).strip("\n")
+    from docs.gen import clean
+
+    return clean(text).strip("\n")
 
 
 def shown_command(bug: Bug, release: Release, command: list[str]) -> str:
@@ -89,17 +94,20 @@ def confirm_block(bug: Bug, release: Release) -> str:
     return f"{shown_command(bug, release, command)}\n" + "\n".join(lines) + f"\n(exit {proc.returncode})"
 
 
-def watch_block(bug: Bug, release: Release) -> tuple[str, str]:
+def _report_block(bug: Bug, release: Release, text_report: str) -> tuple[str, str]:
     """(the whole text report with its command line, the one-line verdict of the result)."""
-    command = watch_command(bug, "text")
-    proc = run(bug, release, command)
-    lines = _clean(proc.stdout).splitlines()
-    if lines and lines[0].startswith("leakscope "):
-        lines = lines[1:]
-    while lines and not lines[0]:
-        lines.pop(0)
+    lines = _clean(text_report).splitlines()
     verdict = next((line.strip() for line in lines if line.startswith(bug.method)), "(no result line)")
-    return f"{shown_command(bug, release, command)}\n" + "\n".join(lines), verdict
+    return f"{shown_command(bug, release, watch_command(bug, 'text'))}\n" + "\n".join(lines), verdict
+
+
+def shown_report(bug: Bug, release: Release, text_report: str) -> str:
+    """The fenced block docs/real-bugs.md shows for ``release``, given its watch's text report: the
+    whole report for a buggy release or a fixed one that is not clean, else its first and verdict lines."""
+    report, verdict = _report_block(bug, release, text_report)
+    if release.side == "buggy" or not verdict.endswith("CLEAN"):
+        return f"```text\n{report}\n```"
+    return f"```text\n{report.splitlines()[0]}\n{verdict}\n```"
 
 
 def fill(text: str, block_id: str, body: str) -> str:
@@ -111,6 +119,7 @@ def fill(text: str, block_id: str, body: str) -> str:
 
 def main(argv: list[str]) -> int:
     bugs = load()
+    stale: list[str] = []
     doc = fill(DOC.read_text(encoding="utf-8"), "table", table(bugs))
     doc = fill(doc, "wrong", wrong(bugs))
     if "--table" not in argv:
@@ -120,16 +129,21 @@ def main(argv: list[str]) -> int:
             for side in SIDES:
                 release = bug.release(side)
                 confirm = confirm_block(bug, release)
-                report, verdict = watch_block(bug, release)
+                text_report = run(bug, release, watch_command(bug, "text")).stdout
+                report, verdict = _report_block(bug, release, text_report)
                 print(f"{bug.name} {side}: {verdict}", file=sys.stderr)
                 notes = fill(notes, f"confirm-{side}", f"```text\n{confirm}\n```")
                 notes = fill(notes, f"watch-{side}", f"```text\n{report}\n```")
-                if side == "buggy" or not verdict.endswith("CLEAN"):
-                    shown = f"```text\n{report}\n```"
-                else:
-                    shown = f"```text\n{report.splitlines()[0]}\n{verdict}\n```"
-                doc = fill(doc, f"{bug.name}-{side}", shown)
-            notes_path.write_text(notes, encoding="utf-8")
+                doc = fill(doc, f"realbugs: {bug.name}-{side}", shown_report(bug, release, text_report))
+            if "--check" in argv:
+                stale += [] if notes == notes_path.read_text(encoding="utf-8") else [str(notes_path.relative_to(ROOT))]
+            else:
+                notes_path.write_text(notes, encoding="utf-8")
+    if "--check" in argv:
+        stale += [] if doc == DOC.read_text(encoding="utf-8") else [str(DOC.relative_to(ROOT))]
+        if stale:
+            print(f"{', '.join(stale)}: outputs differ from real runs; run python -m realbugs.gen_docs", file=sys.stderr)
+        return 1 if stale else 0
     DOC.write_text(doc, encoding="utf-8")
     return 0
 

@@ -147,8 +147,12 @@ def needed(release: Release, base: dict[str, str]) -> list[str]:
 
 def env(release: Release) -> dict[str, str]:
     """The environment a release's scripts run in: the overlay, then the repository root, on
-    PYTHONPATH; one intra-op thread (two-core CI machines); no warnings on stderr."""
-    out = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    PYTHONPATH; one intra-op thread (two-core CI machines); no warnings on stderr; the node cost
+    every doc example is made with (docs/gen.py), so that docs/real-bugs.md reads the same on every
+    machine and tests/test_realbugs.py can compare its runs with it."""
+    from docs.gen import COLUMNS, NODE_BYTES
+
+    out = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore", LEAKSCOPE_NODE_BYTES=NODE_BYTES, COLUMNS=COLUMNS)
     out["PYTHONPATH"] = os.pathsep.join([str(release.overlay), str(ROOT)])
     return out
 

@@ -187,27 +187,3 @@ def test_numbers_that_are_not_numbers_are_escaped_in_html() -> None:
     result = TargetResult("pkg:E", Mode.TRAIN, Verdict.CLEAN, findings=(finding,), rank=script)  # type: ignore[arg-type]
     page = render(Report((dataclasses.replace(result),), "0", "t", "p"), "html")
     assert "<script" not in page and "&lt;script&gt;" in page
-
-
-def test_the_security_doc_shows_what_leakscope_prints() -> None:
-    import re
-    import tempfile
-    from pathlib import Path
-
-    from tests.conftest import ROOT
-
-    doc = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```text\n(.*?)```", doc, re.S)
-    spoof = next(b for b in blocks if "SpoofingError" in b)
-    result = runner.invoke(app, ["check", "fixtures.bad.hostile:SpoofingError", "--no-isolate", "--mode", "train"])
-    assert result.stdout.split("\n", 2)[2] == spoof  # after the version line and the blank line
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp, "report.json")
-        report.write_text('{"schema_version": 1, "results": [{"target": "pkg:E", "mode": null, "verdict": "leak"}]}',
-                          encoding="utf-8")
-        rendered = runner.invoke(app, ["render", str(report)])
-        line = rendered.stderr.strip().replace(str(report), "report.json")
-        assert line in doc, line
-    if not Path("/tmp/nonexistent").exists():  # the doc's example directory
-        missing = runner.invoke(app, ["check", "fixtures.bad.hostile:PlainError", "-o", "/tmp/nonexistent/report.json"])
-        assert missing.exit_code == 2 and missing.stderr.strip() in doc

@@ -169,7 +169,7 @@ def test_the_security_doc_shows_what_leakscope_prints_for_a_hostile_engine(monke
 
     from leakscope.cli import app
 
-    monkeypatch.setenv("LEAKSCOPE_NODE_BYTES", "746")  # as docs/gen_examples.py makes every example
+    monkeypatch.setenv("LEAKSCOPE_NODE_BYTES", "746")  # as docs/gen.py makes every example
     doc = (ROOT / "docs" / "security.md").read_text(encoding="utf-8")
     block = next(b for b in re.findall(r"```text\n(.*?)```", doc, re.S) if "hostile_dict_property" in b)
     result = CliRunner().invoke(app, [

@@ -122,6 +122,32 @@ def test_watch(name: str, side: str) -> None:
     assert finding["severity"] == "leak"
 
 
+@pytest.mark.parametrize(("name", "side"), _cases("docs"))
+def test_the_docs_show_the_watch_report(name: str, side: str) -> None:
+    """docs/real-bugs.md shows what `leakscope watch` prints on the release today: the text report of
+    the same run test_watch judges (rendered from its JSON report, as `leakscope render` does)."""
+    import os
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from docs.gen import COLUMNS
+    from realbugs.gen_docs import shown_report
+
+    bug = BUGS[name]
+    proc = outcomes(name)[("watch", side)]
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp, "report.json")
+        report.write_text(proc.stdout, encoding="utf-8")
+        text = subprocess.run(
+            [sys.executable, "-m", "leakscope", "render", str(report)], env=dict(os.environ, COLUMNS=COLUMNS),
+            capture_output=True, text=True, timeout=120, check=False,
+        )
+    assert text.returncode == 0, _explain(text)
+    doc = (ROOT / "docs" / "real-bugs.md").read_text(encoding="utf-8")
+    assert shown_report(bug, bug.release(side), text.stdout) in doc, "docs/real-bugs.md is stale: run python -m realbugs.gen_docs"
+
+
 def _findings(result: dict[str, Any]) -> str:
     rows = [f"{f['path']}  kind={f['kind']} bytes={f['retained_bytes']} nodes={f['graph_nodes']}" for f in result["findings"]]
     return f"verdict {result['verdict']}, error {result['error']}:\n" + "\n".join(rows)
