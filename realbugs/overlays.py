@@ -69,21 +69,28 @@ def install(release: Release, pins: list[str]) -> bool:
     return True
 
 
+#: this repository's extras an overlay process keeps too: ``lightning`` (greenlet), without which
+#: ``leakscope check`` cannot drive a LightningModule (tests/test_adapters_realbugs.py checks the
+#: suite's Lightning modules); a user who checks one installs it with leakscope
+KEPT_EXTRAS = ("lightning",)
+
+
 def kept() -> set[str]:
     """Distributions every overlay process keeps from .venv: torch and this repository's package
-    with everything they require (extras aside), and pip."""
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+    with everything they require (extras aside but :data:`KEPT_EXTRAS`), and pip."""
+    project = canonical(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"])
     by_name = {canonical(dist.metadata["Name"]): dist for dist in _base_distributions()}
     seen = {"pip"}
-    stack = ["torch", canonical(project)]
+    stack = ["torch", project]
     while stack:
         name = stack.pop()
         if name in seen or name not in by_name:
             continue
         seen.add(name)
+        extras = ("", *KEPT_EXTRAS) if name == project else ("",)
         for line in by_name[name].requires or []:
             requirement = Requirement(line)
-            if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+            if requirement.marker is None or any(requirement.marker.evaluate({"extra": e}) for e in extras):
                 stack.append(canonical(requirement.name))
     return seen
 

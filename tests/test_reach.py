@@ -122,7 +122,7 @@ def test_a_trainer_release_that_cannot_be_driven_is_one_line_naming_the_range_an
         "trl.trainer.ppo_trainer:PPOTrainer cannot be driven by leakscope check: trl 0.8.6 lacks a PPOTrainer "
         "built on transformers.Trainer (before TRL 0.12 its step is PPOTrainer.step); check drives "
         "transformers.Trainer from 4.x and TRL's DPO/SFT trainers from 0.8 and GRPO from its first release; "
-        "watch the job's own step instead: leakscope watch --method trl.trainer.ppo_trainer:PPOTrainer.step "
+        "watch the job's own step instead: leakscope watch --method trl.trainer.ppo_trainer:PPOTrainer.train_minibatch "
         "your_train.py"
     }
     assert all(r["verdict"] == "error" and not r.get("traceback") for r in doc["results"])
@@ -292,7 +292,7 @@ def test_method_spec_shapes() -> None:
     with pytest.raises(UsageError, match="'pkg.module:Class.method' or 'pkg.module:function'"):
         parse_method("my_pkg.loop")
     assert PLUGIN_STEP in DEFAULT_METHODS and ENGINE_ATTRIBUTES[PLUGIN_STEP] == "lightning_module"
-    assert "trl.trainer.ppo_trainer:PPOTrainer.step" in DEFAULT_METHODS
+    assert "trl.trainer.ppo_trainer:PPOTrainer.train_minibatch" in DEFAULT_METHODS
 
 
 # -- the signature rules, on the main venv's real classes -----------------------------------------

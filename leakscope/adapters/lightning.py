@@ -20,7 +20,8 @@ is read from their signatures and their loops' behaviour, not from a version tab
 
 The micro-batch leakscope hands in is the batch: a dict of ``input_ids``,
 ``attention_mask`` and ``position_ids`` (``[B, S]`` int64), for a module built on
-leakscope's network; a module built on its own network gets its own data. Findings are rooted
+leakscope's network; a module built on its own network gets its own data
+(NOTE [A module's own data]). Findings are rooted
 at ``engine.``, the module: its own state (``engine.training_step_outputs[0]``,
 ``engine.train_loss._forward_cache``) and the trainer's
 (``engine._trainer.…``).
@@ -39,18 +40,23 @@ What is not Lightning's default, and why (docs/frameworks.md keeps the same list
 - ``detect_anomaly`` follows leakscope's own anomaly mode (on while it records
   where retained tensors were created).
 - The data loader is leakscope's: a sized iterable whose next batch is the next
-  micro-batch (or, for a module on its own network, the next batch of its own
-  ``train_dataloader()``/``val_dataloader()``, or its ``example_input_array``).
+  micro-batch (or, for a module on its own network, the next batch of its own data:
+  its ``train_dataloader()``/``val_dataloader()``, the data set it was built from, the
+  data a ``--factory`` returned with it, or its ``example_input_array``).
 - Lightning's info lines ("GPU available: ...") and its own warnings about
   this set-up ("no val_dataloader", "sync_dist") are silenced while it runs.
 
-Recognising a target imports nothing: it compares the names in the class's MRO.
+Recognising a target imports nothing: it compares the names in the class's MRO. A
+pytorch_lightning release without the loop API the pause relies on (``pytorch_lightning.loops``,
+1.4 on) is refused with one line naming the range and the ``leakscope watch`` command to use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from leakscope.errors import EngineError, UsageError
@@ -431,12 +437,59 @@ class _Run:
 # A module is built from its own constructor. When its first argument takes a network (annotated
 # as a Module, or named net/model/network/module/backbone/encoder/policy), it gets leakscope's
 # tiny network and leakscope's micro-batches, as lightning-hydra-template's `LitModule(net)`.
-# Any other argument must have a default: hyperparameters (`hidden=64, lr=1e-3`, what
-# `save_hyperparameters()` records) are taken at their defaults, so the module builds its own
-# network, and its step is fed data it can read: its own `train_dataloader()` /
-# `val_dataloader()` when it defines them (called by the loop's own set-up, after `setup()`),
-# else its `example_input_array` as the batch, else leakscope's micro-batch. A required
+# A module built for a data set (a `from_dataset(dataset)` classmethod, as every
+# pytorch-forecasting model has: the data set fixes its inputs, targets and normalisers) and
+# defining no data loader of its own is built by that classmethod from a data set leakscope
+# makes, when it knows how (DATASETS), and fed that data set's loaders; otherwise one line asks
+# for a factory. Any other argument must have a default: hyperparameters (`hidden=64,
+# lr=1e-3`, what `save_hyperparameters()` records) are taken at their defaults, so the module
+# builds its own network and is fed its own data (NOTE [A module's own data]). A required
 # argument without a default cannot be guessed: that is one line asking for `--factory`.
+
+# NOTE [A module's own data]
+# A module on its own network reads batches of its own format (`x, y = batch`), never leakscope's
+# token batches, so it is fed, first found: its own `train_dataloader()` / `val_dataloader()`
+# (defined by its class, or set on the instance; called by the loop's own set-up, after
+# `setup()`), the loaders of the data set it was built from (`dataset.to_dataloader(train=...)`
+# where the data set has one, else a torch DataLoader), its `example_input_array` as the batch;
+# else leakscope's micro-batch. A `--factory` may return the module alone (built on leakscope's
+# network, the `net` it was given, it gets the micro-batches; on its own network, its own data
+# as above) or `(module, data)`, where data is a LightningDataModule, a data loader or any
+# iterable of batches: the data the user's script trains it on, which leakscope cannot see
+# otherwise (a pytorch-forecasting model built from the user's own data set). The loader is
+# iterated again from the start when it runs out.
+
+#: rows of each batch of a data set leakscope makes (NOTE [Building a LightningModule])
+BATCH_ROWS = 4
+
+
+def _time_series_data_set(dataset_cls: Any) -> Any:
+    """pytorch-forecasting's ``TimeSeriesDataSet``: two random-walk series of 64 steps, ``value`` the
+    target and their one time-varying unknown real, 8 steps of context and 4 to predict (as the
+    library's own examples build one for N-BEATS, DeepAR and the like)."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    steps = 64
+    data = pd.DataFrame({
+        "time_idx": np.tile(np.arange(steps), 2),
+        "series": np.repeat(["a", "b"], steps),
+        "value": rng.standard_normal(2 * steps).cumsum().astype("float32"),
+    })
+    return dataset_cls(
+        data, time_idx="time_idx", target="value", group_ids=["series"], max_encoder_length=8,
+        max_prediction_length=4, time_varying_unknown_reals=["value"],
+    )
+
+
+#: data sets leakscope can make for a ``from_dataset`` classmethod, by ``(top-level package, class
+#: name)`` of the data set class or a base of it, with what each makes (for the error lines)
+DATASETS: dict[tuple[str, str], tuple[Any, str]] = {
+    ("pytorch_forecasting", "TimeSeriesDataSet"): (
+        _time_series_data_set, "two random-walk series, 'value' their target and one time-varying unknown real",
+    ),
+}
 
 
 def build_module(cls: Any, model: Any) -> tuple[Any, bool]:
@@ -455,7 +508,7 @@ def build_module(cls: Any, model: Any) -> tuple[Any, bool]:
             f"{cls.__qualname__}.__init__ needs {', '.join(required)} (no default), which leakscope cannot choose "
             "(it builds a LightningModule from its constructor's defaults, its first argument from leakscope's "
             "network when that argument takes the network); build it with --factory pkg.mod:make_module "
-            "(a function make_module(net) that returns the module)"
+            "(a function make_module(net) that returns the module, or (module, its data loader))"
         )
     if network is None:
         return cls(), False
@@ -477,16 +530,188 @@ def _takes_network(parameter: Any) -> bool:
     return name in NETWORK_NAMES or name.endswith("_net") or name.endswith("_model")
 
 
+def _first_parameter(function: Any) -> Any:
+    """The first parameter of ``function`` a caller passes (after ``self``/``cls`` of a bound one), or None."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    return parameters[0] if parameters and parameters[0].kind is not parameters[0].VAR_KEYWORD else None
+
+
+def dataset_parameter(cls: Any) -> tuple[str, Any] | None:
+    """``(name, data set class or its annotation text)`` when ``cls`` is built for a data set: a
+    ``from_dataset(dataset, ...)`` classmethod (pytorch-forecasting's models); else None."""
+    import inspect
+
+    factory = inspect.getattr_static(cls, "from_dataset", None)
+    if not isinstance(factory, classmethod):
+        return None
+    first = _first_parameter(cls.from_dataset)
+    if first is None or first.kind is first.VAR_POSITIONAL:
+        return None
+    annotation = first.annotation
+    if isinstance(annotation, str):  # postponed annotations: the name in the function's globals
+        annotation = getattr(factory.__func__, "__globals__", {}).get(annotation, annotation)
+    return first.name, (None if annotation is first.empty else annotation)
+
+
+def _dataset_recipe(annotation: Any) -> tuple[Any, str] | None:
+    """The :data:`DATASETS` entry for a data set class (or a subclass of one), or None."""
+    for klass in getattr(annotation, "__mro__", ()) if isinstance(annotation, type) else ():
+        key = ((getattr(klass, "__module__", "") or "").partition(".")[0], klass.__name__)
+        if key in DATASETS:
+            return DATASETS[key]
+    return None
+
+
+def build_from_dataset(cls: Any) -> tuple[Any, Any] | None:
+    """``(module, data set)`` for a module built for a data set (NOTE [Building a LightningModule]):
+    ``cls.from_dataset(dataset)`` on a data set leakscope makes; None for any other module."""
+    found = dataset_parameter(cls)
+    if found is None:
+        return None
+    name, annotation = found
+    spelled = annotation if isinstance(annotation, str) else getattr(annotation, "__qualname__", None) or "a data set"
+    recipe = _dataset_recipe(annotation)
+    fix = (
+        f"build it with --factory pkg.mod:make_module, a function make_module(net) that returns "
+        f"({cls.__qualname__}.from_dataset(your_dataset), your_dataloader)"
+    )
+    if recipe is None:
+        raise EngineError(
+            f"{cls.__qualname__} is built for a data set ({cls.__qualname__}.from_dataset({name}: {spelled})), "
+            f"which leakscope cannot make; {fix}"
+        )
+    make, what = recipe
+    try:
+        dataset = make(annotation)
+        module = cls.from_dataset(dataset)
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        raise EngineError(
+            f"{cls.__qualname__}.from_dataset on leakscope's {spelled} ({what}) raised {type(exc).__name__}: "
+            f"{text[0] if text else '(no message)'}; {fix}"
+        ) from exc
+    return module, dataset
+
+
+def _dataset_loader(dataset: Any, stage: str) -> Any:
+    """A data loader over ``dataset`` (NOTE [A module's own data]): its own ``to_dataloader`` when it
+    has one (pytorch-forecasting's collates its batches), else a torch DataLoader."""
+    to_dataloader = getattr(dataset, "to_dataloader", None)
+    if callable(to_dataloader) and "train" in _parameters(to_dataloader):
+        return to_dataloader(train=stage == "fit", batch_size=BATCH_ROWS, num_workers=0)
+    from torch.utils.data import DataLoader
+
+    return DataLoader(dataset, batch_size=BATCH_ROWS)
+
+
+def _given_loader(data: Any, stage: str) -> Any:
+    """The loader of the data a factory returned with its module: a LightningDataModule's own
+    (prepared and set up as the loop would), or the data itself (a loader or any iterable)."""
+    hook = "train_dataloader" if stage == "fit" else "val_dataloader"
+    own = getattr(data, hook, None)
+    if callable(own) and callable(getattr(data, "setup", None)):
+        prepare = getattr(data, "prepare_data", None)
+        if callable(prepare):
+            prepare()
+        data.setup(stage)
+        return own()
+    return data
+
+
 def own_data(module: Any, stage: str) -> Any:
     """What the module's step is fed instead of leakscope's batch: its own data loader method
     (a bound method, called by the loop's set-up), its ``example_input_array``, or None."""
     hook = "train_dataloader" if stage == "fit" else "val_dataloader"
-    if not _is_default(module, hook):
+    given = vars(module).get(hook)
+    if callable(given):
+        return given
+    if not _is_default(type(module), hook):
         return getattr(module, hook)
     example = getattr(module, "example_input_array", None)
     if example is not None:
         return lambda: [example]
     return None
+
+
+class _Data:
+    """Where one module's batches come from (NOTE [A module's own data]): its own data hooks, or
+    a data set / data the adapter holds for it. Holds no module."""
+
+    def __init__(self, dataset: Any = None, given: Any = None) -> None:
+        self.dataset = dataset
+        self.given = given
+
+    def loader(self, module: Any, stage: str) -> Any:
+        """A zero-argument callable that returns the loader for ``stage``, or None (leakscope's batches)."""
+        own = own_data(module, stage)
+        if self.given is not None:
+            given = self.given
+            return lambda: _given_loader(given, stage)
+        if own is not None:
+            return own
+        if self.dataset is None:
+            if dataset_parameter(type(module)) is not None:
+                cls = type(module).__qualname__
+                raise EngineError(
+                    f"the factory's {cls} is built for a data set that leakscope cannot see, and has no data "
+                    f"loader of its own; make the factory return ({cls}.from_dataset(your_dataset), your_dataloader)"
+                )
+            return None
+        dataset = self.dataset
+        return lambda: _dataset_loader(dataset, stage)
+
+
+def _holds(module: Any, network: Any) -> bool:
+    """True when ``network`` (leakscope's) is one of the module's submodules."""
+    modules = getattr(module, "modules", None)
+    return callable(modules) and any(sub is network for sub in modules())
+
+
+def own_step(cls: Any, hook: str = "training_step") -> str | None:
+    """``pkg.mod:Class.training_step``: where the module's ``hook`` is defined (its own class or the
+    nearest base that is not Lightning's), as ``leakscope watch --method`` names it; None when
+    only Lightning defines it."""
+    if not isinstance(cls, type):
+        return None
+    for klass in safe.mro(cls):
+        if hook in safe.class_dict(klass):
+            return None if _is_lightning_class(klass) else f"{safe.type_module(klass)}:{safe.type_qualname(klass)}.{hook}"
+    return None
+
+
+def step_method(cls: Any, hook: str = "training_step") -> str:
+    """:func:`own_step`, or the class's own name when only Lightning defines ``hook``."""
+    return own_step(cls, hook) or f"{cls.__module__}:{cls.__qualname__}.{hook}"
+
+
+def loop_api_missing(package: str) -> bool:
+    """True when the installed ``package`` (``pytorch_lightning``) has no loop API
+    (``<package>.loops``, pytorch_lightning 1.4 on): the batch hooks, the prefetch and the
+    epoch end the pause relies on (NOTE [Prefetching loops]) are not those of the loops."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(f"{package}.loops") is None
+    except (ImportError, ValueError):
+        return True
+
+
+#: what ``check`` drives, for the one line a release outside it gets
+SUPPORTED = "pytorch_lightning from 1.4 and lightning 2"
+
+
+def release(package: str, loaded: Any = None) -> str:
+    """``pytorch_lightning 1.0.4``: the release of ``package`` loaded in ``loaded`` (a ``sys.modules``
+    mapping; this process's by default), for messages: read, never compared."""
+    import sys
+
+    version = getattr((sys.modules if loaded is None else loaded).get(package), "__version__", "")
+    return f"{package} {version}".strip()
 
 
 class LightningAdapter:
@@ -503,20 +728,51 @@ class LightningAdapter:
     def __init__(self) -> None:
         #: the paused loop of each module being checked, by ``id(module)``
         self._runs: dict[int, _Run] = {}
-        #: modules built on their own network, fed their own data (by ``id``; forgotten at close)
-        self._own_data: set[int] = set()
+        #: where the batches of each module on its own network come from (by ``id``; forgotten
+        #: at close); a module not here gets leakscope's micro-batches
+        self._data: dict[int, _Data] = {}
 
     def recognises(self, resolved: ResolvedTarget) -> bool:
         """True for subclasses of ``LightningModule`` (``pytorch_lightning`` or ``lightning.pytorch``)."""
         return lightning_package(resolved.obj) is not None
 
+    def unsupported(self, resolved: ResolvedTarget) -> str | None:
+        """One line for a pytorch_lightning release without the loop API (before 1.4)."""
+        package = lightning_package(resolved.obj)
+        if package is None or not loop_api_missing(package):
+            return None
+        return (
+            f"{resolved.spec} cannot be driven by leakscope check: {release(package)} has no loop API "
+            f"({package}.loops, which check pauses between batches); check drives {SUPPORTED}; watch the "
+            f"job's own step instead: leakscope watch --method {step_method(resolved.obj)} your_train.py"
+        )
+
     def build_engine(self, resolved: ResolvedTarget, model: Any) -> Any:
-        """The module from its constructor (NOTE [Building a LightningModule]): ``Cls(model)`` when its
-        first argument takes the network, else ``Cls()`` with its hyperparameters' defaults."""
-        module, on_network = build_module(resolved.obj, model)
+        """The module from its constructor or its ``from_dataset`` (NOTE [Building a LightningModule]):
+        ``Cls(model)`` when its first argument takes the network, ``Cls.from_dataset(dataset)`` for a
+        module built for a data set, else ``Cls()`` with its hyperparameters' defaults."""
+        cls = resolved.obj
+        with _quiet():
+            made = None if _network_first(cls) or _defines_data(cls) else build_from_dataset(cls)
+            if made is not None:
+                module, dataset = made
+                self._data[id(module)] = _Data(dataset=dataset)
+                return module
+            module, on_network = build_module(cls, model)
         if not on_network:
-            self._own_data.add(id(module))
+            self._data[id(module)] = _Data()
         return module
+
+    def adopt(self, built: Any, model: Any) -> Any:
+        """What ``--factory`` returned, as the module to drive (NOTE [A module's own data]): the
+        module, or ``(module, data)``; a module not on leakscope's network is fed its own data."""
+        if isinstance(built, tuple) and len(built) == 2 and lightning_package(type(built[0])) is not None:
+            module, data = built
+            self._data[id(module)] = _Data(given=data)
+            return module
+        if lightning_package(type(built)) is not None and not _holds(built, model):
+            self._data[id(built)] = _Data()
+        return built
 
     def micro_batch(self, size: Any, index: int) -> Any:
         """The batch Lightning hands to ``training_step``: a dict of ``[B, S]`` int64 tensors."""
@@ -542,14 +798,15 @@ class LightningAdapter:
             if package is None:
                 raise EngineError(
                     f"the factory returned a {type(engine).__qualname__} object, not a LightningModule; "
-                    "make it return the LightningModule to check"
+                    "make it return the LightningModule to check (or the module and its data loader)"
                 )
-            if forward_only and _is_default(engine, "validation_step"):
+            if forward_only and _is_default(type(engine), "validation_step"):
                 raise EngineError(
                     f"{type(engine).__name__} defines no validation_step, so Lightning has no "
                     "forward-only loop to run; check it with --mode train"
                 )
-            own = own_data(engine, stage) if id(engine) in self._own_data else None
+            data = self._data.get(id(engine))
+            own = data.loader(engine, stage) if data is not None else None
             run = self._runs[id(engine)] = _Run(engine, package, stage, own)
         run.run_batch(micro_batch)
         return None
@@ -559,7 +816,33 @@ class LightningAdapter:
         run = self._runs.pop(id(engine), None)
         if run is not None:
             run.finish()
-        self._own_data.discard(id(engine))
+        self._data.pop(id(engine), None)
+
+
+def _network_first(cls: Any) -> bool:
+    """True when the constructor's first argument takes the network (NOTE [Building a LightningModule])."""
+    import inspect
+
+    try:
+        parameters = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return False
+    parameters = [p for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return bool(parameters) and _takes_network(parameters[0])
+
+
+def _defines_data(cls: Any) -> bool:
+    """True when the class defines its own ``train_dataloader()`` (NOTE [A module's own data])."""
+    return not _is_default(cls, "train_dataloader")
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Lightning's warnings about a module being built (``save_hyperparameters`` of an ``nn.Module``)
+    silenced, as they are while Lightning runs."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module=_WARNING_MODULES)
+        yield
 
 
 def _require_greenlet() -> None:
@@ -572,14 +855,18 @@ def _require_greenlet() -> None:
         )
 
 
-def _is_default(module: Any, hook: str) -> bool:
-    """True when ``hook`` is Lightning's own (not overridden by the module): defined by a class of
-    Lightning's packages (``LightningModule``, or its hook mix-ins such as 1.x's ``DataHooks``)."""
-    for klass in safe.mro(type(module)):
+def _is_lightning_class(klass: type) -> bool:
+    """True for a class of Lightning's own packages (``LightningModule``, 1.x's hook mix-ins such as ``DataHooks``)."""
+    name = safe.type_module(klass)
+    return name in MODULE_CLASSES or name.startswith(("pytorch_lightning.", "lightning.pytorch."))
+
+
+def _is_default(cls: type, hook: str) -> bool:
+    """True when ``hook`` is Lightning's own (not overridden by the class ``cls`` or a base of it
+    outside Lightning's packages)."""
+    for klass in safe.mro(cls):
         if hook in safe.class_dict(klass):
-            name = safe.type_module(klass)
-            package = MODULE_CLASSES.get(name)
-            return package is not None or name.startswith(("pytorch_lightning.", "lightning.pytorch."))
+            return _is_lightning_class(klass)
     return True
 
 

@@ -111,6 +111,11 @@ class AdapterHooks(Protocol):
     #: (without it, ``--factory`` overrides the adapter)
     accepts_factory: bool
 
+    def adopt(self, built: Any, model: Any) -> Any:
+        """The engine to drive, from what ``--factory`` returned when called with leakscope's ``model``
+        (with ``accepts_factory``; Lightning: the module, or ``(module, its data)``)."""
+        ...
+
     def variants(self, given: Mapping[str, str], every: bool) -> list[tuple[Any, tuple[str, ...]]]:
         """Configured copies of this adapter and their ``key=value`` labels, default first.
 
@@ -128,9 +133,12 @@ def spec_for(adapter: Any, resolved: ResolvedTarget, factory: Any = None, settin
     ``settings`` it was configured with (``key=value``, shown in reports)."""
     from leakscope.harness.protocol import EngineSpec, _call_forward_step
 
+    adopt = getattr(adapter, "adopt", None)
+
     def make_engine(model: Any) -> Any:
         if factory is not None:
-            return factory(model)
+            built = factory(model)
+            return adopt(built, model) if adopt is not None else built
         return adapter.build_engine(resolved, model)
 
     model_kind = getattr(adapter, "model_kind", None)

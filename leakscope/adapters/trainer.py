@@ -113,9 +113,19 @@ NEEDED_FIELDS = (("use_cpu", "no_cuda"), ("report_to",), ("save_strategy",), ("l
 SUPPORTED = "transformers.Trainer from 4.x and TRL's DPO/SFT trainers from 0.8 and GRPO from its first release"
 
 
-def watch_command(kind: str) -> str:
-    """The ``leakscope watch`` command that watches the job's own step instead (any version)."""
-    method = "trl.trainer.ppo_trainer:PPOTrainer.step" if kind == "ppo" else "transformers.trainer:Trainer.training_step"
+def watch_command(kind: str, cls: Any = None) -> str:
+    """The ``leakscope watch`` command that watches the job's own step instead (any version).
+
+    TRL's PPOTrainer before 0.12 (``cls``): one ``step()`` runs every minibatch of a batch through
+    ``train_minibatch`` (0.4 to 0.11) and keeps what each returns until it returns; a graph kept
+    between minibatches is a leak inside one ``step()``, which only the minibatch call shows
+    (watching ``step`` sees each batch's graphs released at its end), so the minibatch is the
+    method to watch where the class has one."""
+    if kind == "ppo":
+        name = "train_minibatch" if callable(getattr(cls, "train_minibatch", None)) else "step"
+        method = f"trl.trainer.ppo_trainer:PPOTrainer.{name}"
+    else:
+        method = "transformers.trainer:Trainer.training_step"
     return f"leakscope watch --method {method} your_train.py"
 
 
@@ -284,7 +294,7 @@ class TrainerAdapter:
             return None
         return (
             f"{resolved.spec} cannot be driven by leakscope check: {_release(kind)} lacks {', '.join(missing)}; "
-            f"check drives {SUPPORTED}; watch the job's own step instead: {watch_command(kind)}"
+            f"check drives {SUPPORTED}; watch the job's own step instead: {watch_command(kind, resolved.obj)}"
         )
 
     def build_engine(self, resolved: ResolvedTarget, model: Any) -> Any:

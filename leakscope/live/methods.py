@@ -7,6 +7,8 @@ Torch-free: the CLI parses ``--method`` before anything heavy is imported.
 from __future__ import annotations
 
 import dataclasses
+import types
+from collections.abc import Mapping
 from typing import Any
 
 from leakscope.errors import UsageError
@@ -39,6 +41,63 @@ ENGINE_ATTRIBUTES = {
     "pytorch_lightning.plugins.training_type.training_type_plugin:TrainingTypePlugin.training_step":
         "lightning_module",
 }
+
+
+#: the packages whose ``LightningModule`` subclasses :func:`uncovered_step` looks for
+LIGHTNING_PACKAGES = ("pytorch_lightning", "lightning.pytorch")
+
+
+def uncovered_step(modules: Mapping[str, types.ModuleType] | None = None) -> str | None:
+    """When a job imported none of :data:`DEFAULT_METHODS` but runs a framework release whose call
+    site of the step is not among them (pytorch_lightning before 1.4, whose loop calls the
+    module's ``training_step`` through an accelerator): one line naming the release and the exact
+    ``--method`` to give, the module's own step; else None. ``modules``: the job's ``sys.modules``.
+
+    Reads only what the job loaded: the ``LightningModule`` subclasses that exist, and where
+    their ``training_step`` is defined (a class of the script itself, ``__main__``, cannot be
+    named by module, so one defined in an imported module comes first).
+    """
+    import sys
+
+    from leakscope.adapters.lightning import SUPPORTED, lightning_package, own_step, release
+
+    loaded = sys.modules if modules is None else modules
+    for package in LIGHTNING_PACKAGES:
+        base = getattr(loaded.get(package), "LightningModule", None)
+        if not isinstance(base, type):
+            continue
+        steps: list[str] = []
+        for cls in _subclasses(base):
+            method = own_step(cls)
+            if method is not None and method not in steps and lightning_package(cls) == package:
+                steps.append(method)
+        head = f"the job runs {release(package, loaded)}, whose step is not among the built-in methods (they cover {SUPPORTED})"
+        named = [method for method in steps if not method.startswith("__main__:")]
+        if named:
+            others = f" (or {', '.join(named[1:3])})" if len(named) > 1 else ""
+            return f"{head}; watch its LightningModule's own step: --method {named[0]}{others}"
+        if steps:
+            name = steps[0].partition(":")[2]
+            return (
+                f"{head}; watch its LightningModule's own step, {name}, defined in the script itself: move the "
+                f"class to a module the script imports and give --method that_module:{name}"
+            )
+        return f"{head}; watch its LightningModule's own step: --method pkg.mod:YourModule.training_step"
+    return None
+
+
+def _subclasses(base: type) -> list[type]:
+    """Every subclass of ``base``, breadth first, each once (by identity)."""
+    seen: list[type] = []
+    ids: set[int] = set()
+    stack: list[type] = list(type.__subclasses__(base))
+    while stack:
+        cls = stack.pop(0)
+        if id(cls) not in ids:
+            ids.add(id(cls))
+            seen.append(cls)
+            stack.extend(type.__subclasses__(cls))
+    return seen
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,4 +154,4 @@ def engine_of(spec: MethodSpec, self_: Any) -> Any:
     return self_
 
 
-__all__ = ["DEFAULT_METHODS", "ENGINE_ATTRIBUTES", "MethodSpec", "engine_of", "parse_method"]
+__all__ = ["DEFAULT_METHODS", "ENGINE_ATTRIBUTES", "MethodSpec", "engine_of", "parse_method", "uncovered_step"]

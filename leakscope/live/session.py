@@ -17,7 +17,7 @@ from typing import Any
 
 from leakscope import phase
 from leakscope.errors import TargetError, UsageError
-from leakscope.live.methods import DEFAULT_METHODS, MethodSpec, parse_method
+from leakscope.live.methods import DEFAULT_METHODS, MethodSpec, parse_method, uncovered_step
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
 
 
@@ -223,7 +223,7 @@ class Watch:
                 verb = "called" if self.patcher.history else "imported"
                 message = f"the job stopped before it {verb} {', '.join(self.patcher.found()) or name}"
             elif not self.patcher.history:
-                message = (
+                message = (None if self._explicit else uncovered_step()) or (
                     f"the job never imported {name}; name the step to watch with --method pkg.module:Class.method"
                 )
             else:
