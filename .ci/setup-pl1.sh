@@ -4,7 +4,8 @@
 #              on torch 2.13), torchmetrics 0.6.2 (0.5.x fails to import: `tqdm.auto`), numpy 1.26.4,
 #              setuptools 80.9.0 (torchmetrics 0.6 imports pkg_resources, which setuptools 81+ no
 #              longer ships; torch 2.13 asks for setuptools>=77), and leakscope[lightning] (greenlet)
-# The recipe (torch first and pinned, reuse when the versions match) is .ci/framework-venv.sh.
+# The recipe (no torch of its own: the framework in front of .venv, pinned by .ci/locks/) is
+# .ci/framework-venv.sh.
 # tests/test_reach_lightning.py runs `.venv-pl1/bin/leakscope check ...` and `... watch ...` in it;
 # LEAKSCOPE_REQUIRE_FRAMEWORKS=1 makes a missing venv fail those tests.
 set -euo pipefail

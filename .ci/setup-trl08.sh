@@ -5,7 +5,8 @@
 #                inputs)`), peft 0.10.0, accelerate 0.29.3, datasets 2.19.1, and numpy 1.26.4
 #                (these releases predate numpy 2) with pyarrow 17.0.0 (newer pyarrow needs numpy 2), and leakscope (editable; not the hf extra,
 #                which asks for transformers 5)
-# The recipe (torch first and pinned, reuse when the versions match) is .ci/framework-venv.sh.
+# The recipe (no torch of its own: the framework in front of .venv, pinned by .ci/locks/) is
+# .ci/framework-venv.sh.
 # tests/test_reach_trl.py runs `.venv-trl08/bin/leakscope check ...` and `... watch ...` in it;
 # LEAKSCOPE_REQUIRE_FRAMEWORKS=1 makes a missing venv fail those tests.
 set -euo pipefail

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any, NoReturn
@@ -49,9 +51,10 @@ def holder_path(root: str, *steps: str | int) -> HolderPath:
 
 def framework_python(venv: Path, setup: str, required_by: tuple[str, ...] = ("LEAKSCOPE_REQUIRE_FRAMEWORKS", "LEAKSCOPE_REQUIRE_VERL")) -> Path:
     """A framework venv's interpreter, or a skip; a failure when CI requires the frameworks
-    (any of ``required_by`` set to 1). ``setup`` is the script that creates the venv."""
+    (any of ``required_by`` set to 1). ``setup`` is the script that creates the venv; its
+    ``.pins`` stamp, written last (.ci/framework_env.py), says the venv is complete."""
     python = venv / "bin" / "python"
-    if not python.exists():
+    if not (python.exists() and (venv / ".pins").is_file()):
         framework_missing(f"{venv.name} is missing; create it with {setup}", required_by)
     return python
 
@@ -71,15 +74,20 @@ def venv_env() -> dict[str, str]:
     return env
 
 
+def run_leakscope(
+    python: Path, *args: str, timeout: float = 900, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``<venv>/bin/leakscope ARGS`` of the framework venv whose interpreter is ``python``, from the
+    repository root, as a user runs it (:func:`venv_env`, updated with ``env``)."""
+    return subprocess.run(
+        [str(python.parent / "leakscope"), *args],
+        cwd=ROOT, env={**venv_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout,
+    )
+
+
 def run_venv_check(python: Path, *args: str, timeout: float = 900) -> tuple[int, dict[str, Any]]:
     """``leakscope check ARGS --format json`` with a framework venv's leakscope: exit code and report."""
-    import json
-    import subprocess
-
-    proc = subprocess.run(
-        [str(python.parent / "leakscope"), "check", *args, "--format", "json"],
-        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=timeout,
-    )
+    proc = run_leakscope(python, "check", *args, "--format", "json", timeout=timeout)
     try:
         doc = json.loads(proc.stdout)
     except json.JSONDecodeError:

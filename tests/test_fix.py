@@ -387,14 +387,12 @@ def dataclass_without_edit() -> Any:
 def test_a_trl_subclass_fix_is_verified_through_the_real_trainer() -> None:
     """TRL's real ``training_step`` (its own backward) with and without the edit, in the TRL venv:
     the proof re-imports the user's module only, never the lazily loaded libraries."""
-    from tests.conftest import framework_python, venv_env
+    from tests.conftest import framework_python, run_leakscope
 
     python = framework_python(ROOT / ".venv-trl", ".ci/setup-trl.sh")
     before = (FIXTURES / "trl_subjects" / "trainers.py").read_bytes()
-    proc = subprocess.run(
-        [str(python.parent / "leakscope"), "fix", "fixtures.trl_subjects.trainers:RefCacheSFT", "--mode", "train",
-         "--format", "json"],
-        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=900,
+    proc = run_leakscope(
+        python, "fix", "fixtures.trl_subjects.trainers:RefCacheSFT", "--mode", "train", "--format", "json",
     )
     doc = json.loads(proc.stdout)
     (fix,) = doc["fixes"]
@@ -409,7 +407,7 @@ def test_a_lightning_module_fix_is_verified_and_a_library_line_is_never_edited()
     ``self.losses.append(loss)`` gets a verified detach, and so does the line that feeds the metric
     the attached loss; Lightning's own copy of the metric is stored inside Lightning, whose lines are
     never proposed for editing."""
-    from tests.conftest import framework_python, venv_env
+    from tests.conftest import framework_python, run_leakscope
 
     python = framework_python(ROOT / ".venv-lightning", ".ci/setup-lightning.sh")
     docs: dict[str, Any] = {}
@@ -417,10 +415,7 @@ def test_a_lightning_module_fix_is_verified_and_a_library_line_is_never_edited()
         ("fixtures.lightning_manual:LitModel", ()),
         ("fixtures.lightning_metric:LitModule", ("--factory", "fixtures.lightning_metric:make_module")),
     ):
-        proc = subprocess.run(
-            [str(python.parent / "leakscope"), "fix", target, *extra, "--mode", "train", "--format", "json"],
-            cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=900,
-        )
+        proc = run_leakscope(python, "fix", target, *extra, "--mode", "train", "--format", "json")
         docs[target] = json.loads(proc.stdout)
     (manual,) = docs["fixtures.lightning_manual:LitModel"]["fixes"]
     assert (manual["path"], manual["status"]) == ("engine.losses[0]", "verified"), manual

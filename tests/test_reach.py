@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, framework_python, run_venv_check, venv_env
+from tests.conftest import ROOT, framework_python, run_leakscope, run_venv_check
 
 TRL08 = ROOT / ".venv-trl08"
 PL1 = ROOT / ".venv-pl1"
@@ -52,10 +52,7 @@ def _leaks(result: dict[str, Any]) -> dict[str, str]:
 
 
 def _watch(python: Path, *args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    done = subprocess.run(
-        [str(python.parent / "leakscope"), "watch", "-f", "json", *args],
-        cwd=ROOT, env={**venv_env(), **(env or {})}, capture_output=True, text=True, timeout=600,
-    )
+    done = run_leakscope(python, "watch", "-f", "json", *args, env=env, timeout=600)
     try:
         doc: dict[str, Any] = json.loads(done.stdout)
     except json.JSONDecodeError:

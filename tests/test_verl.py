@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from leakscope.options import ModelSize
-from tests.conftest import ROOT, framework_python, run_venv_check, venv_env
+from tests.conftest import ROOT, framework_python, run_leakscope, run_venv_check, venv_env
 
 IMPL = "verl.workers.engine.fsdp.transformer_impl"
 ACTOR = f"{IMPL}:FSDPEngineWithLMHead"
@@ -166,11 +166,9 @@ def test_the_upstream_stack_real_verl_with_transformers_and_peft(version: str) -
 
 def test_estimate_verl_080_default_job_matches_upstream_027_gib() -> None:
     """verl 6698 at its real scale, verl's default configuration, no knob given: within 10% of 0.27 GiB."""
-    python = venv_python("0.8.0")
-    proc = subprocess.run(
-        [str(python.parent / "leakscope"), "estimate", ACTOR, "--format", "json",
-         "--at", "hidden=4096,tokens=17700,vocab=151936,dtype=bf16"],
-        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=600,
+    proc = run_leakscope(
+        venv_python("0.8.0"), "estimate", ACTOR, "--format", "json",
+        "--at", "hidden=4096,tokens=17700,vocab=151936,dtype=bf16", timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     (result,) = json.loads(proc.stdout)["results"]

@@ -503,14 +503,10 @@ def test_library_api_patches_a_module_on_import_and_removes_the_hook() -> None:
 )
 def test_real_verl_engine_default_method(version: str, verdict: str, paths: list[str]) -> None:
     """verl's real FSDP actor through its own forward_backward_batch, watched with no --method (patched on import)."""
-    from tests.conftest import venv_env
+    from tests.conftest import run_leakscope
     from tests.test_verl import venv_python
 
-    python = venv_python(version)
-    done = subprocess.run(
-        [str(python.parent / "leakscope"), "watch", "-f", "json", "fixtures/watch/verl_real.py"],
-        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=600,
-    )
+    done = run_leakscope(venv_python(version), "watch", "-f", "json", "fixtures/watch/verl_real.py", timeout=600)
     doc = _doc(done)
     target = "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead.forward_step"
     assert _verdicts(doc) == [(target, "train", verdict, paths)]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, framework_python, venv_env
+from tests.conftest import ROOT, framework_python, run_leakscope
 
 SCRIPT = "fixtures/watch/lightning_fit.py"
 TARGET = "pytorch_lightning.strategies.strategy:Strategy.training_step"
@@ -29,10 +29,7 @@ FIT_DONE = [
 
 def _watch(*args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     python = framework_python(ROOT / ".venv-lightning", ".ci/setup-lightning.sh")
-    done = subprocess.run(
-        [str(python.parent / "leakscope"), "watch", "-f", "json", *args],
-        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=300,
-    )
+    done = run_leakscope(python, "watch", "-f", "json", *args, timeout=300)
     try:
         doc: dict[str, Any] = json.loads(done.stdout)
     except json.JSONDecodeError:

@@ -26,7 +26,7 @@ from leakscope.live.processes import Unreported, unreported
 from leakscope.render.json_report import report_dict
 from leakscope.results import Report
 from leakscope.serialize import from_data
-from tests.conftest import ROOT, framework_python, venv_env
+from tests.conftest import ROOT, framework_python, run_leakscope, venv_env
 
 VENV = ROOT / ".venv-ray"
 ACTOR = "actor_engine:ActorEngine.forward_step"
@@ -45,14 +45,16 @@ def python() -> Path:
     return framework_python(VENV, ".ci/setup-ray.sh")
 
 
+#: Ray's own limits on a worker's start-up and health checks, widened for a loaded 2-core machine
+RAY_ENV = {"RAY_worker_register_timeout_seconds": "600", "RAY_health_check_failure_threshold": "20"}
+
+
 def _run(args: list[str], timeout: int = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    # Ray's own limits on a worker's start-up and health checks, widened for a loaded 2-core machine.
-    env = dict(venv_env(), RAY_worker_register_timeout_seconds="600", RAY_health_check_failure_threshold="20")
-    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(args, cwd=ROOT, env={**venv_env(), **RAY_ENV}, capture_output=True, text=True, timeout=timeout)
 
 
 def _watch(python: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    done = _run([str(python.parent / "leakscope"), "watch", "-f", "json", "--method", ACTOR, SCRIPT, *args])
+    done = run_leakscope(python, "watch", "-f", "json", "--method", ACTOR, SCRIPT, *args, env=RAY_ENV, timeout=TIMEOUT_S)
     try:
         doc: dict[str, Any] = json.loads(done.stdout)
     except json.JSONDecodeError:
