@@ -93,3 +93,31 @@ def run_venv_check(python: Path, *args: str, timeout: float = 900) -> tuple[int,
     except json.JSONDecodeError:
         pytest.fail(f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
     return proc.returncode, doc
+
+
+#: The suite's tiers (NOTE [Test tiers]); every test module sets ``pytestmark`` to exactly one.
+TIERS = ("unit", "integration", "frameworks")
+
+# NOTE [Test tiers]
+# ``pytest -m unit`` is the inner loop: tests that run in this process on tiny models (no child
+# process, no venv), a few minutes in all. ``-m integration`` adds what runs leakscope as a user
+# does: the CLI in a child process, isolation, torchrun, watch on a real job, a browser.
+# ``-m frameworks`` needs the framework venvs and the real-bug overlays (.ci/setup-*.sh): verl,
+# TRL, Lightning, Ray, old releases, the real-bug suite and the docs' examples made in them. The
+# README's test command runs all three; docs/performance.md says how long each takes. A module
+# sets its tier once (``pytestmark = pytest.mark.unit``); a test that belongs to another tier
+# lives in another module, so that ``-m`` selects exactly one tier.
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every collected test is in exactly one tier (NOTE [Test tiers])."""
+    wrong = []
+    for item in items:
+        tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
+        if len(tiers) != 1:
+            wrong.append(f"{item.nodeid}: tiers {sorted(tiers) or 'none'}")
+    if wrong:
+        raise pytest.UsageError(
+            "every test module sets exactly one tier (pytestmark = pytest.mark.unit, integration or "
+            "frameworks; NOTE [Test tiers] in tests/conftest.py):\n  " + "\n  ".join(wrong[:20])
+        )

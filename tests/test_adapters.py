@@ -20,6 +20,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration
+
 DATA = ROOT / "tests" / "data"
 LEAKY = "leakscope_demo_adapter.engines:LeakyConfiguredEngine"
 CLEAN = "leakscope_demo_adapter.engines:CleanConfiguredEngine"

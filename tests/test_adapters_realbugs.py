@@ -32,6 +32,8 @@ import pytest
 from realbugs.suite import Bug, Release, base_packages, load, overlay_problem, run
 from tests.conftest import framework_missing
 
+pytestmark = pytest.mark.frameworks
+
 BUGS = {bug.name: bug for bug in load()}
 FORECASTING = BUGS["pytorch-forecasting-step-outputs"]
 PL10 = BUGS["lightning-metric-forward"]

@@ -23,6 +23,8 @@ from typer.testing import CliRunner
 from leakscope.cli import app
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 # (row id, target, exit code, {mode: (verdict, text in the error, finding paths)})

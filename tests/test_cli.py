@@ -6,10 +6,13 @@ import json
 import subprocess
 import sys
 
+import pytest
 from typer.testing import CliRunner
 
 from leakscope import __version__
 from leakscope.cli import app
+
+pytestmark = pytest.mark.integration
 
 runner = CliRunner()
 

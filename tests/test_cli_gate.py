@@ -10,6 +10,8 @@ from typer.testing import CliRunner, Result
 
 from leakscope.cli import app
 
+pytestmark = pytest.mark.integration
+
 
 def _run(*args: str) -> Result:
     return CliRunner().invoke(app, ["check", *args])

@@ -15,6 +15,8 @@ from leakscope.policy import AllowEntry, allow_result, exit_code
 from leakscope.results import Finding, Holder, Mode, Report, TargetResult, Verdict
 from tests.conftest import holder_path
 
+pytestmark = pytest.mark.unit
+
 GOOD = """
 [tool.leakscope]
 targets = ["fixtures.verl_bug:Engine", "fixtures/verl_fix.py:Engine"]

@@ -10,6 +10,8 @@ import leakscope
 from leakscope.options import CheckOptions
 from tests.conftest import fixture_modules, fixture_target
 
+pytestmark = pytest.mark.unit
+
 FIXTURES = fixture_modules()
 
 

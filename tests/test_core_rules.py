@@ -10,6 +10,7 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
 import torch
 
 import leakscope
@@ -17,6 +18,8 @@ from leakscope.options import CheckOptions
 from leakscope.probe.walk import Root, WalkStats, walk
 from leakscope.render import render
 from tests.conftest import ROOT, fixture_target
+
+pytestmark = pytest.mark.integration
 
 
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

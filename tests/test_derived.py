@@ -16,6 +16,8 @@ import pytest
 import leakscope
 from fixtures.watch import loops
 
+pytestmark = pytest.mark.integration
+
 STEP = "fixtures.watch.loops:Stepper.step"
 
 

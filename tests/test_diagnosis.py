@@ -20,6 +20,8 @@ from leakscope.render.dot import render as render_dot
 from leakscope.render.tree import render as render_tree
 from leakscope.results import Mode
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 TRAIN_ONLY = CheckOptions(modes=(Mode.TRAIN,), micro_batches=1)
 

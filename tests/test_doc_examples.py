@@ -20,6 +20,8 @@ import pytest
 from docs import gen
 from tests.conftest import ROOT, framework_missing
 
+pytestmark = pytest.mark.frameworks
+
 BLOCKS = [block for doc in gen.documents() for block in gen.blocks(doc)]
 #: the blocks this file runs (the others are shown only, or run by another test file)
 RUN = [block for block in BLOCKS if gen.kind(block) not in ("not run", "pre-commit", "realbugs")]

@@ -5,9 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from leakscope.cli import app
+
+pytestmark = pytest.mark.integration
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 OPTION = re.compile(r"(?<![\w-])(--?[a-z][a-z-]*)")

@@ -14,10 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from leakscope.holders import HolderPath
 from leakscope.render import regression
 from leakscope.results import Cause, Finding, Holder, Mode, Report, TargetResult, Verdict
 from tests.conftest import FIXTURES
+
+pytestmark = pytest.mark.integration
 
 WATCH = ("watch", "--method", "history_engine:HistoryEngine.forward_step")
 

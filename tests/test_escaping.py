@@ -21,6 +21,8 @@ from leakscope.render.escape import github_data, github_property, html, sarif_ur
 from leakscope.results import Finding, Holder, Mode, Report, Source, TargetResult, Verdict
 from tests.conftest import holder_path
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 

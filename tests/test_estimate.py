@@ -21,6 +21,8 @@ from leakscope.options import CheckOptions
 from leakscope.results import Mode
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration
+
 SEQ, HIDDEN, VOCAB, LAYERS, MICRO_BATCHES = 128, 512, 2048, 2, 4
 AT = f"hidden={HIDDEN},tokens={2 * SEQ},vocab={VOCAB},layers={LAYERS},dtype=fp32"
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from leakscope.cli import app
+
+pytestmark = pytest.mark.integration
 
 runner = CliRunner()
 

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from leakscope.cli import app
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 LEAKY = "leakscope.models.engines:LeakyFSDPEngine"
 

@@ -22,6 +22,8 @@ from leakscope.render import FORMATS, render
 from leakscope.results import Cause, Finding, Holder, Mode, Report, Source, TargetResult, Verdict
 from tests.conftest import holder_path
 
+pytestmark = pytest.mark.unit
+
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
 
 LEAK = Finding(

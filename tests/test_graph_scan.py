@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from leakscope.probe.autograd import ACTIVATIONS, CTX, LEAF_GRAD, graph_tensors
+
+pytestmark = pytest.mark.unit
 
 
 def _groups(roots: list[Any], **kwargs: Any) -> tuple[int, dict[tuple[str, str, str], list[Any]]]:

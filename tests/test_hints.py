@@ -7,6 +7,7 @@ import functools
 import types
 from typing import Any
 
+import pytest
 import torch
 
 from leakscope.diagnose.findings import holder_of
@@ -14,6 +15,8 @@ from leakscope.diagnose.fixes import hint_for
 from leakscope.holders import HolderPath, shorten
 from leakscope.probe.walk import Root, walk
 from leakscope.results import Cause, Holder
+
+pytestmark = pytest.mark.unit
 
 
 def _attached() -> torch.Tensor:

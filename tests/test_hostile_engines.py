@@ -28,6 +28,8 @@ from fixtures.bad import _hostility
 from leakscope.options import CheckOptions
 from leakscope.results import Report
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = [
     "hostile_dict_property",

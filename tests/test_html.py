@@ -31,6 +31,8 @@ from leakscope.results import Finding, Holder, Mode, Report, Source, TargetResul
 from leakscope.snippets import capture
 from tests.conftest import ROOT, holder_path
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 TARGET = "fixtures.verl_bug:Engine"
 

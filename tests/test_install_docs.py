@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover

@@ -21,6 +21,8 @@ from leakscope.results import Report
 from leakscope.serialize import options_from_data, result_from_data, to_data
 from tests.conftest import fixture_modules, fixture_target
 
+pytestmark = pytest.mark.integration
+
 #: a module the user owns and hands to the engine (leakscope must not hook it)
 USER_HEAD = torch.nn.Linear(4, 4)
 #: weakrefs to every engine, model and output the factory below made

@@ -20,6 +20,8 @@ import pytest
 
 from tests.conftest import FIXTURES, ROOT, framework_python, run_venv_check, venv_env
 
+pytestmark = pytest.mark.frameworks
+
 VENV = ROOT / ".venv-lightning"
 #: every Lightning fixture, and the factory it is built with (None: ``Cls(model)``)
 SUBJECTS = {

@@ -18,6 +18,8 @@ from leakscope.models.tiny import build_micro_batch
 from leakscope.options import CheckOptions, MicroBatchKey, ModelSize
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration
+
 
 def test_rl_engine_reads_are_reported() -> None:
     report = leakscope.check("fixtures.rl_keys:Engine", CheckOptions(micro_batches=1, confirm=False))

@@ -15,6 +15,8 @@ from leakscope.options import CheckOptions, ModelSize
 from leakscope.probe.cost import heap_bytes
 from leakscope.results import Mode
 
+pytestmark = pytest.mark.unit
+
 TRAIN = CheckOptions(modes=(Mode.TRAIN,))
 
 

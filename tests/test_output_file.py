@@ -21,6 +21,8 @@ from leakscope.cli import app
 from leakscope.commands.common import write_atomic
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 #: an engine that leaves a mark when it is imported: proof that a check ran

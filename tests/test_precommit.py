@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 CI_DOC = ROOT / "docs" / "ci.md"
 LEAK_PATH = "output.model_output.log_probs"

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 LEAKSCOPE = [sys.executable, "-m", "leakscope", "check"]
 FAST = ("--mode", "forward-only", "--micro-batches", "1", "--no-confirm")

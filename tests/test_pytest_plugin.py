@@ -19,6 +19,8 @@ import torch  # noqa: F401
 
 import leakscope.api  # noqa: F401
 
+pytestmark = pytest.mark.integration
+
 ROOT = Path(__file__).resolve().parent.parent
 
 def _lit(text: str) -> str:

@@ -24,6 +24,8 @@ import pytest
 
 from tests.conftest import ROOT, framework_python, run_leakscope, run_venv_check
 
+pytestmark = pytest.mark.frameworks
+
 TRL08 = ROOT / ".venv-trl08"
 PL1 = ROOT / ".venv-pl1"
 TRL = "fixtures.reach.trl08"

@@ -42,6 +42,8 @@ from realbugs.suite import (
 )
 from tests.conftest import ROOT, framework_missing
 
+pytestmark = pytest.mark.frameworks
+
 BUGS = {bug.name: bug for bug in load()}
 #: a run past this is a hang (each takes 5 to 25 s on a loaded 2-core machine)
 TIMEOUT = 600

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from leakscope.policy import FAIL_ON, exit_code
 from leakscope.render import render
 from leakscope.results import Cause, Finding, Holder, Mode, Report, Source, TargetResult, Verdict
 from tests.conftest import holder_path
+
+pytestmark = pytest.mark.unit
 
 REPORT = Report(
     results=(

@@ -30,6 +30,8 @@ from leakscope.errors import UsageError
 from leakscope.render import FORMATS, render, renderer
 from leakscope.render.json_report import load
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 #: a complete, valid report: every optional part present (the seed every mutation starts from)

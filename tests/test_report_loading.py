@@ -31,6 +31,8 @@ from leakscope.serialize import SchemaError, from_data, to_data
 from leakscope.snippets import MAX_FILE_BYTES, capture
 from tests.conftest import ROOT, holder_path
 
+pytestmark = pytest.mark.integration
+
 runner = CliRunner()
 
 

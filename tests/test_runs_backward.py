@@ -17,6 +17,8 @@ from leakscope.harness.target import resolve
 from leakscope.options import CheckOptions
 from leakscope.results import Mode
 
+pytestmark = pytest.mark.unit
+
 
 def _judge(name: str, mode: Mode) -> object:
     resolved = resolve(f"fixtures.self_backward:{name}")

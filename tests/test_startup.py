@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration
+
 _PROBE = """
 import sys
 from leakscope.cli import main

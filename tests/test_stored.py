@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 import leakscope
 from leakscope.diagnose.storefix import StoreSite, fix_for
 from leakscope.harness.stored import store_op
 from leakscope.options import CheckOptions
 from leakscope.results import Cause, Holder, Mode, Source
 from tests.conftest import holder_path
+
+pytestmark = pytest.mark.unit
 
 TRAIN = CheckOptions(modes=(Mode.TRAIN,), confirm=False, micro_batches=1)
 

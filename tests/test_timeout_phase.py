@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import leakscope
 from leakscope.options import CheckOptions
 from leakscope.phase import listening
 from leakscope.runner.isolation import last_phase, timeout_message
+
+pytestmark = pytest.mark.integration
 
 
 def _records(target: str, **options: Any) -> list[dict[str, Any]]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import gc
 import weakref
 
+import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -18,6 +19,8 @@ from leakscope.probe.autograd import (
     sequence_nr,
     storage_nbytes,
 )
+
+pytestmark = pytest.mark.unit
 
 
 def test_raw_saved_data_is_the_tensor_then_none_after_backward() -> None:

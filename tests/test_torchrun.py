@@ -23,6 +23,8 @@ from leakscope.policy import exit_code
 from leakscope.results import Finding, Holder, Mode, Report, TargetResult, Verdict
 from tests.conftest import ROOT, holder_path
 
+pytestmark = pytest.mark.integration
+
 
 def _torchrun(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))

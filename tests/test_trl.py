@@ -21,6 +21,8 @@ import pytest
 
 from tests.conftest import ROOT, framework_python, run_venv_check
 
+pytestmark = pytest.mark.frameworks
+
 VENV = ROOT / ".venv-trl"
 STOCK = (
     "trl.trainer.grpo_trainer:GRPOTrainer",

@@ -19,6 +19,8 @@ import pytest
 from leakscope.options import ModelSize
 from tests.conftest import ROOT, framework_python, run_leakscope, run_venv_check, venv_env
 
+pytestmark = pytest.mark.frameworks
+
 IMPL = "verl.workers.engine.fsdp.transformer_impl"
 ACTOR = f"{IMPL}:FSDPEngineWithLMHead"
 CRITIC = f"{IMPL}:FSDPEngineWithValueHead"

@@ -8,11 +8,14 @@ import functools
 import types
 from typing import Any, NamedTuple
 
+import pytest
 import torch
 from tensordict import TensorDict
 
 from leakscope.probe.release import release
 from leakscope.probe.walk import Root, walk
+
+pytestmark = pytest.mark.unit
 
 
 def _paths(obj: Any, name: str = "output") -> list[str]:

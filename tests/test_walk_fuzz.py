@@ -10,12 +10,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, NamedTuple
 
+import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tensordict import TensorDict
 
 from leakscope.probe.walk import Root, walk
+
+pytestmark = pytest.mark.unit
 
 #: every call into user code the walk makes lands here (it must stay empty)
 CALLS: list[str] = []

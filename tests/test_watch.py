@@ -24,6 +24,8 @@ import pytest
 
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.integration
+
 ACTOR = "actor_engine:ActorEngine.forward_step"
 METRIC = "metric_engine:Trainer.train_step"
 VERL_UPDATE = "fixtures/watch/verl_update.py"

@@ -17,6 +17,8 @@ import pytest
 
 from tests.conftest import ROOT, framework_python, run_leakscope
 
+pytestmark = pytest.mark.frameworks
+
 SCRIPT = "fixtures/watch/lightning_fit.py"
 TARGET = "pytorch_lightning.strategies.strategy:Strategy.training_step"
 #: what the script prints when fit returned, and the functions it finds afterwards

@@ -28,6 +28,8 @@ from leakscope.results import Report
 from leakscope.serialize import from_data
 from tests.conftest import ROOT, framework_python, run_leakscope, venv_env
 
+pytestmark = pytest.mark.frameworks
+
 VENV = ROOT / ".venv-ray"
 ACTOR = "actor_engine:ActorEngine.forward_step"
 SCRIPT = "fixtures/watch/ray_update.py"

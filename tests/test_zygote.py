@@ -20,7 +20,11 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.integration
 
 PROBE = "tests/data/launch_probe.py"
 #: a line of ``python -X importtime`` output for the import of torch itself
