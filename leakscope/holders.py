@@ -81,6 +81,14 @@ class Segment:
             return f".{name}()"
         return f".<{name}>"
 
+    def code(self) -> str:
+        """The step as Python spells it: a mapping key is always subscripted (``["loss"]``, where
+        :meth:`__str__` prints ``.loss``); every other step as printed."""
+        if self.kind is SegmentKind.KEY:
+            name = self.name
+            return f'["{name}"]' if isinstance(name, str) and name.isidentifier() else f"[{name}]"
+        return str(self)
+
 
 _SCALARS = (str, int, float, bool, type(None))
 #: a type's own ``__name__`` (``type(key).__name__`` would run the key class's metaclass hooks)
@@ -178,11 +186,12 @@ class HolderPath:
         return "value"
 
     def code(self) -> str:
-        """The path as the engine's code spells it: ``engine.x`` -> ``self.x``, ``global:m.X`` -> ``m.X``."""
+        """The path as the engine's code spells it: ``engine.x`` -> ``self.x``, ``global:m.X`` -> ``m.X``,
+        a mapping key subscripted (``self.outputs[0]["loss"]``)."""
         alias = _ROOT_ALIASES.get(self.root)
         if alias is None:
             alias = self.root.partition(":")[2] if self.root_kind == "global" else self.root
-        return shorten(alias + "".join(str(s) for s in self.segments))
+        return shorten(alias + "".join(s.code() for s in self.segments))
 
 
 _ROOT_ALIASES = {"engine": "self", "module": "model", "micro_batch": "micro_batch", "output": "output"}

@@ -156,14 +156,7 @@ def _detaches_a_container(code: str) -> bool:
 def returned_keys(path: HolderPath) -> str:
     """A returned holder as the code indexes it: ``output.model_output.log_probs`` ->
     ``output["model_output"]["log_probs"]``."""
-    out = path.root
-    for segment in path.segments:
-        name = segment.name
-        if segment.kind is SegmentKind.KEY and isinstance(name, str) and name.isidentifier():
-            out += f'["{name}"]'
-        else:
-            out += str(segment)
-    return shorten(out)
+    return shorten(path.root + "".join(segment.code() for segment in path.segments))
 
 
 def _stored_expr(code: str, op: str) -> tuple[str, str] | None:
@@ -193,13 +186,7 @@ def _inner_tensor(path: HolderPath, name: str, op: str) -> str | None:
                 rest = rest[1:]
             if not rest or any(s.kind not in (SegmentKind.ATTR, SegmentKind.KEY, SegmentKind.INDEX) for s in rest):
                 return None
-            out = ""
-            for s in rest:
-                if s.kind is SegmentKind.KEY:
-                    out += f'["{s.name}"]' if isinstance(s.name, str) and s.name.isidentifier() else str(s)
-                else:
-                    out += str(s)
-            return out
+            return "".join(s.code() for s in rest)
     return None
 
 

@@ -39,7 +39,7 @@ from leakscope.probe.cost import node_cost
 from leakscope.probe.liveness import Evidence, alive_bytes
 from leakscope.probe.steps import BEFORE, StepGraphs
 from leakscope.probe.view import FINDING_GRAPH_NODES, view_of
-from leakscope.probe.walk import ITEM, SET, Hit, Link, Root, WalkStats, kinds, walk
+from leakscope.probe.walk import Hit, Link, LinkKind, Root, WalkStats, kinds, walk
 from leakscope.results import GraphView, Source
 
 
@@ -364,9 +364,9 @@ def _accumulates(link: Link) -> bool:
     """A step of the path into a container that grows: a list, a deque or a set entry, or a
     mapping value under a key that is not a name (``history[step]``)."""
     container = link.container
-    if link.kind == SET:
+    if link.kind is LinkKind.SET:
         return True
-    if link.kind != ITEM:
+    if link.kind is not LinkKind.ITEM:
         return False
     if safe.is_instance(container, (list, deque)):
         return True
