@@ -35,7 +35,9 @@ def release(link: Link, value: Any) -> None:
     :class:`ReleaseFailed`, never hashed.
     """
     kind, container, key = link.kind, link.container, link.key
-    with torch_code_off():  # a tensor key hashes through Tensor.__hash__ (its subclass's __torch_function__)
+    with (
+        torch_code_off()
+    ):  # a tensor key hashes through Tensor.__hash__ (its subclass's __torch_function__)
         _release(link, kind, container, key, value)
 
 
@@ -51,7 +53,9 @@ def _release(link: Link, kind: LinkKind, container: Any, key: Any, value: Any) -
         if type(inner) is dict:
             _set_item(inner, key, value)
         else:
-            container.set(key, value)  # a tensordict package class (the walk names no user subclass's entries)
+            container.set(
+                key, value
+            )  # a tensordict package class (the walk names no user subclass's entries)
     elif kind is LinkKind.SET:
         _hashable(key)
         set.discard(container, key)
@@ -81,7 +85,9 @@ def _release(link: Link, kind: LinkKind, container: Any, key: Any, value: Any) -
     elif kind is LinkKind.PARTIAL_ARG:
         args = list(container.args)
         args[key] = value
-        container.__setstate__((container.func, tuple(args), container.keywords, container.__dict__ or None))
+        container.__setstate__(
+            (container.func, tuple(args), container.keywords, container.__dict__ or None)
+        )
     elif kind is LinkKind.TUPLE:
         if link.parent is None:
             raise ReleaseFailed("a tuple root cannot be rebuilt")

@@ -125,10 +125,27 @@ class Hit:
 
 
 _ATOMS: tuple[type, ...] = (
-    type(None), bool, int, float, complex, str, bytes, bytearray, range, type(Ellipsis),
-    types.ModuleType, types.CodeType, types.FrameType, types.TracebackType,
-    types.BuiltinFunctionType, types.GetSetDescriptorType, types.MemberDescriptorType,
-    types.WrapperDescriptorType, types.MethodWrapperType, memoryview, slice,
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bytearray,
+    range,
+    type(Ellipsis),
+    types.ModuleType,
+    types.CodeType,
+    types.FrameType,
+    types.TracebackType,
+    types.BuiltinFunctionType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    memoryview,
+    slice,
 )
 #: a tensor (or graph node) is named at this many references at most (NOTE [Each reference once])
 MAX_NAMED = 16
@@ -209,9 +226,36 @@ def kinds() -> _Kinds:
 
 
 # What the walk does with an object, decided once per type (``_kind_of``).
-(_ATOM, _CLASS, _TENSOR, _NODE, _HOOKS, _DICT, _LIST, _DEQUE, _TUPLE, _SET, _FROZENSET, _TD, _MODULE,
- _FUNCTION, _METHOD, _BUILTIN_METHOD, _PARTIAL, _CELL, _EXCEPTION, _WEAK_KEYS, _SUSPENDED_FRAME, _LRU,
- _PROXY, _LOCAL, _CONTEXT, _LIBRARY, _TENSORCLASS, _OBJECT) = range(28)
+(
+    _ATOM,
+    _CLASS,
+    _TENSOR,
+    _NODE,
+    _HOOKS,
+    _DICT,
+    _LIST,
+    _DEQUE,
+    _TUPLE,
+    _SET,
+    _FROZENSET,
+    _TD,
+    _MODULE,
+    _FUNCTION,
+    _METHOD,
+    _BUILTIN_METHOD,
+    _PARTIAL,
+    _CELL,
+    _EXCEPTION,
+    _WEAK_KEYS,
+    _SUSPENDED_FRAME,
+    _LRU,
+    _PROXY,
+    _LOCAL,
+    _CONTEXT,
+    _LIBRARY,
+    _TENSORCLASS,
+    _OBJECT,
+) = range(28)
 
 
 def _classify(tp: type) -> int:
@@ -251,7 +295,12 @@ def _classify(tp: type) -> int:
 
 _kind_of = safe.TypeFacts(_classify)
 _BUILTIN_KINDS: tuple[tuple[type, int], ...] = (
-    (dict, _DICT), (list, _LIST), (deque, _DEQUE), (tuple, _TUPLE), (set, _SET), (frozenset, _FROZENSET),
+    (dict, _DICT),
+    (list, _LIST),
+    (deque, _DEQUE),
+    (tuple, _TUPLE),
+    (set, _SET),
+    (frozenset, _FROZENSET),
 )
 
 
@@ -274,7 +323,13 @@ def _dict_children(obj: Any, generic: bool) -> Iterable[Child]:
     for key, _ in items:
         # A tensor (or graph node) used as a key is held by the dict too.
         if _kind_of(type(key)) in (_TENSOR, _NODE):
-            yield (Segment(SegmentKind.KEY_OBJECT, type_name(type(key))),), LinkKind.DICT_KEY, obj, key, key
+            yield (
+                (Segment(SegmentKind.KEY_OBJECT, type_name(type(key))),),
+                LinkKind.DICT_KEY,
+                obj,
+                key,
+                key,
+            )
     seen = {id(v) for _, v in items}
     d = instance_dict(obj)
     if d:
@@ -285,11 +340,15 @@ def _dict_children(obj: Any, generic: bool) -> Iterable[Child]:
 
 def _list_children(obj: Any, generic: bool) -> Iterable[Child]:
     # ``None``: the index segment, made only if the entry is named or entered (``_link``).
-    return [(None, LinkKind.ITEM, obj, i, value) for i, value in enumerate(list(list.__iter__(obj)))]
+    return [
+        (None, LinkKind.ITEM, obj, i, value) for i, value in enumerate(list(list.__iter__(obj)))
+    ]
 
 
 def _deque_children(obj: Any, generic: bool) -> Iterable[Child]:
-    return [(None, LinkKind.ITEM, obj, i, value) for i, value in enumerate(list(deque.__iter__(obj)))]
+    return [
+        (None, LinkKind.ITEM, obj, i, value) for i, value in enumerate(list(deque.__iter__(obj)))
+    ]
 
 
 def _tuple_children(obj: Any, generic: bool) -> Iterable[Child]:
@@ -420,25 +479,47 @@ def _referents(obj: Any) -> Iterable[Child]:
     for value in gc.get_referents(obj):
         if is_instance(value, (type, types.ModuleType, types.CodeType)):
             continue
-        yield (Segment(SegmentKind.REFERENT, type_name(type(value))),), LinkKind.READONLY, obj, None, value
+        yield (
+            (Segment(SegmentKind.REFERENT, type_name(type(value))),),
+            LinkKind.READONLY,
+            obj,
+            None,
+            value,
+        )
 
 
 _THREAD_LOCAL = threading.local
 _CONTEXT_VAR = contextvars.ContextVar
 _NO_VALUE = object()
-_SUSPENDED = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame", types.AsyncGeneratorType: "ag_frame"}
+_SUSPENDED = {
+    types.GeneratorType: "gi_frame",
+    types.CoroutineType: "cr_frame",
+    types.AsyncGeneratorType: "ag_frame",
+}
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
 # Types matched exactly (none of them can be subclassed, or a subclass is the user's own object):
 # by identity, since a dict keyed by a type would hash it with its metaclass's ``__hash__``.
 _EXACT_KINDS: dict[int, tuple[type, int]] = {
-    id(tp): (tp, kind) for tp, kind in (
-        (types.FunctionType, _FUNCTION), (types.MethodType, _METHOD), (types.BuiltinMethodType, _BUILTIN_METHOD),
-        (functools.partial, _PARTIAL), (types.CellType, _CELL), (types.GeneratorType, _SUSPENDED_FRAME),
-        (types.CoroutineType, _SUSPENDED_FRAME), (types.AsyncGeneratorType, _SUSPENDED_FRAME),
-        (_LRU_WRAPPER, _LRU), (types.MappingProxyType, _PROXY), (_THREAD_LOCAL, _LOCAL), (_CONTEXT_VAR, _CONTEXT),
+    id(tp): (tp, kind)
+    for tp, kind in (
+        (types.FunctionType, _FUNCTION),
+        (types.MethodType, _METHOD),
+        (types.BuiltinMethodType, _BUILTIN_METHOD),
+        (functools.partial, _PARTIAL),
+        (types.CellType, _CELL),
+        (types.GeneratorType, _SUSPENDED_FRAME),
+        (types.CoroutineType, _SUSPENDED_FRAME),
+        (types.AsyncGeneratorType, _SUSPENDED_FRAME),
+        (_LRU_WRAPPER, _LRU),
+        (types.MappingProxyType, _PROXY),
+        (_THREAD_LOCAL, _LOCAL),
+        (_CONTEXT_VAR, _CONTEXT),
     )
 }
-_BASE_EXCEPTION = {name: BaseException.__dict__[name].__get__ for name in ("args", "__traceback__", "__cause__", "__context__")}
+_BASE_EXCEPTION = {
+    name: BaseException.__dict__[name].__get__
+    for name in ("args", "__traceback__", "__cause__", "__context__")
+}
 
 
 def _weak_key_children(wkd: Any, generic: bool) -> Iterable[Child]:
@@ -448,7 +529,13 @@ def _weak_key_children(wkd: Any, generic: bool) -> Iterable[Child]:
         return
     for ref, value in list(dict.items(data)):
         key = ref() if is_instance(ref, weakref.ref) else None
-        yield (_key(key) if key is not None else (Segment(SegmentKind.OBJECT_KEY, "dead key"),)), LinkKind.ITEM, data, ref, value
+        yield (
+            (_key(key) if key is not None else (Segment(SegmentKind.OBJECT_KEY, "dead key"),)),
+            LinkKind.ITEM,
+            data,
+            ref,
+            value,
+        )
 
 
 def _frame_children(gen: Any, generic: bool) -> Iterable[Child]:
@@ -497,7 +584,9 @@ def _exception_children(exc: BaseException, generic: bool) -> Iterable[Child]:
             yield _attr(attr), LinkKind.READONLY, exc, attr, chained
 
 
-def _frame_locals(frame: Any, segment: tuple[Segment, ...], *, follow_back: bool) -> Iterable[Child]:
+def _frame_locals(
+    frame: Any, segment: tuple[Segment, ...], *, follow_back: bool
+) -> Iterable[Child]:
     """Locals of a finished frame, and with ``follow_back`` its callers' frames up to the
     first one of a library package (leakscope's own caller frames, torch, pytest), whose
     locals are not the engine's."""
@@ -535,10 +624,20 @@ def _lru_children(wrapper: Any) -> Iterable[Child]:
     if type_name(entry_type) != "_lru_list_elem":
         results = list(dict.values(cache))
     else:
-        results = [refs[i - 1] for i in range(2, len(refs)) if refs[i] is entry_type and id(refs[i - 2]) in keys]
+        results = [
+            refs[i - 1]
+            for i in range(2, len(refs))
+            if refs[i] is entry_type and id(refs[i - 2]) in keys
+        ]
     # Newest last: the entry a step just added is ``cache[-1]`` however old the cache is.
     for i, value in enumerate(results):
-        yield (Segment(SegmentKind.CACHE, "cache"), *_index(i - len(results))), LinkKind.LRU, wrapper, None, value
+        yield (
+            (Segment(SegmentKind.CACHE, "cache"), *_index(i - len(results))),
+            LinkKind.LRU,
+            wrapper,
+            None,
+            value,
+        )
 
 
 def _tensordict_children(td: Any, generic: bool) -> Iterable[Child]:
@@ -570,13 +669,17 @@ def _module_children(module: Any, generic: bool) -> Iterable[Child]:
             if type(value) is dict:
                 k = kinds()
                 for name, param in list(value.items()):
-                    if param is not None and (k.tensor_hooks(param) or k.tensor_attrs(param) is not None):
+                    if param is not None and (
+                        k.tensor_hooks(param) or k.tensor_attrs(param) is not None
+                    ):
                         yield _attr(name), LinkKind.READONLY, value, name, param
             continue
         if key in _MODULE_PLAIN_DICTS and type(value) is dict:
             for name, child in list(value.items()):
                 if child is not None:
-                    segment = _index(int(name)) if type(name) is str and name.isdigit() else _attr(name)
+                    segment = (
+                        _index(int(name)) if type(name) is str and name.isdigit() else _attr(name)
+                    )
                     yield segment, LinkKind.ITEM, value, name, child
             continue
         if type(key) is str and key.endswith("_hooks") and is_instance(value, dict):
@@ -629,14 +732,34 @@ def _function_children(fn: types.FunctionType, generic: bool) -> Iterable[Child]
 
 
 _CHILDREN: dict[int, Any] = {
-    _ATOM: _nothing, _CLASS: _nothing, _TENSOR: _nothing, _NODE: _nothing, _HOOKS: _hook_children,
-    _DICT: _dict_children, _LIST: _list_children, _DEQUE: _deque_children, _TUPLE: _tuple_children,
-    _SET: _set_children, _FROZENSET: _frozenset_children, _TD: _tensordict_children, _MODULE: _module_children,
-    _FUNCTION: _function_children, _METHOD: _method_children, _BUILTIN_METHOD: _builtin_method_children,
-    _PARTIAL: _partial_children, _CELL: _cell_children, _EXCEPTION: _exception_children,
-    _WEAK_KEYS: _weak_key_children, _SUSPENDED_FRAME: _frame_children, _LRU: _lru_and_object_children,
-    _PROXY: _proxy_children, _LOCAL: _local_children, _CONTEXT: _context_children, _LIBRARY: _library_children,
-    _TENSORCLASS: _tensorclass_children, _OBJECT: _object_children,
+    _ATOM: _nothing,
+    _CLASS: _nothing,
+    _TENSOR: _nothing,
+    _NODE: _nothing,
+    _HOOKS: _hook_children,
+    _DICT: _dict_children,
+    _LIST: _list_children,
+    _DEQUE: _deque_children,
+    _TUPLE: _tuple_children,
+    _SET: _set_children,
+    _FROZENSET: _frozenset_children,
+    _TD: _tensordict_children,
+    _MODULE: _module_children,
+    _FUNCTION: _function_children,
+    _METHOD: _method_children,
+    _BUILTIN_METHOD: _builtin_method_children,
+    _PARTIAL: _partial_children,
+    _CELL: _cell_children,
+    _EXCEPTION: _exception_children,
+    _WEAK_KEYS: _weak_key_children,
+    _SUSPENDED_FRAME: _frame_children,
+    _LRU: _lru_and_object_children,
+    _PROXY: _proxy_children,
+    _LOCAL: _local_children,
+    _CONTEXT: _context_children,
+    _LIBRARY: _library_children,
+    _TENSORCLASS: _tensorclass_children,
+    _OBJECT: _object_children,
 }
 
 
@@ -704,8 +827,9 @@ class WalkStats:
         self.errors += 1
         if self.first_error is None:
             text = str(exc).strip().splitlines()
-            self.first_error = f"{type(exc).__name__}: {text[0] if text else '(no message)'} at {where}"
-
+            self.first_error = (
+                f"{type(exc).__name__}: {text[0] if text else '(no message)'} at {where}"
+            )
 
 
 def _slot_of(child: Child | None) -> tuple[int, Any]:
@@ -831,14 +955,18 @@ def walk(
                     continue
                 if times == 0:  # its hooks and attributes, once
                     for name, hooks in safe.tensor_hooks(obj):
-                        hooks_link = Link(link, (Segment(SegmentKind.HOOKS, name),), LinkKind.READONLY, None, None)
+                        hooks_link = Link(
+                            link, (Segment(SegmentKind.HOOKS, name),), LinkKind.READONLY, None, None
+                        )
                         stack.append((_HookDict(hooks), hooks_link, None))
                     attrs = kinds().tensor_attrs(obj)
                     if attrs is not None and id(attrs) not in visited:
                         visited.add(id(attrs))
                         for key, value in list(attrs.items()):
                             if type(key) is str and not key.startswith("_"):
-                                stack.append((value, link, (_member(key), LinkKind.ATTR, attrs, key, value)))
+                                stack.append(
+                                    (value, link, (_member(key), LinkKind.ATTR, attrs, key, value))
+                                )
                 if not safe.is_parameter(obj):
                     safe.remember_path(obj, link.path)  # a subclass's: to name its errors
                     yield Hit(obj, link, root)
@@ -856,7 +984,11 @@ def walk(
                 return
             link = _link(parent, child)
             try:
-                children = list(class_children(obj)) if kind == _CLASS else list(_CHILDREN[kind](obj, generic))
+                children = (
+                    list(class_children(obj))
+                    if kind == _CLASS
+                    else list(_CHILDREN[kind](obj, generic))
+                )
             except Exception as exc:
                 stats.note_error(exc, str(link.path()))
                 continue
