@@ -62,7 +62,9 @@ TORCH = "torch==2.13.0"
 
 def read_lock(path: Path) -> tuple[str, ...]:
     """The ``name==version`` lines of a lock (comments and blank lines left out)."""
-    lines = (line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines())
+    lines = (
+        line.split("#", 1)[0].strip() for line in path.read_text(encoding="utf-8").splitlines()
+    )
     return tuple(line for line in lines if line)
 
 
@@ -73,7 +75,9 @@ def lock_path(venv: str) -> Path:
 def project() -> str:
     import tomllib
 
-    return str(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"])
+    return str(
+        tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+    )
 
 
 def write_lock(name: str, venv: str, extra: str, pins: list[str]) -> None:
@@ -93,11 +97,17 @@ def write_lock(name: str, venv: str, extra: str, pins: list[str]) -> None:
 
 def freeze(ref: Path) -> list[str]:
     """``pip freeze --all`` of the venv ``ref``, less torch, pip and this repository, by name."""
-    frozen = subprocess.run([str(ref / "bin" / "python"), "-m", "pip", "freeze", "--all", "--exclude-editable"],
-                            check=True, capture_output=True, text=True).stdout.splitlines()
+    frozen = subprocess.run(
+        [str(ref / "bin" / "python"), "-m", "pip", "freeze", "--all", "--exclude-editable"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     skip = {"torch", "pip", canonical(project())}
-    return sorted((line for line in frozen if "==" in line and canonical(line.split("==")[0]) not in skip),
-                  key=lambda line: canonical(line.split("==")[0]))
+    return sorted(
+        (line for line in frozen if "==" in line and canonical(line.split("==")[0]) not in skip),
+        key=lambda line: canonical(line.split("==")[0]),
+    )
 
 
 def lock_text(name: str, venv: str, extra: str, pins: list[str], lines: list[str]) -> str:
@@ -145,10 +155,21 @@ def make(name: str, venv: Path, release: Release, pins: list[str], base: str) ->
     # isolated build takes several.
     subprocess.run([*install, "--no-build-isolation", "-e", str(ROOT)], check=True)
     # The framework's pins as the venv's interpreter sees them, and the one torch (.venv's).
-    subprocess.run([python, "-c", (
-        "import sys; from importlib.metadata import version; "
-        "print(sys.argv[1] + ':', sys.argv[2] + ':', ', '.join(f'{p} {version(p)}' for p in sys.argv[3:]))"
-    ), name, venv.name, *(canonical(pin.split("==")[0]) for pin in release.pins), "torch"], check=True)
+    subprocess.run(
+        [
+            python,
+            "-c",
+            (
+                "import sys; from importlib.metadata import version; "
+                "print(sys.argv[1] + ':', sys.argv[2] + ':', ', '.join(f'{p} {version(p)}' for p in sys.argv[3:]))"
+            ),
+            name,
+            venv.name,
+            *(canonical(pin.split("==")[0]) for pin in release.pins),
+            "torch",
+        ],
+        check=True,
+    )
 
 
 def write_link(venv: Path, release: Release, pins: list[str], base: str) -> None:
@@ -158,7 +179,8 @@ def write_link(venv: Path, release: Release, pins: list[str], base: str) -> None
     modules, dists = hidden(release, kept())
     shown_again = {canonical(pin.split("==")[0]) for pin in pins} | {canonical(project())}
     (site_dir / f"{LINK}.py").write_text(
-        link_module(base, modules, sorted(set(dists) | shown_again)), encoding="utf-8")
+        link_module(base, modules, sorted(set(dists) | shown_again)), encoding="utf-8"
+    )
     (site_dir / f"{LINK}.pth").write_text(f"import {LINK}\n", encoding="utf-8")
 
 
@@ -168,14 +190,19 @@ def main(argv: list[str]) -> int:
     if os.environ.get("LEAKSCOPE_LOCK") == "1":
         write_lock(name, venv_name, extra, pins)
     if not lock.is_file():
-        print(f"{name}: no lock {lock.relative_to(ROOT)}; make it with LEAKSCOPE_LOCK=1", file=sys.stderr)
+        print(
+            f"{name}: no lock {lock.relative_to(ROOT)}; make it with LEAKSCOPE_LOCK=1",
+            file=sys.stderr,
+        )
         return 2
     locked = read_lock(lock)
     have = {canonical(line.split("==")[0]): line.split("==")[1] for line in locked}
     stale = [pin for pin in pins if have.get(canonical(pin.split("==")[0])) != pin.split("==")[1]]
     if stale:
-        print(f"{name}: {lock.relative_to(ROOT)} does not have {', '.join(stale)}; make it again with LEAKSCOPE_LOCK=1",
-              file=sys.stderr)
+        print(
+            f"{name}: {lock.relative_to(ROOT)} does not have {', '.join(stale)}; make it again with LEAKSCOPE_LOCK=1",
+            file=sys.stderr,
+        )
         return 2
     release = Release(bug=name, side="", version="", pins=tuple(pins), lock=locked)
     want = needed(release, base_packages())
@@ -184,13 +211,19 @@ def main(argv: list[str]) -> int:
     stamp = venv / STAMP
     text = f"# on {base}\n" + "".join(f"{pin}\n" for pin in want)
     started = time.monotonic()
-    if (venv / "bin" / "python").exists() and stamp.is_file() and stamp.read_text(encoding="utf-8") == text:
+    if (
+        (venv / "bin" / "python").exists()
+        and stamp.is_file()
+        and stamp.read_text(encoding="utf-8") == text
+    ):
         write_link(venv, release, want, base)
         print(f"{name}: {venv_name} is up to date")
         return 0
     make(name, venv, release, want, base)
     stamp.write_text(text, encoding="utf-8")
-    print(f"{name}: {venv_name}: installed {len(want)} packages in front of .venv in {time.monotonic() - started:.1f} s")
+    print(
+        f"{name}: {venv_name}: installed {len(want)} packages in front of .venv in {time.monotonic() - started:.1f} s"
+    )
     return 0
 
 

@@ -64,8 +64,14 @@ def run_timed(cmd: Sequence[str], env: dict[str, str] | None = None, timeout: fl
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Run(seconds, int(usage.ru_maxrss), proc.returncode, out.read(), err.read(),
-                   usage.ru_utime + usage.ru_stime)
+        return Run(
+            seconds,
+            int(usage.ru_maxrss),
+            proc.returncode,
+            out.read(),
+            err.read(),
+            usage.ru_utime + usage.ru_stime,
+        )
 
 
 def child_env(**extra: str) -> dict[str, str]:

@@ -23,7 +23,11 @@ def main(plain: bool) -> None:
     micro_batch = build_micro_batch()
     if plain:
         logits = model(input_ids=micro_batch["input_ids"]).logits
-        log_probs = torch.log_softmax(logits.float(), -1).gather(-1, micro_batch["input_ids"].unsqueeze(-1)).squeeze(-1)
+        log_probs = (
+            torch.log_softmax(logits.float(), -1)
+            .gather(-1, micro_batch["input_ids"].unsqueeze(-1))
+            .squeeze(-1)
+        )
         loss, _ = loss_function(model_output={"log_probs": log_probs}, data=micro_batch)
         loss.backward()
         with torch.no_grad():

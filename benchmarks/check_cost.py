@@ -21,7 +21,10 @@ def _bare(plain: bool = False) -> Run:
 
 def _check() -> Run:
     done = run_timed([*leakscope_cmd(), "check", TARGET], env=child_env())
-    assert done.returncode == 0 and "0 leak, 2 clean, 0 error" in done.stdout, (done.stdout, done.stderr[-2000:])
+    assert done.returncode == 0 and "0 leak, 2 clean, 0 error" in done.stdout, (
+        done.stdout,
+        done.stderr[-2000:],
+    )
     return done
 
 
@@ -42,8 +45,16 @@ def run(short: bool) -> tuple[list[Row], dict[str, float]]:
     c = median([r.seconds for r in check])
     ratio = c / b
     rows = [
-        Row("check", f"bare FSDPEngine step, import torch+tensordict (median of {reps})", f"{b:.2f} s"),
-        Row("check", f"leakscope check {TARGET}, train + forward-only (median of {reps})", f"{c:.2f} s"),
+        Row(
+            "check",
+            f"bare FSDPEngine step, import torch+tensordict (median of {reps})",
+            f"{b:.2f} s",
+        ),
+        Row(
+            "check",
+            f"leakscope check {TARGET}, train + forward-only (median of {reps})",
+            f"{c:.2f} s",
+        ),
         Row("check", "check / bare", f"{ratio:.2f}x", f"<= {TARGET_RATIO}x", ratio <= TARGET_RATIO),
     ]
     if plain:

@@ -117,7 +117,9 @@ def _best(kind: str, n: int, contender: str) -> dict[str, Any]:
 
 
 def _measure(kind: str, n: int, contender: str) -> dict[str, Any]:
-    done = run_timed([python(), "-m", "benchmarks.graph_scan", kind, str(n), contender], env=child_env())
+    done = run_timed(
+        [python(), "-m", "benchmarks.graph_scan", kind, str(n), contender], env=child_env()
+    )
     if "SCAN=" not in done.stdout:
         return {"error": f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:] or ''}"}
     result: dict[str, Any] = json.loads(done.stdout.rsplit("SCAN=", 1)[1])
@@ -133,25 +135,45 @@ def run(short: bool) -> list[Row]:
             res = {c: _best(kind, n, c) for c in ("bare", "leakscope", "torchviz")}
             ls, bare = res["leakscope"], res["bare"]
             if "seconds" not in ls:
-                rows.append(Row("graph", f"{kind} {n:>9,}: leakscope", ls.get("error", "?"), "runs", False))
+                rows.append(
+                    Row("graph", f"{kind} {n:>9,}: leakscope", ls.get("error", "?"), "runs", False)
+                )
                 continue
             rate = ls["nodes"] / ls["seconds"]
             per_node[n] = ls["seconds"] / ls["nodes"]
-            cells = [f"{rate / 1e6:.2f} M nodes/s ({ls['tensors']:,} tensors, {ls['seconds']:.2f} s)"]
+            cells = [
+                f"{rate / 1e6:.2f} M nodes/s ({ls['tensors']:,} tensors, {ls['seconds']:.2f} s)"
+            ]
             if "seconds" in bare:
                 bare_rate = bare["nodes"] / bare["seconds"]
                 cells.append(f"bare DFS {bare_rate / 1e6:.2f} M/s ({rate / bare_rate:.2f}x)")
             tv = res["torchviz"]
             cells.append(
-                f"torchviz {tv['nodes'] / tv['seconds'] / 1e6:.2f} M/s" if "seconds" in tv else f"torchviz: {tv.get('error')}"
+                f"torchviz {tv['nodes'] / tv['seconds'] / 1e6:.2f} M/s"
+                if "seconds" in tv
+                else f"torchviz: {tv.get('error')}"
             )
-            rows.append(Row("graph", f"{kind} {n:>9,} nodes", "; ".join(cells),
-                            f">= {TARGET_RATE / 1e6:.1f} M/s", rate >= TARGET_RATE))
+            rows.append(
+                Row(
+                    "graph",
+                    f"{kind} {n:>9,} nodes",
+                    "; ".join(cells),
+                    f">= {TARGET_RATE / 1e6:.1f} M/s",
+                    rate >= TARGET_RATE,
+                )
+            )
         if len(per_node) >= 2:
             small, large = min(per_node), max(per_node)
             growth = per_node[large] / per_node[small]
-            rows.append(Row("graph", f"{kind}: per-node time {large:,} vs {small:,}", f"{growth:.2f}x",
-                            f"<= {LINEAR_SLACK}x (linear)", growth <= LINEAR_SLACK))
+            rows.append(
+                Row(
+                    "graph",
+                    f"{kind}: per-node time {large:,} vs {small:,}",
+                    f"{growth:.2f}x",
+                    f"<= {LINEAR_SLACK}x (linear)",
+                    growth <= LINEAR_SLACK,
+                )
+            )
     return rows
 
 

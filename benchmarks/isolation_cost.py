@@ -35,7 +35,9 @@ def targets() -> list[str]:
 
 
 def _check(names: list[str], *flags: str, **env: str) -> Run:
-    done = run_timed([*leakscope_cmd(), "check", *names, "--format", "json", *flags], env=child_env(**env))
+    done = run_timed(
+        [*leakscope_cmd(), "check", *names, "--format", "json", *flags], env=child_env(**env)
+    )
     assert done.returncode in (0, 1), (flags, done.stderr[-2000:])
     return done
 
@@ -49,7 +51,7 @@ def run(short: bool) -> list[Row]:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     order = list(kinds)
     for i in range(reps):
-        for kind in order[i % 3:] + order[:i % 3]:
+        for kind in order[i % 3 :] + order[: i % 3]:
             runs[kind].append(_check(names, *kinds[kind]))
     # The fixed cost no -j can split: the CLI's start, the zygote's torch and tensordict import
     # (single-threaded), and one target. Amdahl's bound for -j 2 follows from it.
@@ -61,22 +63,53 @@ def run(short: bool) -> list[Row]:
     bound = (single + max(0.0, wall["isolated"] - single) / 2) / wall["isolated"]
     label = f"{COUNT} fixture engines, both modes (median of {reps}; load average {load:.1f} at the start)"
     rows = [
-        Row("isolation", f"{label}: isolated / --no-isolate / -j 2 wall",
-            f"{wall['isolated']:.2f} s / {wall['no-isolate']:.2f} s / {wall['-j 2']:.2f} s"),
-        Row("isolation", "same runs, CPU (user+sys, children included)",
-            f"{cpu['isolated']:.2f} s / {cpu['no-isolate']:.2f} s / {cpu['-j 2']:.2f} s"),
-        Row("isolation", "isolated / --no-isolate", f"{isolation:.2f}x", f"<= {TARGET_ISOLATION}x",
-            isolation <= TARGET_ISOLATION),
-        Row("isolation", f"-j 2 / -j 1 on {os.cpu_count()} CPUs", f"{jobs:.2f}x", f"<= {TARGET_JOBS}x",
-            jobs <= TARGET_JOBS),
-        Row("isolation", "one target isolated (start-up + imports + 1 check): the part -j cannot split",
-            f"{single:.2f} s of {wall['isolated']:.2f} s"),
-        Row("isolation", "-j 2 / -j 1 against its Amdahl bound (one target serial, the other 19 halved)",
-            f"{jobs:.2f}x vs {bound:.2f}x", f"<= bound + {BOUND_SLACK}", jobs <= bound + BOUND_SLACK),
+        Row(
+            "isolation",
+            f"{label}: isolated / --no-isolate / -j 2 wall",
+            f"{wall['isolated']:.2f} s / {wall['no-isolate']:.2f} s / {wall['-j 2']:.2f} s",
+        ),
+        Row(
+            "isolation",
+            "same runs, CPU (user+sys, children included)",
+            f"{cpu['isolated']:.2f} s / {cpu['no-isolate']:.2f} s / {cpu['-j 2']:.2f} s",
+        ),
+        Row(
+            "isolation",
+            "isolated / --no-isolate",
+            f"{isolation:.2f}x",
+            f"<= {TARGET_ISOLATION}x",
+            isolation <= TARGET_ISOLATION,
+        ),
+        Row(
+            "isolation",
+            f"-j 2 / -j 1 on {os.cpu_count()} CPUs",
+            f"{jobs:.2f}x",
+            f"<= {TARGET_JOBS}x",
+            jobs <= TARGET_JOBS,
+        ),
+        Row(
+            "isolation",
+            "one target isolated (start-up + imports + 1 check): the part -j cannot split",
+            f"{single:.2f} s of {wall['isolated']:.2f} s",
+        ),
+        Row(
+            "isolation",
+            "-j 2 / -j 1 against its Amdahl bound (one target serial, the other 19 halved)",
+            f"{jobs:.2f}x vs {bound:.2f}x",
+            f"<= bound + {BOUND_SLACK}",
+            jobs <= bound + BOUND_SLACK,
+        ),
     ]
-    if not short:  # the spawn fallback: a new interpreter and a torch import per target, as before the zygote
+    if (
+        not short
+    ):  # the spawn fallback: a new interpreter and a torch import per target, as before the zygote
         spawned = _check(names, LEAKSCOPE_START_METHOD="spawn")
-        rows.append(Row("isolation", "spawned children (LEAKSCOPE_START_METHOD=spawn, one run) / --no-isolate",
-                        f"{spawned.seconds:.2f} s = {spawned.seconds / wall['no-isolate']:.2f}x"
-                        f" (CPU {spawned.cpu_seconds:.2f} s)"))
+        rows.append(
+            Row(
+                "isolation",
+                "spawned children (LEAKSCOPE_START_METHOD=spawn, one run) / --no-isolate",
+                f"{spawned.seconds:.2f} s = {spawned.seconds / wall['no-isolate']:.2f}x"
+                f" (CPU {spawned.cpu_seconds:.2f} s)",
+            )
+        )
     return rows

@@ -54,9 +54,15 @@ def run(short: bool, rss: dict[str, float]) -> list[Row]:
     rows = []
     if rss:
         extra = rss["check_rss_mib"] - rss["bare_rss_mib"]
-        rows.append(Row("memory", "peak RSS, bare engine process", f"{rss['bare_rss_mib']:.0f} MiB"))
-        rows.append(Row("memory", "peak RSS, leakscope check process", f"{rss['check_rss_mib']:.0f} MiB"))
-        rows.append(Row("memory", "leakscope's own peak RSS beyond the engine's", f"{extra:+.0f} MiB"))
+        rows.append(
+            Row("memory", "peak RSS, bare engine process", f"{rss['bare_rss_mib']:.0f} MiB")
+        )
+        rows.append(
+            Row("memory", "peak RSS, leakscope check process", f"{rss['check_rss_mib']:.0f} MiB")
+        )
+        rows.append(
+            Row("memory", "leakscope's own peak RSS beyond the engine's", f"{extra:+.0f} MiB")
+        )
     done = run_timed([python(), "-c", _CHILD], env=child_env())
     if done.returncode != 0 or "MEM=" not in done.stdout:
         print(done.stderr[-3000:], file=sys.stderr)
@@ -64,7 +70,21 @@ def run(short: bool, rss: dict[str, float]) -> list[Row]:
         return rows
     mem = json.loads(done.stdout.rsplit("MEM=", 1)[1])
     kib = {k: v / 1024 for k, v in mem.items()}
-    rows.append(Row("memory", "Python allocation peak, bare step (train + forward-only)", f"{kib['bare']:.0f} KiB"))
-    rows.append(Row("memory", "Python allocation peak, check of FSDPEngine (clean)", f"{kib['clean']:.0f} KiB"))
-    rows.append(Row("memory", "Python allocation peak, check of LeakyFSDPEngine", f"{kib['leaky']:.0f} KiB"))
+    rows.append(
+        Row(
+            "memory",
+            "Python allocation peak, bare step (train + forward-only)",
+            f"{kib['bare']:.0f} KiB",
+        )
+    )
+    rows.append(
+        Row(
+            "memory",
+            "Python allocation peak, check of FSDPEngine (clean)",
+            f"{kib['clean']:.0f} KiB",
+        )
+    )
+    rows.append(
+        Row("memory", "Python allocation peak, check of LeakyFSDPEngine", f"{kib['leaky']:.0f} KiB")
+    )
     return rows

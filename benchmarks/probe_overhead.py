@@ -32,13 +32,22 @@ def run(short: bool) -> list[Row]:
     def step(armed: bool) -> float:
         model.record_probes = armed
         started = time.perf_counter()
-        logits = model(input_ids=micro_batch["input_ids"], attention_mask=micro_batch["attention_mask"],
-                       position_ids=micro_batch["position_ids"]).logits
-        log_probs = torch.log_softmax(logits.float(), -1).gather(-1, micro_batch["input_ids"].unsqueeze(-1)).squeeze(-1)
+        logits = model(
+            input_ids=micro_batch["input_ids"],
+            attention_mask=micro_batch["attention_mask"],
+            position_ids=micro_batch["position_ids"],
+        ).logits
+        log_probs = (
+            torch.log_softmax(logits.float(), -1)
+            .gather(-1, micro_batch["input_ids"].unsqueeze(-1))
+            .squeeze(-1)
+        )
         loss, _ = loss_function(model_output={"log_probs": log_probs}, data=micro_batch)
         loss.backward()
         if armed:
-            evidence = collect_evidence([loss.grad_fn], list(model.leakscope_probes), is_preexisting=lambda t: False)
+            evidence = collect_evidence(
+                [loss.grad_fn], list(model.leakscope_probes), is_preexisting=lambda t: False
+            )
             evidence.items.clear()
         seconds = time.perf_counter() - started
         model.leakscope_probes.clear()
@@ -51,12 +60,21 @@ def run(short: bool) -> list[Row]:
     armed: list[float] = []
     bare: list[float] = []
     for i in range(reps):
-        for on in ((True, False) if i % 2 == 0 else (False, True)):
+        for on in (True, False) if i % 2 == 0 else (False, True):
             (armed if on else bare).append(step(on))
     a, b = median(armed), median(bare)
     return [
-        Row("probes", f"TinyLM {params / 1e6:.1f}M params, batch {size.batch} x seq {size.seq}: unarmed step",
-            f"{b:.3f} s"),
+        Row(
+            "probes",
+            f"TinyLM {params / 1e6:.1f}M params, batch {size.batch} x seq {size.seq}: unarmed step",
+            f"{b:.3f} s",
+        ),
         Row("probes", "armed step (probes + evidence)", f"{a:.3f} s"),
-        Row("probes", "armed / unarmed", f"{a / b:.3f}x", f"<= {TARGET_RATIO}x", a / b <= TARGET_RATIO),
+        Row(
+            "probes",
+            "armed / unarmed",
+            f"{a / b:.3f}x",
+            f"<= {TARGET_RATIO}x",
+            a / b <= TARGET_RATIO,
+        ),
     ]

@@ -38,10 +38,14 @@ SECTIONS = ("cli-start", "check", "graph", "walk", "probes", "memory", "isolatio
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--short", action="store_true", help="CI mode: fewer repetitions, graphs up to 100k nodes")
+    parser.add_argument(
+        "--short", action="store_true", help="CI mode: fewer repetitions, graphs up to 100k nodes"
+    )
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
     parser.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    parser.add_argument("--no-fail", action="store_true", help="exit 0 even when a target is missed (report only)")
+    parser.add_argument(
+        "--no-fail", action="store_true", help="exit 0 even when a target is missed (report only)"
+    )
     args = parser.parse_args(argv)
     chosen = args.only or list(SECTIONS)
     print(f"leakscope benchmarks ({'short' if args.short else 'full'}) on {machine()}", flush=True)
@@ -53,29 +57,47 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             new, rss = _run_section(section, args.short, rss)
-        except Exception as exc:  # a broken benchmark is a defect: counted, named, and it fails the run
+        except (
+            Exception
+        ) as exc:  # a broken benchmark is a defect: counted, named, and it fails the run
             errors.append(f"{section}: {type(exc).__name__}: {exc}")
             print(f"  ERROR [{section}] {type(exc).__name__}: {exc}", flush=True)
             new = []
         for row in new:
-            print(f"  {row.status:4}  [{row.section}] {row.name}: {row.value}"
-                  + (f"  (target {row.target})" if row.target else ""), flush=True)
+            print(
+                f"  {row.status:4}  [{row.section}] {row.name}: {row.value}"
+                + (f"  (target {row.target})" if row.target else ""),
+                flush=True,
+            )
         print(f"        ({section}: {time.perf_counter() - t0:.0f} s)", flush=True)
         rows.extend(new)
     failed = [r for r in rows if r.ok is False]
-    print(f"{len(rows) - len(failed)} ok, {len(failed)} failed, {len(errors)} errors,"
-          f" {time.perf_counter() - started:.0f} s"
-          + (": " + "; ".join(f"{r.section} {r.name}" for r in failed) if failed else ""))
+    print(
+        f"{len(rows) - len(failed)} ok, {len(failed)} failed, {len(errors)} errors,"
+        f" {time.perf_counter() - started:.0f} s"
+        + (": " + "; ".join(f"{r.section} {r.name}" for r in failed) if failed else "")
+    )
     if args.json:
-        Path(args.json).write_text(json.dumps(
-            {"machine": machine(), "short": args.short,
-             "rows": [dict(r.__dict__, status=r.status) for r in rows], "errors": errors}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "machine": machine(),
+                    "short": args.short,
+                    "rows": [dict(r.__dict__, status=r.status) for r in rows],
+                    "errors": errors,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     if errors:
         return 2
     return 1 if failed and not args.no_fail else 0
 
 
-def _run_section(section: str, short: bool, rss: dict[str, float]) -> tuple[list[Row], dict[str, float]]:
+def _run_section(
+    section: str, short: bool, rss: dict[str, float]
+) -> tuple[list[Row], dict[str, float]]:
     """One section's rows; ``check`` also measures the peak RSS that ``memory`` compares against."""
     if section == "cli-start":
         return startup.run(short), rss

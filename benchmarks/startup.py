@@ -33,8 +33,22 @@ def run(short: bool) -> list[Row]:
         probe = run_timed([python(), "-c", _PROBE, flag], env=env)
         heavy = probe.stderr.rsplit("HEAVY=", 1)[-1].strip() or "none"
         seconds = median(times)
-        rows.append(Row("cli-start", f"leakscope {flag} (median of {reps})", f"{seconds:.3f} s",
-                        f"< {TARGET_S} s", seconds < TARGET_S))
-        rows.append(Row("cli-start", f"leakscope {flag} imports torch/tensordict/numpy", heavy,
-                        "none", heavy == "none"))
+        rows.append(
+            Row(
+                "cli-start",
+                f"leakscope {flag} (median of {reps})",
+                f"{seconds:.3f} s",
+                f"< {TARGET_S} s",
+                seconds < TARGET_S,
+            )
+        )
+        rows.append(
+            Row(
+                "cli-start",
+                f"leakscope {flag} imports torch/tensordict/numpy",
+                heavy,
+                "none",
+                heavy == "none",
+            )
+        )
     return rows

@@ -63,7 +63,9 @@ def _child(shape: str, n: int) -> None:
             stats = WalkStats()
             started = time.process_time()
             hits = sum(1 for _ in walk([Root("engine", obj, "engine")], stats=stats))
-            runs.append({"seconds": time.process_time() - started, "hits": hits, "repeated": stats.repeated})
+            runs.append(
+                {"seconds": time.process_time() - started, "hits": hits, "repeated": stats.repeated}
+            )
         out[str(size)] = min(runs, key=lambda r: r["seconds"])
     print("WALK=" + json.dumps(out), flush=True)
     os._exit(0)  # a 10^6-deep chain is freed with the process, not by recursion
@@ -87,14 +89,26 @@ def run(short: bool) -> list[Row]:
             continue
         small, large = measured[str(n)], measured[str(2 * n)]
         rate = 2 * n / max(large["seconds"], 1e-9)
-        rows.append(Row(
-            "walk", f"{shape} of {2 * n:>9,} references to one tensor",
-            f"{large['seconds']:.2f} s CPU, {rate / 1e6:.2f} M references/s, {large['hits']} named,"
-            f" {large['repeated']:,} repeated", f">= {TARGET_RATE / 1e6:.1f} M/s", rate >= TARGET_RATE,
-        ))
+        rows.append(
+            Row(
+                "walk",
+                f"{shape} of {2 * n:>9,} references to one tensor",
+                f"{large['seconds']:.2f} s CPU, {rate / 1e6:.2f} M references/s, {large['hits']} named,"
+                f" {large['repeated']:,} repeated",
+                f">= {TARGET_RATE / 1e6:.1f} M/s",
+                rate >= TARGET_RATE,
+            )
+        )
         ratio = large["seconds"] / max(small["seconds"], 1e-9)
-        rows.append(Row("walk", f"{shape}: time at {2 * n:,} vs {n:,}", f"{ratio:.2f}x",
-                        f"<= {RATIO_TARGET}x (linear 2.0x)", ratio <= RATIO_TARGET))
+        rows.append(
+            Row(
+                "walk",
+                f"{shape}: time at {2 * n:,} vs {n:,}",
+                f"{ratio:.2f}x",
+                f"<= {RATIO_TARGET}x (linear 2.0x)",
+                ratio <= RATIO_TARGET,
+            )
+        )
     return rows
 
 

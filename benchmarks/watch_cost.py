@@ -45,14 +45,26 @@ class ActorEngine:
 
         from leakscope.models.tiny import loss_function
 
-        logits = self.model(input_ids=micro_batch["input_ids"], attention_mask=micro_batch["attention_mask"],
-                            position_ids=micro_batch["position_ids"]).logits
-        log_probs = torch.log_softmax(logits.float(), -1).gather(-1, micro_batch["input_ids"].unsqueeze(-1)).squeeze(-1)
+        logits = self.model(
+            input_ids=micro_batch["input_ids"],
+            attention_mask=micro_batch["attention_mask"],
+            position_ids=micro_batch["position_ids"],
+        ).logits
+        log_probs = (
+            torch.log_softmax(logits.float(), -1)
+            .gather(-1, micro_batch["input_ids"].unsqueeze(-1))
+            .squeeze(-1)
+        )
         loss, metrics = loss_function(model_output={"log_probs": log_probs}, data=micro_batch)
-        return loss, {"log_probs": log_probs.detach() if self.detach else log_probs, "metrics": metrics}
+        return loss, {
+            "log_probs": log_probs.detach() if self.detach else log_probs,
+            "metrics": metrics,
+        }
 
 
-def _timed(step: Any, engine: ActorEngine, micro_batch: Any, kept: list[Any]) -> tuple[float, float]:
+def _timed(
+    step: Any, engine: ActorEngine, micro_batch: Any, kept: list[Any]
+) -> tuple[float, float]:
     """One iteration of verl's loop (call the step, run backward, keep what it returned):
     the call's seconds and the iteration's."""
     started = time.perf_counter()
@@ -78,7 +90,9 @@ def _measure(model: Any, batches: list[Any], detach: bool, reps: int) -> dict[st
     watch = Watch(WatchOptions(methods=(METHOD,), micro_batches=reps, then="continue"))
     watch.start()
     try:
-        for i, micro_batch in enumerate(batches[:reps + 1]):  # the call after the last watched one looks last
+        for i, micro_batch in enumerate(
+            batches[: reps + 1]
+        ):  # the call after the last watched one looks last
             if i % 2 == 1:  # the order alternates too: ABBA
                 step.append(_timed(ActorEngine.forward_step, engine, micro_batch, kept)[1])
             if i < reps:
@@ -93,12 +107,16 @@ def _measure(model: Any, batches: list[Any], detach: bool, reps: int) -> dict[st
         model.zero_grad(set_to_none=True)
     watched_call = [c["seconds"] for c in report.watch.calls] if report.watch else []
     leak = any(r.verdict.value == "leak" for r in report.results)
-    assert leak is not detach and len(watched_call) == reps, [(r.target, r.verdict, r.error) for r in report.results]
+    assert leak is not detach and len(watched_call) == reps, [
+        (r.target, r.verdict, r.error) for r in report.results
+    ]
     return {
-        "bare_call": median(bare_call), "bare_step": median(bare_step),
-        "watched_call": median(watched_call), "watched_step": median(step[1:]),  # iterations with a look
-        "first_call": watched_call[0] / bare_call[0], "later_calls": median(
-            [w / b for w, b in zip(watched_call[1:], bare_call[1:])]),
+        "bare_call": median(bare_call),
+        "bare_step": median(bare_step),
+        "watched_call": median(watched_call),
+        "watched_step": median(step[1:]),  # iterations with a look
+        "first_call": watched_call[0] / bare_call[0],
+        "later_calls": median([w / b for w, b in zip(watched_call[1:], bare_call[1:])]),
     }
 
 
@@ -120,15 +138,32 @@ def run(short: bool) -> list[Row]:
     call_ratio = clean["watched_call"] / clean["bare_call"]
     label = f"TinyLM {params / 1e6:.1f}M params, batch {size.batch} x seq {size.seq}, {reps} watched calls"
     return [
-        Row("watch", f"{label}: unwatched call / watched call",
-            f"{clean['bare_call']:.3f} s / {clean['watched_call']:.3f} s"),
-        Row("watch", "watched call / unwatched call (clean loop, median)", f"{call_ratio:.3f}x", f"<= {TARGET_CALL}x",
-            call_ratio <= TARGET_CALL),
-        Row("watch", "first watched call (records created-at lines) / later watched calls, each / unwatched call",
-            f"{clean['first_call']:.3f}x / {clean['later_calls']:.3f}x"),
-        Row("watch", "iteration with its look (call + backward + look) / unwatched iteration, clean loop",
+        Row(
+            "watch",
+            f"{label}: unwatched call / watched call",
+            f"{clean['bare_call']:.3f} s / {clean['watched_call']:.3f} s",
+        ),
+        Row(
+            "watch",
+            "watched call / unwatched call (clean loop, median)",
+            f"{call_ratio:.3f}x",
+            f"<= {TARGET_CALL}x",
+            call_ratio <= TARGET_CALL,
+        ),
+        Row(
+            "watch",
+            "first watched call (records created-at lines) / later watched calls, each / unwatched call",
+            f"{clean['first_call']:.3f}x / {clean['later_calls']:.3f}x",
+        ),
+        Row(
+            "watch",
+            "iteration with its look (call + backward + look) / unwatched iteration, clean loop",
             f"{clean['watched_step']:.3f} s / {clean['bare_step']:.3f} s = "
-            f"{clean['watched_step'] / clean['bare_step']:.3f}x"),
-        Row("watch", "leaky loop (stored-at tracing after the first leaky look): watched call / unwatched call",
-            f"{leaky['watched_call'] / leaky['bare_call']:.3f}x; iteration {leaky['watched_step'] / leaky['bare_step']:.3f}x"),
+            f"{clean['watched_step'] / clean['bare_step']:.3f}x",
+        ),
+        Row(
+            "watch",
+            "leaky loop (stored-at tracing after the first leaky look): watched call / unwatched call",
+            f"{leaky['watched_call'] / leaky['bare_call']:.3f}x; iteration {leaky['watched_step'] / leaky['bare_step']:.3f}x",
+        ),
     ]

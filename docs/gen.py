@@ -156,8 +156,17 @@ def blocks(doc: Path, text: str | None = None) -> list[Block]:
             continue
         indent, lang = opening.group("indent"), opening.group("lang").strip()
         if not lang:
-            raise DocError(f"{_shown(doc)}:{i + 1}: a fence without a language (or a stray closing fence)")
-        close = next((j for j in range(i + 1, len(lines)) if lines[j].rstrip("\n").rstrip() == indent + "```"), None)
+            raise DocError(
+                f"{_shown(doc)}:{i + 1}: a fence without a language (or a stray closing fence)"
+            )
+        close = next(
+            (
+                j
+                for j in range(i + 1, len(lines))
+                if lines[j].rstrip("\n").rstrip() == indent + "```"
+            ),
+            None,
+        )
         if close is None:
             raise DocError(f"{_shown(doc)}:{i + 1}: the ```{lang} block is never closed")
         directives = []
@@ -165,8 +174,13 @@ def blocks(doc: Path, text: str | None = None) -> list[Block]:
         while k >= 0 and (match := _DIRECTIVE.match(lines[k])):
             directives.insert(0, (match.group("key"), match.group("value")))
             k -= 1
-        body = "".join(line[len(indent):] if line.startswith(indent) else line.lstrip(" ") for line in lines[i + 1:close])
-        out.append(Block(doc, i + 1, indent, lang, body, offsets[i + 1], offsets[close], tuple(directives)))
+        body = "".join(
+            line[len(indent) :] if line.startswith(indent) else line.lstrip(" ")
+            for line in lines[i + 1 : close]
+        )
+        out.append(
+            Block(doc, i + 1, indent, lang, body, offsets[i + 1], offsets[close], tuple(directives))
+        )
         i = close + 1
     return out
 
@@ -189,7 +203,9 @@ def kind(block: Block) -> str | None:
 
 def problems(block: Block) -> list[str]:
     """What is wrong with ``block``'s marking, in words (empty when nothing is)."""
-    out = [f"{block.name}: unknown directive {key!r}" for key, _ in block.directives if key not in KEYS]
+    out = [
+        f"{block.name}: unknown directive {key!r}" for key, _ in block.directives if key not in KEYS
+    ]
     what = kind(block)
     if what is None:
         out.append(
@@ -204,7 +220,9 @@ def problems(block: Block) -> list[str]:
 def needs(block: Block) -> list[str]:
     """The framework venvs ``block`` runs in (``.venv-trl``), from its directive and its commands."""
     found = [block.directive("needs")] if block.directive("needs") else []
-    runs = (block.directive("output") or "") + ("\n".join(block.commands) if kind(block) == "session" else "")
+    runs = (block.directive("output") or "") + (
+        "\n".join(block.commands) if kind(block) == "session" else ""
+    )
     if kind(block) == "bash":
         runs += block.body
     found += _VENV.findall(runs)
@@ -215,8 +233,14 @@ def missing(block: Block) -> str | None:
     """The first venv ``block`` needs and this checkout lacks, with the script that creates it."""
     for venv in needs(block):
         if not (ROOT / venv / "bin" / "python").exists():
-            scripts = [p.name for p in sorted((ROOT / ".ci").glob("setup-*.sh")) if venv in p.read_text(encoding="utf-8")]
-            return f"{venv} is missing; create it with .ci/{scripts[0] if scripts else 'setup-*.sh'}"
+            scripts = [
+                p.name
+                for p in sorted((ROOT / ".ci").glob("setup-*.sh"))
+                if venv in p.read_text(encoding="utf-8")
+            ]
+            return (
+                f"{venv} is missing; create it with .ci/{scripts[0] if scripts else 'setup-*.sh'}"
+            )
     return None
 
 
@@ -235,17 +259,23 @@ def expected(block: Block) -> str:
     if what == "bash":
         for command in _lines(block.body):
             done = _shell(command, tuple(venvs))
-            assert done.returncode in (0, 1), f"{block.name}: `{command}` exited {done.returncode}:\n{done.stderr[-3000:]}"
+            assert done.returncode in (0, 1), (
+                f"{block.name}: `{command}` exited {done.returncode}:\n{done.stderr[-3000:]}"
+            )
             _no_traceback(block.name, command, done)
         return block.body
     if what == "python":
         code, _ = _split_printed(block.body)
         done = _python(code, tuple(venvs))
-        assert done.returncode == 0, f"{block.name}: the program exited {done.returncode}:\n{done.stderr[-3000:]}"
+        assert done.returncode == 0, (
+            f"{block.name}: the program exited {done.returncode}:\n{done.stderr[-3000:]}"
+        )
         return code + "".join(f"# {line}\n" for line in clean(done.stdout).splitlines())
     if what == "pytest":
         done = _pytest(block.body, tuple(venvs))
-        assert done.returncode == 0, f"{block.name}: pytest exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
+        assert done.returncode == 0, (
+            f"{block.name}: pytest exited {done.returncode}:\n{done.stdout[-3000:]}{done.stderr[-2000:]}"
+        )
         return block.body
     if what == "config":
         _load_config(block)
@@ -253,7 +283,9 @@ def expected(block: Block) -> str:
     if what == "file":
         path = ROOT / (block.directive("file") or "")
         assert path.is_file(), f"{block.name}: {path.relative_to(ROOT)} does not exist"
-        assert block.body in path.read_text(encoding="utf-8"), f"{block.name}: not part of {path.relative_to(ROOT)} verbatim"
+        assert block.body in path.read_text(encoding="utf-8"), (
+            f"{block.name}: not part of {path.relative_to(ROOT)} verbatim"
+        )
         return block.body
     if what in ("not run", "pre-commit", "realbugs"):
         return block.body
@@ -278,7 +310,7 @@ def regenerate(doc: Path, jobs: int = 2) -> tuple[str, list[str]]:
     fresh = dict(zip(map(id, runnable), run_all(runnable, jobs), strict=True))
     out, last, skipped = [], 0, []
     for block in found:
-        out.append(text[last:block.start])
+        out.append(text[last : block.start])
         result = fresh.get(id(block))
         if result is None:
             skipped.append(f"{block.name}: {missing(block)}")
@@ -287,7 +319,12 @@ def regenerate(doc: Path, jobs: int = 2) -> tuple[str, list[str]]:
             raise result
         else:
             body = result
-        out.append("".join(block.indent + line if line.strip() else line for line in body.splitlines(keepends=True)))
+        out.append(
+            "".join(
+                block.indent + line if line.strip() else line
+                for line in body.splitlines(keepends=True)
+            )
+        )
         last = block.end
     out.append(text[last:])
     return "".join(out), skipped
@@ -311,32 +348,68 @@ def run_all(found: Iterable[Block], jobs: int = 2) -> list[str | BaseException]:
 
 
 def _env(venvs: tuple[str, ...] = ()) -> dict[str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS=COLUMNS, PYTHONWARNINGS="ignore", LEAKSCOPE_NODE_BYTES=NODE_BYTES)
-    path = [str(ROOT / venv / "bin") for venv in venvs] + [str(Path(sys.executable).parent), env.get("PATH", "")]
+    env = dict(
+        os.environ,
+        OMP_NUM_THREADS="1",
+        COLUMNS=COLUMNS,
+        PYTHONWARNINGS="ignore",
+        LEAKSCOPE_NODE_BYTES=NODE_BYTES,
+    )
+    path = [str(ROOT / venv / "bin") for venv in venvs] + [
+        str(Path(sys.executable).parent),
+        env.get("PATH", ""),
+    ]
     env["PATH"] = os.pathsep.join(path)
-    for name in ("PYTHONPATH", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VIRTUAL_ENV",
-                 "LEAKSCOPE_WATCH", "LEAKSCOPE_WATCH_DIR", "FORCE_COLOR", "NO_COLOR"):
+    for name in (
+        "PYTHONPATH",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "VIRTUAL_ENV",
+        "LEAKSCOPE_WATCH",
+        "LEAKSCOPE_WATCH_DIR",
+        "FORCE_COLOR",
+        "NO_COLOR",
+    ):
         env.pop(name, None)
     return env
 
 
-def _shell(script: str, venvs: tuple[str, ...] = (), stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def _shell(
+    script: str, venvs: tuple[str, ...] = (), stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """``script`` run by bash from the repository root (cached: a command shown twice runs once,
     however its lines are continued)."""
     return _cached_shell(re.sub(r"\\\n\s*", " ", script), venvs, stdin)
 
 
 @functools.cache
-def _cached_shell(script: str, venvs: tuple[str, ...], stdin: str | None) -> subprocess.CompletedProcess[str]:
+def _cached_shell(
+    script: str, venvs: tuple[str, ...], stdin: str | None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["bash", "-c", script], cwd=ROOT, env=_env(venvs), input=stdin, capture_output=True, text=True,
+        ["bash", "-c", script],
+        cwd=ROOT,
+        env=_env(venvs),
+        input=stdin,
+        capture_output=True,
+        text=True,
         timeout=TIMEOUT_S,
     )
 
 
 def _python(code: str, venvs: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
     python = str(ROOT / venvs[0] / "bin" / "python") if venvs else sys.executable
-    return subprocess.run([python, "-c", code], cwd=ROOT, env=_env(venvs), capture_output=True, text=True, timeout=TIMEOUT_S)
+    return subprocess.run(
+        [python, "-c", code],
+        cwd=ROOT,
+        env=_env(venvs),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+    )
 
 
 def _pytest(code: str, venvs: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
@@ -344,10 +417,16 @@ def _pytest(code: str, venvs: tuple[str, ...]) -> subprocess.CompletedProcess[st
     with tempfile.TemporaryDirectory() as tmp:
         test = Path(tmp, "test_doc_example.py")
         test.write_text(code, encoding="utf-8")
-        env = dict(_env(venvs), PYTHONPATH=str(ROOT))  # the examples' targets import from the checkout
+        env = dict(
+            _env(venvs), PYTHONPATH=str(ROOT)
+        )  # the examples' targets import from the checkout
         return subprocess.run(
-            [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)], cwd=tmp, env=env,
-            capture_output=True, text=True, timeout=TIMEOUT_S,
+            [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+            cwd=tmp,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT_S,
         )
 
 
@@ -362,7 +441,9 @@ def _load_config(block: Block) -> None:
         try:
             read(path)
         except ConfigError as exc:
-            raise AssertionError(f"{block.name}: leakscope refuses this configuration: {exc}") from None
+            raise AssertionError(
+                f"{block.name}: leakscope refuses this configuration: {exc}"
+            ) from None
 
 
 def _lines(body: str) -> list[str]:
@@ -382,7 +463,9 @@ def _no_traceback(name: str, command: str, done: subprocess.CompletedProcess[str
     """No traceback on stderr (but with ``--debug``), except torchrun's own report of a rank that exited
     non-zero (a leak is exit 1 on every rank)."""
     tracebacks = done.stderr.count("Traceback (most recent call last)")
-    tracebacks -= done.stderr.count("torch.distributed.elastic.multiprocessing.errors.ChildFailedError:")
+    tracebacks -= done.stderr.count(
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError:"
+    )
     if "--debug" not in command:
         assert tracebacks <= 0, f"{name}: `{command}` printed a traceback:\n{done.stderr[-3000:]}"
 
@@ -409,33 +492,47 @@ def _session(body: str) -> list[tuple[str, str]]:
 def _run_session(block: Block, venvs: list[str]) -> str:
     """A session's commands run in one shell; each followed by what it printed on stdout."""
     commands = block.commands
-    if len(commands) == 1:  # one command: its run is shared with every output directive that names it
+    if (
+        len(commands) == 1
+    ):  # one command: its run is shared with every output directive that names it
         done = _shell(commands[0], tuple(venvs))
-        assert done.returncode in EXIT_CODES, f"{block.name}: `{commands[0]}` exited {done.returncode}:\n{done.stderr[-3000:]}"
+        assert done.returncode in EXIT_CODES, (
+            f"{block.name}: `{commands[0]}` exited {done.returncode}:\n{done.stderr[-3000:]}"
+        )
         _no_traceback(block.name, commands[0], done)
         return f"$ {commands[0]}\n{clean(done.stdout)}"
     marker = "@@leakscope-doc-example@@"
-    script = "\n".join(f"echo {marker}\n{command}\necho \"{marker} $?\" >&2" for command in commands)
+    script = "\n".join(f'echo {marker}\n{command}\necho "{marker} $?" >&2' for command in commands)
     done = _shell(script, tuple(venvs))
     codes = [int(code) for code in re.findall(rf"^{marker} (\d+)$", done.stderr, re.M)]
-    assert len(codes) == len(commands), f"{block.name}: the shell stopped early:\n{done.stderr[-3000:]}"
+    assert len(codes) == len(commands), (
+        f"{block.name}: the shell stopped early:\n{done.stderr[-3000:]}"
+    )
     for command, code in zip(commands, codes, strict=True):
-        assert code in EXIT_CODES, f"{block.name}: `{command}` exited {code}:\n{done.stderr[-3000:]}"
+        assert code in EXIT_CODES, (
+            f"{block.name}: `{command}` exited {code}:\n{done.stderr[-3000:]}"
+        )
         _no_traceback(block.name, command, done)
     outputs = done.stdout.split(marker + "\n")[1:]
-    return "".join(f"$ {command}\n{clean(output)}" for command, output in zip(commands, outputs, strict=True))
+    return "".join(
+        f"$ {command}\n{clean(output)}" for command, output in zip(commands, outputs, strict=True)
+    )
 
 
 def _output(directive: str, venvs: list[str], name: str) -> str:
     """What an output directive's command prints, through its filter if it has one."""
     command, _, filter_ = directive.partition(" | ")
     done = _shell(command, tuple(venvs))
-    assert done.returncode in EXIT_CODES, f"{name}: `{command}` exited {done.returncode}:\n{done.stderr[-3000:]}"
+    assert done.returncode in EXIT_CODES, (
+        f"{name}: `{command}` exited {done.returncode}:\n{done.stderr[-3000:]}"
+    )
     _no_traceback(name, command, done)
     printed = clean(done.stdout)
     if filter_:
         filtered = _shell(filter_, (), printed)
-        assert filtered.returncode == 0, f"{name}: the filter `{filter_}` exited {filtered.returncode}:\n{filtered.stderr}"
+        assert filtered.returncode == 0, (
+            f"{name}: the filter `{filter_}` exited {filtered.returncode}:\n{filtered.stderr}"
+        )
         printed = clean(filtered.stdout)
     assert printed.strip(), f"{name}: `{directive}` printed nothing"
     return printed.rstrip("\n") + "\n"
@@ -482,7 +579,9 @@ def main(argv: list[str]) -> int:
         code = gen_docs.main(["--check"] if check else [])
         failed = failed or code != 0
     if stale:
-        sys.stderr.write(f"{', '.join(stale)}: examples differ from real output; run python docs/gen.py\n")
+        sys.stderr.write(
+            f"{', '.join(stale)}: examples differ from real output; run python docs/gen.py\n"
+        )
     return 1 if stale or failed else 0
 
 

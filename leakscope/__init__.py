@@ -50,7 +50,11 @@ __all__ = [
 
 
 def watch(
-    methods: str | Sequence[str] = (), *, micro_batches: int = 3, skip: int = 0, then: str = "stop",
+    methods: str | Sequence[str] = (),
+    *,
+    micro_batches: int = 3,
+    skip: int = 0,
+    then: str = "stop",
     source: bool = True,
 ) -> Watch:
     """Watch a job's step method in this process: ``with leakscope.watch("pkg.mod:Class.method") as w: train()``.

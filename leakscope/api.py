@@ -60,12 +60,17 @@ def check(
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
-        return _with_snippets(gather_report(Report(
-            results=tuple(results),
-            leakscope_version=__version__,
-            torch_version=str(torch.__version__),
-            python_version=platform.python_version(),
-        )), targets)
+        return _with_snippets(
+            gather_report(
+                Report(
+                    results=tuple(results),
+                    leakscope_version=__version__,
+                    torch_version=str(torch.__version__),
+                    python_version=platform.python_version(),
+                )
+            ),
+            targets,
+        )
 
 
 def _with_snippets(report: Report, targets: Sequence[Any]) -> Report:
@@ -80,8 +85,13 @@ def _with_snippets(report: Report, targets: Sequence[Any]) -> Report:
     return capture(report, roots)
 
 
-def explain(target: Any, path: str | None = None, options: CheckOptions | None = None,
-            mode: Any = None, max_nodes: int = 10_000) -> Any:
+def explain(
+    target: Any,
+    path: str | None = None,
+    options: CheckOptions | None = None,
+    mode: Any = None,
+    max_nodes: int = 10_000,
+) -> Any:
     """Run the step once and describe the graph the reference at ``path`` (default: the first holder)
     keeps: a :class:`~leakscope.results.GraphView` (``leakscope explain``; renderers in
     ``leakscope.render.tree`` and ``leakscope.render.dot``). An unknown ``path`` is a
@@ -128,7 +138,9 @@ def fix(
 
     options = options or CheckOptions()
     report = check(targets, options, on_result=on_result)
-    verdicts = verdicts_of(report, lambda target, groups, original: prove_target(target, groups, original, options))
+    verdicts = verdicts_of(
+        report, lambda target, groups, original: prove_target(target, groups, original, options)
+    )
     return fix_report(report, verdicts, apply=apply, tolerance=tolerance())
 
 

@@ -29,9 +29,9 @@ app.command("check")(check.check)
 app.command("estimate")(estimate.estimate)
 app.command("explain")(explain.explain)
 app.command("fix")(fix.fix)
-app.command("watch", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True})(
-    watch.watch
-)
+app.command(
+    "watch", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True}
+)(watch.watch)
 app.command("render")(render.render_report)
 
 
@@ -44,7 +44,10 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
     ] = False,
 ) -> None:
     """leakscope: catch forward_step outputs that keep autograd graphs alive, before they OOM."""
@@ -53,7 +56,9 @@ def _root(
 def main() -> None:
     """Console-script entry point: the command's exit code; usage errors in one line."""
     # click's UsageError, wherever this typer release keeps click (it vendors it in some).
-    usage_error: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    usage_error: type[Exception] = next(
+        c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+    )
     code: object = 0
     try:
         code = app(standalone_mode=False)

@@ -29,7 +29,18 @@ else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
 TABLE = "[tool.leakscope]"
 MODES = ("train", "forward-only", "both")
 #: every key a settings table may hold, in documentation order
-KEYS = ("targets", "mode", "model", "factory", "micro-batches", "confirm", "fail-on", "allowlist", "micro-batch", "set")
+KEYS = (
+    "targets",
+    "mode",
+    "model",
+    "factory",
+    "micro-batches",
+    "confirm",
+    "fail-on",
+    "allowlist",
+    "micro-batch",
+    "set",
+)
 ALLOW_KEYS = ("path", "reason", "target", "mode")
 #: what one ``[tool.leakscope.micro-batch]`` entry may say
 MICRO_BATCH_KEYS = ("shape", "dtype", "low", "high")
@@ -57,7 +68,9 @@ class Settings:
     def override(self, other: Settings) -> Settings:
         """``other``'s values where set, ours elsewhere; allowlists add up (both are policy)."""
         merged = {
-            f.name: getattr(other, f.name) if getattr(other, f.name) not in (None, ()) else getattr(self, f.name)
+            f.name: getattr(other, f.name)
+            if getattr(other, f.name) not in (None, ())
+            else getattr(self, f.name)
             for f in dataclasses.fields(self)
         }
         merged["allowlist"] = self.allowlist + other.allowlist
@@ -86,7 +99,8 @@ class Settings:
         if self.micro_batch:
             mine = {k.name for k in self.micro_batch}
             changes["micro_batch_keys"] = (
-                *(k for k in options.micro_batch_keys if k.name not in mine), *self.micro_batch
+                *(k for k in options.micro_batch_keys if k.name not in mine),
+                *self.micro_batch,
             )
         if self.set:
             changes["settings"] = options.settings + self.set
@@ -132,26 +146,42 @@ def _target(where: str, key: str, value: Any) -> str:
 def _allow_entry(where: str, index: int, value: Any) -> AllowEntry:
     key = f"allowlist[{index}]"
     if not isinstance(value, Mapping):
-        raise _fail(where, key, f'expected a table like {{path = "output.x", reason = "why"}}, got {value!r}')
+        raise _fail(
+            where,
+            key,
+            f'expected a table like {{path = "output.x", reason = "why"}}, got {value!r}',
+        )
     unknown = sorted(set(value) - set(ALLOW_KEYS))
     if unknown:
-        raise _fail(where, f"{key}.{unknown[0]}", f"unknown key; an entry takes {', '.join(ALLOW_KEYS)}")
+        raise _fail(
+            where, f"{key}.{unknown[0]}", f"unknown key; an entry takes {', '.join(ALLOW_KEYS)}"
+        )
     if "path" not in value:
         raise _fail(where, f"{key}.path", "missing; name the finding path to allow, as reported")
     if "reason" not in value or not isinstance(value["reason"], str) or not value["reason"].strip():
-        raise _fail(where, f"{key}.reason", "missing or empty; say why this reference is kept attached on purpose")
+        raise _fail(
+            where,
+            f"{key}.reason",
+            "missing or empty; say why this reference is kept attached on purpose",
+        )
     return AllowEntry(
         path=_string(where, f"{key}.path", value["path"]),
         reason=value["reason"].strip(),
         target=_target(where, f"{key}.target", value["target"]) if "target" in value else None,
-        mode=_string(where, f"{key}.mode", value["mode"], ("train", "forward-only")) if "mode" in value else None,
+        mode=_string(where, f"{key}.mode", value["mode"], ("train", "forward-only"))
+        if "mode" in value
+        else None,
     )
 
 
 def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
     """``{advantages = {shape = "batch,seq", dtype = "float32", low = -1.0, high = 1.0}, ...}``."""
     if not isinstance(value, Mapping):
-        raise _fail(where, "micro-batch", f'expected a table of keys like {{advantages = {{low = -1.0, high = 1.0}}}}, got {value!r}')
+        raise _fail(
+            where,
+            "micro-batch",
+            f"expected a table of keys like {{advantages = {{low = -1.0, high = 1.0}}}}, got {value!r}",
+        )
     out = []
     for name, entry in value.items():
         key = f"micro-batch.{name}"
@@ -159,10 +189,18 @@ def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
             out.append(entry)
             continue
         if not isinstance(entry, Mapping):
-            raise _fail(where, key, f'expected a table like {{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0}}, got {entry!r}')
+            raise _fail(
+                where,
+                key,
+                f'expected a table like {{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0}}, got {entry!r}',
+            )
         unknown = sorted(set(entry) - set(MICRO_BATCH_KEYS))
         if unknown:
-            raise _fail(where, f"{key}.{unknown[0]}", f"unknown key; an entry takes {', '.join(MICRO_BATCH_KEYS)}")
+            raise _fail(
+                where,
+                f"{key}.{unknown[0]}",
+                f"unknown key; an entry takes {', '.join(MICRO_BATCH_KEYS)}",
+            )
         fields: dict[str, Any] = {}
         if "shape" in entry:
             fields["shape"] = _string(where, f"{key}.shape", entry["shape"], KEY_SHAPES)
@@ -196,7 +234,9 @@ def _settings(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
         for item in value:
             k, sep, v = str(item).partition("=")
             if not sep or not k.strip():
-                raise _fail(where, "set", f"{item!r} is not key=value (e.g. calculate_entropy=true)")
+                raise _fail(
+                    where, "set", f"{item!r} is not key=value (e.g. calculate_entropy=true)"
+                )
             out.append((k.strip(), v.strip()))
         return tuple(out)
     if not isinstance(value, Mapping):
@@ -204,7 +244,9 @@ def _settings(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
     for k, v in value.items():
         if isinstance(v, Mapping):  # per target
             _target(where, f"set.{k}", k)
-            out.extend((str(k), str(k2), _scalar(where, f"set.{k}.{k2}", v2)) for k2, v2 in v.items())
+            out.extend(
+                (str(k), str(k2), _scalar(where, f"set.{k}.{k2}", v2)) for k2, v2 in v.items()
+            )
         else:
             out.append((str(k), _scalar(where, f"set.{k}", v)))
     return tuple(out)
@@ -223,8 +265,12 @@ def parse(table: Mapping[str, Any], where: str) -> Settings:
             if isinstance(value, str):
                 value = [value]
             if not isinstance(value, list) or not value:
-                raise _fail(where, key, f"expected a list of 'pkg.module:Name' strings, got {value!r}")
-            values["targets"] = tuple(_target(where, f"targets[{i}]", v) for i, v in enumerate(value))
+                raise _fail(
+                    where, key, f"expected a list of 'pkg.module:Name' strings, got {value!r}"
+                )
+            values["targets"] = tuple(
+                _target(where, f"targets[{i}]", v) for i, v in enumerate(value)
+            )
         elif key == "mode":
             values["mode"] = _string(where, key, value, MODES)
         elif key == "model":
@@ -249,9 +295,12 @@ def parse(table: Mapping[str, Any], where: str) -> Settings:
             if isinstance(value, (Mapping, AllowEntry)):
                 value = [value]
             if not isinstance(value, (list, tuple)):
-                raise _fail(where, key, f"expected a list of {{path, reason}} tables, got {value!r}")
+                raise _fail(
+                    where, key, f"expected a list of {{path, reason}} tables, got {value!r}"
+                )
             values["allowlist"] = tuple(
-                v if isinstance(v, AllowEntry) else _allow_entry(where, i, v) for i, v in enumerate(value)
+                v if isinstance(v, AllowEntry) else _allow_entry(where, i, v)
+                for i, v in enumerate(value)
             )
     return Settings(origin=where, **values)
 
@@ -259,7 +308,9 @@ def parse(table: Mapping[str, Any], where: str) -> Settings:
 def read(path: Path, *, required: bool = True) -> Settings:
     """The ``[tool.leakscope]`` table of ``path`` (empty settings when absent and not ``required``)."""
     if not path.is_file():
-        raise ConfigError(f"{path}: config file not found; pass an existing pyproject.toml to --config")
+        raise ConfigError(
+            f"{path}: config file not found; pass an existing pyproject.toml to --config"
+        )
     try:
         with path.open("rb") as handle:
             doc = tomllib.load(handle)

@@ -46,9 +46,14 @@ class SegmentKind(str, enum.Enum):
 
 
 #: segments that name one entry of a container (another run puts the same slot at another entry)
-ENTRY_KINDS = frozenset({
-    SegmentKind.INDEX, SegmentKind.MEMBER, SegmentKind.OBJECT_KEY, SegmentKind.KEY_OBJECT,
-})
+ENTRY_KINDS = frozenset(
+    {
+        SegmentKind.INDEX,
+        SegmentKind.MEMBER,
+        SegmentKind.OBJECT_KEY,
+        SegmentKind.KEY_OBJECT,
+    }
+)
 #: frame-navigation attributes of generators and tracebacks
 SUSPENDED_FRAMES = {"gi_frame": "gi", "cr_frame": "cr", "ag_frame": "ag"}
 WILDCARD = "*"
@@ -81,6 +86,14 @@ class Segment:
             return f".{name}()"
         return f".<{name}>"
 
+    def code(self) -> str:
+        """The step as Python spells it: a mapping key is always subscripted (``["loss"]``, where
+        :meth:`__str__` prints ``.loss``); every other step as printed."""
+        if self.kind is SegmentKind.KEY:
+            name = self.name
+            return f'["{name}"]' if isinstance(name, str) and name.isidentifier() else f"[{name}]"
+        return str(self)
+
 
 _SCALARS = (str, int, float, bool, type(None))
 #: a type's own ``__name__`` (``type(key).__name__`` would run the key class's metaclass hooks)
@@ -93,7 +106,12 @@ def _builtin_literal(key: object, depth: int = 0) -> bool:
     compared by identity (``in`` would run a metaclass's ``__eq__``)."""
     if any(type(key) is scalar for scalar in _SCALARS):
         return True
-    return type(key) is tuple and depth < 8 and len(key) <= 16 and all(_builtin_literal(k, depth + 1) for k in key)
+    return (
+        type(key) is tuple
+        and depth < 8
+        and len(key) <= 16
+        and all(_builtin_literal(k, depth + 1) for k in key)
+    )
 
 
 def key_segment(key: object) -> Segment:
@@ -128,9 +146,11 @@ class HolderPath:
     def shape(self) -> HolderPath:
         """The same slot in another run: every container entry as ``*``
         (``engine.history[3].x`` -> ``engine.history[*].x``)."""
-        return HolderPath(self.root, tuple(
-            Segment(s.kind, WILDCARD) if s.kind in ENTRY_KINDS else s for s in self.segments
-        ), self.kind)
+        return HolderPath(
+            self.root,
+            tuple(Segment(s.kind, WILDCARD) if s.kind in ENTRY_KINDS else s for s in self.segments),
+            self.kind,
+        )
 
     def container(self) -> HolderPath:
         """The path without its trailing container entries (``engine.history[0]`` -> ``engine.history``)."""
@@ -167,8 +187,15 @@ class HolderPath:
         """The last name along the path that code could spell (``log_probs``), else ``value``."""
         for segment in reversed(self.segments):
             name = segment.name
-            if isinstance(name, str) and name.isidentifier() and segment.kind in (
-                SegmentKind.ATTR, SegmentKind.KEY, SegmentKind.CELL,
+            if (
+                isinstance(name, str)
+                and name.isidentifier()
+                and segment.kind
+                in (
+                    SegmentKind.ATTR,
+                    SegmentKind.KEY,
+                    SegmentKind.CELL,
+                )
             ):
                 return name
             if segment.kind is SegmentKind.LOCAL and isinstance(name, str):
@@ -178,14 +205,20 @@ class HolderPath:
         return "value"
 
     def code(self) -> str:
-        """The path as the engine's code spells it: ``engine.x`` -> ``self.x``, ``global:m.X`` -> ``m.X``."""
+        """The path as the engine's code spells it: ``engine.x`` -> ``self.x``, ``global:m.X`` -> ``m.X``,
+        a mapping key subscripted (``self.outputs[0]["loss"]``)."""
         alias = _ROOT_ALIASES.get(self.root)
         if alias is None:
             alias = self.root.partition(":")[2] if self.root_kind == "global" else self.root
-        return shorten(alias + "".join(str(s) for s in self.segments))
+        return shorten(alias + "".join(s.code() for s in self.segments))
 
 
-_ROOT_ALIASES = {"engine": "self", "module": "model", "micro_batch": "micro_batch", "output": "output"}
+_ROOT_ALIASES = {
+    "engine": "self",
+    "module": "model",
+    "micro_batch": "micro_batch",
+    "output": "output",
+}
 
 #: a holder path that names no reference: retention proven, holder out of reach
 UNKNOWN = HolderPath("<unknown holder>")

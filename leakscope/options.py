@@ -94,7 +94,9 @@ class CheckOptions:
         if self.micro_batches < 1:
             raise UsageError(f"--micro-batches {self.micro_batches} must be 1 or more")
         if self.timeout is not None and not (self.timeout > 0):  # NaN included
-            raise UsageError(f"--timeout {self.timeout:g} is not a number of seconds above 0; give seconds > 0, or 0 for no limit")
+            raise UsageError(
+                f"--timeout {self.timeout:g} is not a number of seconds above 0; give seconds > 0, or 0 for no limit"
+            )
         if self.timeout is not None and not self.isolate:
             raise UsageError("--timeout needs a child process to kill; drop --no-isolate")
         if self.jobs < 1:

@@ -26,7 +26,11 @@ _listener: Listener | None = None
 
 
 def report(
-    phase: str | None = None, *, step: str | None = None, target: str | None = None, mode: str | None = None
+    phase: str | None = None,
+    *,
+    step: str | None = None,
+    target: str | None = None,
+    mode: str | None = None,
 ) -> None:
     """Tell the listener, if any, that the check entered ``phase`` (or ``step`` within it).
 

@@ -53,7 +53,9 @@ def allow_result(result: TargetResult, allowlist: Sequence[AllowEntry]) -> Targe
     for finding in result.findings:
         entry = next((e for e in allowlist if e.matches(result, finding)), None)
         if entry is not None and finding.severity is not Severity.ALLOWED:
-            finding = dataclasses.replace(finding, severity=Severity.ALLOWED, allowed_reason=entry.reason)
+            finding = dataclasses.replace(
+                finding, severity=Severity.ALLOWED, allowed_reason=entry.reason
+            )
             changed = True
         findings.append(finding)
     if not changed:

@@ -190,6 +190,7 @@ class Finding:
         object.__setattr__(self, "cause", Cause(self.cause))
         if self.kind is not None:
             object.__setattr__(self, "kind", LeakKind(self.kind))
+
     #: the lines around ``source`` and ``stored_at``, captured when the check ran (``leakscope.snippets``)
     snippets: tuple[Snippet, ...] = ()
 

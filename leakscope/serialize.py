@@ -103,7 +103,9 @@ def from_data(cls: type[T], data: Any, *, ints: tuple[int, int] = INT_RANGE, whe
     return value
 
 
-def value_from_data(tp: Any, data: Any, *, ints: tuple[int, int] = INT_RANGE, where: str = "") -> Any:
+def value_from_data(
+    tp: Any, data: Any, *, ints: tuple[int, int] = INT_RANGE, where: str = ""
+) -> Any:
     """One value checked against the type hint ``tp`` by :func:`from_data`'s rules."""
     return _Decoder(ints).build(tp, data, where)
 
@@ -192,7 +194,9 @@ class _Decoder:
         if isinstance(data, bool) or not isinstance(data, int):
             raise SchemaError(where, f"is {_kind(data)}, not an integer")
         if not self.lo <= data <= self.hi:
-            raise SchemaError(where, f"is {_kind(data)}, not an integer from {self.lo} to {self.hi}")
+            raise SchemaError(
+                where, f"is {_kind(data)}, not an integer from {self.lo} to {self.hi}"
+            )
         return data
 
     def union(self, args: tuple[Any, ...], data: Any, where: str) -> Any:
@@ -200,7 +204,9 @@ class _Decoder:
         if data is None:
             if len(options) < len(args):
                 return None
-            raise SchemaError(where, f"is null, not {' or '.join(self.describe(a) for a in options)}")
+            raise SchemaError(
+                where, f"is null, not {' or '.join(self.describe(a) for a in options)}"
+            )
         error: SchemaError | None = None
         for option in options:
             try:
@@ -208,7 +214,9 @@ class _Decoder:
             except SchemaError as exc:
                 error = error or exc
         if len(options) > 1:
-            raise SchemaError(where, f"is {_kind(data)}, not {' or '.join(self.describe(a) for a in options)}")
+            raise SchemaError(
+                where, f"is {_kind(data)}, not {' or '.join(self.describe(a) for a in options)}"
+            )
         assert error is not None
         raise error
 
@@ -219,7 +227,9 @@ class _Decoder:
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
             if len(args) != len(data):
                 raise SchemaError(where, f"has {len(data)} items, not {len(args)}")
-            return tuple(self.build(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, data)))
+            return tuple(
+                self.build(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, data))
+            )
         item = args[0] if args else Any
         values = [self.build(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
         return origin(values) if origin is not list else values
@@ -244,7 +254,10 @@ class _Decoder:
         for field in dataclasses.fields(tp):
             at = f"{where}.{field.name}" if where else field.name
             if field.name not in data:
-                if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+                if (
+                    field.default is dataclasses.MISSING
+                    and field.default_factory is dataclasses.MISSING
+                ):
                     raise SchemaError(at, "is missing")
                 continue
             hint = hints[field.name]

@@ -60,7 +60,9 @@ def snippet_for(finding: Finding, source: Source) -> Snippet | None:
     return None
 
 
-def _with_snippets(finding: Finding, roots: Sequence[str], cache: dict[str, list[str] | None]) -> Finding:
+def _with_snippets(
+    finding: Finding, roots: Sequence[str], cache: dict[str, list[str] | None]
+) -> Finding:
     snippets = list(finding.snippets)
     for source in (finding.source, finding.stored_at):
         if source is None or any(s.file == source.file and s.line == source.line for s in snippets):
@@ -68,10 +70,16 @@ def _with_snippets(finding: Finding, roots: Sequence[str], cache: dict[str, list
         snippet = _snippet(source, roots, cache)
         if snippet is not None:
             snippets.append(snippet)
-    return finding if len(snippets) == len(finding.snippets) else dataclasses.replace(finding, snippets=tuple(snippets))
+    return (
+        finding
+        if len(snippets) == len(finding.snippets)
+        else dataclasses.replace(finding, snippets=tuple(snippets))
+    )
 
 
-def _snippet(source: Source, roots: Sequence[str], cache: dict[str, list[str] | None]) -> Snippet | None:
+def _snippet(
+    source: Source, roots: Sequence[str], cache: dict[str, list[str] | None]
+) -> Snippet | None:
     if source.file not in cache:
         cache[source.file] = _read_lines(source.file, roots)
     lines = cache[source.file]
@@ -118,7 +126,9 @@ def _read_lines(file: str, roots: Sequence[str]) -> list[str] | None:
     if real is None:
         return None
     try:
-        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(
+            real, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+        )
     except OSError:
         return None
     try:

@@ -44,12 +44,20 @@ def _run_from_root(monkeypatch: pytest.MonkeyPatch) -> None:
 def holder_path(root: str, *steps: str | int) -> HolderPath:
     """A hand-built holder path for renderer and policy tests: names are keys, ints are indices
     (``holder_path("output", "model_output", "entropy")`` is ``output.model_output.entropy``)."""
-    return HolderPath(root, tuple(
-        Segment(SegmentKind.INDEX, s) if isinstance(s, int) else Segment(SegmentKind.KEY, s) for s in steps
-    ))
+    return HolderPath(
+        root,
+        tuple(
+            Segment(SegmentKind.INDEX, s) if isinstance(s, int) else Segment(SegmentKind.KEY, s)
+            for s in steps
+        ),
+    )
 
 
-def framework_python(venv: Path, setup: str, required_by: tuple[str, ...] = ("LEAKSCOPE_REQUIRE_FRAMEWORKS", "LEAKSCOPE_REQUIRE_VERL")) -> Path:
+def framework_python(
+    venv: Path,
+    setup: str,
+    required_by: tuple[str, ...] = ("LEAKSCOPE_REQUIRE_FRAMEWORKS", "LEAKSCOPE_REQUIRE_VERL"),
+) -> Path:
     """A framework venv's interpreter, or a skip; a failure when CI requires the frameworks
     (any of ``required_by`` set to 1). ``setup`` is the script that creates the venv; its
     ``.pins`` stamp, written last (.ci/framework_env.py), says the venv is complete."""
@@ -59,7 +67,10 @@ def framework_python(venv: Path, setup: str, required_by: tuple[str, ...] = ("LE
     return python
 
 
-def framework_missing(message: str, required_by: tuple[str, ...] = ("LEAKSCOPE_REQUIRE_FRAMEWORKS", "LEAKSCOPE_REQUIRE_VERL")) -> NoReturn:
+def framework_missing(
+    message: str,
+    required_by: tuple[str, ...] = ("LEAKSCOPE_REQUIRE_FRAMEWORKS", "LEAKSCOPE_REQUIRE_VERL"),
+) -> NoReturn:
     """Skip a test whose framework environment is missing (``message`` says which and how to
     create it), or fail it when CI requires the frameworks (any of ``required_by`` set to 1)."""
     if any(os.environ.get(name) == "1" for name in required_by):
@@ -81,7 +92,11 @@ def run_leakscope(
     repository root, as a user runs it (:func:`venv_env`, updated with ``env``)."""
     return subprocess.run(
         [str(python.parent / "leakscope"), *args],
-        cwd=ROOT, env={**venv_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        env={**venv_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -91,7 +106,9 @@ def run_venv_check(python: Path, *args: str, timeout: float = 900) -> tuple[int,
     try:
         doc = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        pytest.fail(f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
+        pytest.fail(
+            f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
+        )
     return proc.returncode, doc
 
 

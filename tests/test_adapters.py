@@ -53,10 +53,16 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def run_cli(pythonpath: list[Path], *args: str) -> tuple[int, str, str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(str(p) for p in pythonpath))
+    env = dict(
+        os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(str(p) for p in pythonpath)
+    )
     proc = subprocess.run(
         [sys.executable, "-m", "leakscope", "check", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     return proc.returncode, proc.stdout, proc.stderr
 
@@ -64,7 +70,8 @@ def run_cli(pythonpath: list[Path], *args: str) -> tuple[int, str, str]:
 def _summary(stdout: str) -> dict[tuple[str, str], tuple[str, list[str], Any]]:
     doc = json.loads(stdout)
     return {
-        (r["target"], r["mode"]): (r["verdict"], [f["path"] for f in r["findings"]], r["error"]) for r in doc["results"]
+        (r["target"], r["mode"]): (r["verdict"], [f["path"] for f in r["findings"]], r["error"])
+        for r in doc["results"]
     }
 
 
@@ -101,7 +108,12 @@ def test_without_the_entry_point_the_engine_cannot_be_built(tmp_path: Path) -> N
 
 def test_broken_entry_point_is_one_line_naming_it(site: dict[str, Path]) -> None:
     code, out, err = run_cli(
-        [site["leakscope-broken-adapter"]], "fixtures.verl_fix:Engine", "--mode", "train", "--format", "json"
+        [site["leakscope-broken-adapter"]],
+        "fixtures.verl_fix:Engine",
+        "--mode",
+        "train",
+        "--format",
+        "json",
     )
     assert code == 3
     (error,) = [r["error"] for r in json.loads(out)["results"]]
@@ -115,8 +127,14 @@ def test_broken_entry_point_is_one_line_naming_it(site: dict[str, Path]) -> None
 
 def test_factory_overrides_an_adapter(site: dict[str, Path]) -> None:
     code, out, _ = run_cli(
-        [site["leakscope-demo-adapter"], ROOT], LEAKY, "--factory", "fixtures.step_function:make_engine",
-        "--mode", "train", "--format", "json",
+        [site["leakscope-demo-adapter"], ROOT],
+        LEAKY,
+        "--factory",
+        "fixtures.step_function:make_engine",
+        "--mode",
+        "train",
+        "--format",
+        "json",
     )
     assert code == 0
     assert _summary(out) == {(LEAKY, "train"): ("clean", [], None)}
@@ -129,5 +147,7 @@ def test_builtin_adapters_load_without_importing_torch() -> None:
         "assert 'verl-fsdp' in names, names; "
         "assert 'torch' not in sys.modules and 'verl' not in sys.modules; print('ok')"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert proc.stdout.strip() == "ok", proc.stderr

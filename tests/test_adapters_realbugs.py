@@ -56,11 +56,18 @@ def _ready(release: Release, lightning: bool = False) -> None:
 
 def _leakscope(bug: Bug, release: Release, command: str, *args: str) -> tuple[int, dict[str, Any]]:
     """``leakscope COMMAND -f json ARGS`` in the bug's folder with the release's overlay: exit code and report."""
-    proc = run(bug, release, [sys.executable, "-m", "leakscope", command, "-f", "json", *args], timeout=TIMEOUT)
+    proc = run(
+        bug,
+        release,
+        [sys.executable, "-m", "leakscope", command, "-f", "json", *args],
+        timeout=TIMEOUT,
+    )
     try:
         doc: dict[str, Any] = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        pytest.fail(f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
+        pytest.fail(
+            f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
+        )
     return proc.returncode, doc
 
 
@@ -76,6 +83,7 @@ def _leaks(result: dict[str, Any]) -> dict[str, str]:
 
 # -- pytorch-forecasting: a LightningModule built for a data set ----------------------------------
 
+
 def test_nbeats_out_of_the_box_is_caught_at_the_upstream_holder_on_the_buggy_release() -> None:
     """``NBeats.from_dataset`` on leakscope's TimeSeriesDataSet, fed that data set's batches through
     the real Trainer: 1.4.0's ``training_step_outputs.append(log)`` keeps every batch's loss graph."""
@@ -84,7 +92,10 @@ def test_nbeats_out_of_the_box_is_caught_at_the_upstream_holder_on_the_buggy_rel
     code, results = _check(FORECASTING, release, NBEATS, "--mode", "both")
     train = results["train"]
     assert (code, train["verdict"], train["error"]) == (1, "leak", None), train
-    assert _leaks(train) == {FORECASTING.holder: FORECASTING.kind, **dict.fromkeys(FORECASTING.fixed.also_bounded, "bounded")}
+    assert _leaks(train) == {
+        FORECASTING.holder: FORECASTING.kind,
+        **dict.fromkeys(FORECASTING.fixed.also_bounded, "bounded"),
+    }
     finding = next(f for f in train["findings"] if f["path"] == FORECASTING.holder)
     assert finding["confirmed"] and finding["graph_nodes"] > 0 and finding["retained_bytes"] > 0
     assert finding["stored_at"]["file"].endswith("pytorch_forecasting/models/base/_base_model.py")
@@ -110,7 +121,9 @@ def test_a_factory_built_nbeats_is_fed_its_own_data(factory: str) -> None:
     with its loader, with a LightningDataModule, or from the module's own ``train_dataloader()``."""
     release = FORECASTING.buggy
     _ready(release, lightning=True)
-    code, results = _check(FORECASTING, release, NBEATS, "--factory", f"check_module:{factory}", "--mode", "train")
+    code, results = _check(
+        FORECASTING, release, NBEATS, "--factory", f"check_module:{factory}", "--mode", "train"
+    )
     train = results["train"]
     assert (code, train["error"]) == (1, None), train
     assert _leaks(train)[FORECASTING.holder] == "growing"
@@ -119,7 +132,15 @@ def test_a_factory_built_nbeats_is_fed_its_own_data(factory: str) -> None:
 def test_a_factory_built_nbeats_without_its_data_is_one_line_asking_for_the_loader() -> None:
     release = FORECASTING.buggy
     _ready(release, lightning=True)
-    code, results = _check(FORECASTING, release, NBEATS, "--factory", "check_module:make_without_data", "--mode", "train")
+    code, results = _check(
+        FORECASTING,
+        release,
+        NBEATS,
+        "--factory",
+        "check_module:make_without_data",
+        "--mode",
+        "train",
+    )
     assert code == 3
     assert results["train"]["error"] == (
         "the factory's NBeats is built for a data set that leakscope cannot see, and has no data loader of its "
@@ -129,6 +150,7 @@ def test_a_factory_built_nbeats_without_its_data_is_one_line_asking_for_the_load
 
 
 # -- pytorch_lightning 1.0: below the range the adapter claims ------------------------------------
+
 
 def _pl10_line(release: Release) -> str:
     return (
@@ -140,7 +162,9 @@ def _pl10_line(release: Release) -> str:
 
 
 @pytest.mark.parametrize("side", ["buggy", "fixed"])
-def test_a_pytorch_lightning_1_0_module_is_refused_in_one_line_naming_the_watch_command(side: str) -> None:
+def test_a_pytorch_lightning_1_0_module_is_refused_in_one_line_naming_the_watch_command(
+    side: str,
+) -> None:
     release = PL10.release(side)
     _ready(release, lightning=True)
     code, results = _check(PL10, release, "driver:LitRegressor")
@@ -158,14 +182,18 @@ def test_watch_with_no_method_names_the_pytorch_lightning_1_0_step_to_watch() ->
     _ready(release)
     code, doc = _leakscope(PL10, release, "watch", "driver.py", "--steps", "6")
     assert code == 3
-    assert [(r["target"], r["verdict"], r["error"]) for r in doc["results"]] == [(
-        "the built-in step methods", "error",
-        "the job runs pytorch_lightning 1.0.4, whose step is not among the built-in methods (they cover "
-        f"pytorch_lightning from 1.4 and lightning 2); watch its LightningModule's own step: --method {PL10.method}",
-    )]
+    assert [(r["target"], r["verdict"], r["error"]) for r in doc["results"]] == [
+        (
+            "the built-in step methods",
+            "error",
+            "the job runs pytorch_lightning 1.0.4, whose step is not among the built-in methods (they cover "
+            f"pytorch_lightning from 1.4 and lightning 2); watch its LightningModule's own step: --method {PL10.method}",
+        )
+    ]
 
 
 # -- TRL 0.4's PPOTrainer: not a transformers.Trainer ---------------------------------------------
+
 
 def test_an_old_ppo_trainer_is_refused_with_the_minibatch_method_to_watch() -> None:
     """Before 0.12 a PPOTrainer is not a Trainer; the graph is kept between the minibatches of one
@@ -184,12 +212,19 @@ def test_an_old_ppo_trainer_is_refused_with_the_minibatch_method_to_watch() -> N
 
 def test_these_are_all_the_suite_cases_the_adapters_claim() -> None:
     """A new bug whose target is a LightningModule or a trainer needs a check test here."""
-    claimed = {bug.name for bug in BUGS.values() if bug.method.startswith(("pytorch_forecasting.", "trl.", "transformers."))}
-    claimed |= {bug.name for bug in BUGS.values() if bug.package in ("pytorch-lightning", "lightning")}
+    claimed = {
+        bug.name
+        for bug in BUGS.values()
+        if bug.method.startswith(("pytorch_forecasting.", "trl.", "transformers."))
+    }
+    claimed |= {
+        bug.name for bug in BUGS.values() if bug.package in ("pytorch-lightning", "lightning")
+    }
     assert claimed == {FORECASTING.name, PL10.name, PPO.name}
 
 
 # -- the rules, on plain classes (no overlay) ----------------------------------------------------
+
 
 class _Series:
     """A data set class leakscope has no recipe for."""
@@ -220,7 +255,9 @@ def test_a_module_built_for_a_data_set_leakscope_cannot_make_asks_for_a_factory(
     )
 
 
-def test_a_data_set_recipe_builds_the_module_and_its_failure_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_data_set_recipe_builds_the_module_and_its_failure_is_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from leakscope.adapters import lightning
     from leakscope.errors import EngineError
 
@@ -233,8 +270,11 @@ def test_a_data_set_recipe_builds_the_module_and_its_failure_is_one_line(monkeyp
         raise ValueError("no such column\nsecond line")
 
     monkeypatch.setitem(lightning.DATASETS, key, (broken, "an empty series"))
-    with pytest.raises(EngineError, match=r"^_BuiltForData.from_dataset on leakscope's _Series \(an empty series\) "
-                       r"raised ValueError: no such column; build it with --factory pkg.mod:make_module, "):
+    with pytest.raises(
+        EngineError,
+        match=r"^_BuiltForData.from_dataset on leakscope's _Series \(an empty series\) "
+        r"raised ValueError: no such column; build it with --factory pkg.mod:make_module, ",
+    ):
         lightning.build_from_dataset(_BuiltForData)
 
 
@@ -256,10 +296,18 @@ def _lightning_1_0(main_class: bool) -> dict[str, types.ModuleType]:
     ``core.lightning``) and the job's module subclassing it (also under ``__main__`` when asked)."""
     package = types.ModuleType("pytorch_lightning")
     package.__version__ = "1.0.4"  # type: ignore[attr-defined]
-    base = type("LightningModule", (), {"__module__": "pytorch_lightning.core.lightning", "training_step": lambda s: None})
+    base = type(
+        "LightningModule",
+        (),
+        {"__module__": "pytorch_lightning.core.lightning", "training_step": lambda s: None},
+    )
     package.LightningModule = base  # type: ignore[attr-defined]
     job = types.ModuleType("job")
-    job.Lit = type("Lit", (base,), {"__module__": "__main__" if main_class else "job", "training_step": lambda s: None})  # type: ignore[attr-defined]
+    job.Lit = type(
+        "Lit",
+        (base,),
+        {"__module__": "__main__" if main_class else "job", "training_step": lambda s: None},
+    )  # type: ignore[attr-defined]
     job.Plain = type("Plain", (base,), {"__module__": "job"})  # no step of its own: not named  # type: ignore[attr-defined]
     return {"pytorch_lightning": package, "job": job}
 
@@ -271,7 +319,10 @@ def test_uncovered_step_names_the_job_s_own_lightning_step() -> None:
         "the job runs pytorch_lightning 1.0.4, whose step is not among the built-in methods (they cover "
         "pytorch_lightning from 1.4 and lightning 2); watch its LightningModule's own step"
     )
-    assert uncovered_step(_lightning_1_0(main_class=False)) == f"{head}: --method job:Lit.training_step"
+    assert (
+        uncovered_step(_lightning_1_0(main_class=False))
+        == f"{head}: --method job:Lit.training_step"
+    )
     assert uncovered_step(_lightning_1_0(main_class=True)) == (
         f"{head}, Lit.training_step, defined in the script itself: move the class to a module the script imports and give "
         "--method that_module:Lit.training_step"
@@ -282,7 +333,12 @@ def test_uncovered_step_names_the_job_s_own_lightning_step() -> None:
 def test_the_watch_command_of_an_old_ppo_trainer_follows_its_methods() -> None:
     from leakscope.adapters.trainer import watch_command
 
-    with_minibatch = type("PPOTrainer", (), {"step": lambda s: None, "train_minibatch": lambda s: None})
+    with_minibatch = type(
+        "PPOTrainer", (), {"step": lambda s: None, "train_minibatch": lambda s: None}
+    )
     without = type("PPOTrainer", (), {"step": lambda s: None})
-    assert watch_command("ppo", with_minibatch).split()[3] == "trl.trainer.ppo_trainer:PPOTrainer.train_minibatch"
+    assert (
+        watch_command("ppo", with_minibatch).split()[3]
+        == "trl.trainer.ppo_trainer:PPOTrainer.train_minibatch"
+    )
     assert watch_command("ppo", without).split()[3] == "trl.trainer.ppo_trainer:PPOTrainer.step"

@@ -31,7 +31,9 @@ def test_no_target_checks_the_reference_engine() -> None:
 
 
 def test_leaky_reference_engine_json_names_both_paths() -> None:
-    result = runner.invoke(app, ["check", "leakscope.models.engines:LeakyFSDPEngine", "--format", "json"])
+    result = runner.invoke(
+        app, ["check", "leakscope.models.engines:LeakyFSDPEngine", "--format", "json"]
+    )
     assert result.exit_code == 1
     doc = json.loads(result.stdout)
     assert doc["schema_version"] == 1
@@ -46,15 +48,19 @@ def test_leaky_reference_engine_json_names_both_paths() -> None:
 
 
 def test_text_report_has_table_and_fix() -> None:
-    result = runner.invoke(app, ["check", "leakscope.models.engines:LeakyFSDPEngine", "--mode", "train"])
+    result = runner.invoke(
+        app, ["check", "leakscope.models.engines:LeakyFSDPEngine", "--mode", "train"]
+    )
     assert result.exit_code == 1
     assert "LEAK" in result.stdout
     assert "output.model_output.entropy" in result.stdout
-    assert "fix: detach output[\"model_output\"][\"log_probs\"] before it is returned" in result.stdout
+    assert 'fix: detach output["model_output"]["log_probs"] before it is returned' in result.stdout
 
 
 def test_missing_module_is_exit_3_one_line_and_valid_json() -> None:
-    result = runner.invoke(app, ["check", "no_such_pkg.engines:Engine", "--format", "json", "--mode", "train"])
+    result = runner.invoke(
+        app, ["check", "no_such_pkg.engines:Engine", "--format", "json", "--mode", "train"]
+    )
     assert result.exit_code == 3
     doc = json.loads(result.stdout)
     (res,) = doc["results"]
@@ -79,7 +85,9 @@ def test_malformed_target_is_usage_error_with_json() -> None:
 
 def test_output_file_receives_report(tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "report.json"
-    result = runner.invoke(app, ["check", "fixtures/verl_fix.py:Engine", "--format", "json", "-o", str(out)])
+    result = runner.invoke(
+        app, ["check", "fixtures/verl_fix.py:Engine", "--format", "json", "-o", str(out)]
+    )
     assert result.exit_code == 0
     assert result.stdout == ""
     assert json.loads(out.read_text())["results"][0]["verdict"] == "clean"
@@ -98,16 +106,23 @@ def test_cli_import_is_torch_free() -> None:
 
 
 def test_python_dash_m_runs_the_cli() -> None:
-    out = subprocess.run([sys.executable, "-m", "leakscope", "--version"], capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "leakscope", "--version"], capture_output=True, text=True
+    )
     assert out.returncode == 0
     assert out.stdout.strip() == f"leakscope {__version__}"
 
 
 def test_fail_on_warning_the_verdict_line_footer_and_exit_code_agree() -> None:
     """A cycle freed only by the GC is a warning: it fails --fail-on warning, and every line says so."""
-    strict = runner.invoke(app, ["check", "fixtures.cycle_until_gc:Engine", "--mode", "train", "--fail-on", "warning"])
+    strict = runner.invoke(
+        app, ["check", "fixtures.cycle_until_gc:Engine", "--mode", "train", "--fail-on", "warning"]
+    )
     assert strict.exit_code == 1, strict.output
-    assert "fixtures.cycle_until_gc:Engine [train] WARNING  1 warning (fails --fail-on warning)" in strict.stdout
+    assert (
+        "fixtures.cycle_until_gc:Engine [train] WARNING  1 warning (fails --fail-on warning)"
+        in strict.stdout
+    )
     assert strict.stdout.rstrip().endswith("0 leak, 1 warning, 0 clean, 0 error (exit 1)")
     lenient = runner.invoke(app, ["check", "fixtures.cycle_until_gc:Engine", "--mode", "train"])
     assert lenient.exit_code == 0

@@ -27,7 +27,10 @@ def test_config_error_is_one_line_exit_2_and_json_stays_valid(tmp_path: Path) ->
     cfg = _config(tmp_path, 'fail-on = "never"\n')
     result = _run("--config", cfg)
     assert result.exit_code == 2
-    assert result.stderr == f"leakscope: error: {cfg} [tool.leakscope]: fail-on: 'never' is not one of: leak, warning\n"
+    assert (
+        result.stderr
+        == f"leakscope: error: {cfg} [tool.leakscope]: fail-on: 'never' is not one of: leak, warning\n"
+    )
     assert result.stdout == ""
     doc = json.loads(_run("--config", cfg, "--format", "json").stdout)
     assert doc["error"].endswith("fail-on: 'never' is not one of: leak, warning")
@@ -44,7 +47,10 @@ def test_cwd_pyproject_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_config_targets_and_mode_flags_override(tmp_path: Path) -> None:
-    cfg = _config(tmp_path, 'targets = ["fixtures.verl_bug:Engine"]\nmode = "forward-only"\nconfirm = false\nmicro-batches = 1\n')
+    cfg = _config(
+        tmp_path,
+        'targets = ["fixtures.verl_bug:Engine"]\nmode = "forward-only"\nconfirm = false\nmicro-batches = 1\n',
+    )
     clean = _run("--config", cfg, "--format", "json")
     assert clean.exit_code == 0, clean.output
     doc = json.loads(clean.stdout)
@@ -83,15 +89,32 @@ def test_fail_on_warning_quiet_and_output_file(tmp_path: Path) -> None:
     default = _run(target, "--config", fast, "--mode", "train", "--quiet")
     assert (default.exit_code, default.stdout) == (0, "")
     report = tmp_path / "report.sarif"
-    strict = _run(target, "--config", fast, "--mode", "train", "--fail-on", "warning", "-q", "-f", "sarif",
-                  "-o", str(report))
+    strict = _run(
+        target,
+        "--config",
+        fast,
+        "--mode",
+        "train",
+        "--fail-on",
+        "warning",
+        "-q",
+        "-f",
+        "sarif",
+        "-o",
+        str(report),
+    )
     assert (strict.exit_code, strict.stdout) == (1, "")
     [finding] = json.loads(report.read_text(encoding="utf-8"))["runs"][0]["results"]
     assert (finding["ruleId"], finding["level"]) == ("reference-cycle", "warning")
 
 
 def test_progress_only_when_asked_outside_a_terminal(tmp_path: Path) -> None:
-    targets = ("fixtures.verl_fix:Engine", "fixtures.verl_bug:Engine", "--config", _config(tmp_path, "micro-batches = 1\n"))
+    targets = (
+        "fixtures.verl_fix:Engine",
+        "fixtures.verl_bug:Engine",
+        "--config",
+        _config(tmp_path, "micro-batches = 1\n"),
+    )
     quiet = _run(*targets, "--mode", "forward-only", "--format", "json")
     assert quiet.exit_code == 0
     assert quiet.stderr == ""

@@ -53,7 +53,12 @@ def test_reads_every_key(tmp_path: Path) -> None:
         fail_on="warning",
         allowlist=(
             AllowEntry("output.model_output.entropy", "kept attached for the KL term"),
-            AllowEntry("engine.history*", "bounded ring buffer", "fixtures.engine_attributes:Engine", "train"),
+            AllowEntry(
+                "engine.history*",
+                "bounded ring buffer",
+                "fixtures.engine_attributes:Engine",
+                "train",
+            ),
         ),
         origin=f"{tmp_path / 'pyproject.toml'} [tool.leakscope]",
     )
@@ -68,15 +73,23 @@ def test_reads_every_key(tmp_path: Path) -> None:
     [
         ('fail-on = "sometimes"', "fail-on: 'sometimes' is not one of: leak, warning"),
         ('mode = "eval"', "mode: 'eval' is not one of: train, forward-only, both"),
-        ('colour = "red"', "colour: unknown key; [tool.leakscope] takes targets, mode, model, factory, "
-         "micro-batches, confirm, fail-on, allowlist"),
+        (
+            'colour = "red"',
+            "colour: unknown key; [tool.leakscope] takes targets, mode, model, factory, "
+            "micro-batches, confirm, fail-on, allowlist",
+        ),
         ('targets = ["no_colon"]', "targets[0]: target 'no_colon' is not of the form"),
         ("micro-batches = 0", "micro-batches: expected a positive integer, got 0"),
         ("confirm = 1", "confirm: expected true or false, got 1"),
         ('model = "gpt"', "model: 'gpt' is not one of: peft-checkpoint"),
-        ('allowlist = [{path = "output.x"}]',
-         "allowlist[0].reason: missing or empty; say why this reference is kept attached on purpose"),
-        ('allowlist = [{path = "output.x", reason = "  "}]', "allowlist[0].reason: missing or empty"),
+        (
+            'allowlist = [{path = "output.x"}]',
+            "allowlist[0].reason: missing or empty; say why this reference is kept attached on purpose",
+        ),
+        (
+            'allowlist = [{path = "output.x", reason = "  "}]',
+            "allowlist[0].reason: missing or empty",
+        ),
         ('allowlist = [{reason = "why"}]', "allowlist[0].path: missing"),
         ('allowlist = [{path = "o", reason = "r", why = 1}]', "allowlist[0].why: unknown key"),
     ],
@@ -111,11 +124,23 @@ def test_discover_uses_cwd_pyproject_and_tolerates_no_table(tmp_path: Path) -> N
 
 def test_flags_override_config_and_allowlists_add_up() -> None:
     project = config.parse(
-        {"mode": "forward-only", "model": "full-finetune", "allowlist": [{"path": "a", "reason": "r"}]}, "file"
+        {
+            "mode": "forward-only",
+            "model": "full-finetune",
+            "allowlist": [{"path": "a", "reason": "r"}],
+        },
+        "file",
     )
-    flags = config.parse({"mode": "train", "fail_on": "warning", "allowlist": [{"path": "b", "reason": "s"}]}, "flags")
+    flags = config.parse(
+        {"mode": "train", "fail_on": "warning", "allowlist": [{"path": "b", "reason": "s"}]},
+        "flags",
+    )
     merged = project.override(flags)
-    assert (merged.mode, merged.model, merged.effective_fail_on) == ("train", "full-finetune", "warning")
+    assert (merged.mode, merged.model, merged.effective_fail_on) == (
+        "train",
+        "full-finetune",
+        "warning",
+    )
     assert [e.path for e in merged.allowlist] == ["a", "b"]
     assert config.Settings().effective_fail_on == "leak"
 
@@ -131,22 +156,37 @@ def test_micro_batches_needs_support_in_check_options() -> None:
 
 def _finding(path: HolderPath, severity: str = "leak", nbytes: int = 4096) -> Finding:
     return Finding(
-        path=path, holder=Holder.RETURNED, grad_fn="NegBackward0", graph_nodes=3, retained_bytes=nbytes,
-        confirmed=True, hint="detach it", severity=severity,
+        path=path,
+        holder=Holder.RETURNED,
+        grad_fn="NegBackward0",
+        graph_nodes=3,
+        retained_bytes=nbytes,
+        confirmed=True,
+        hint="detach it",
+        severity=severity,
     )
 
 
 def _result(*findings: Finding, warnings: tuple[str, ...] = ()) -> TargetResult:
     verdict = Verdict.LEAK if any(f.severity == "leak" for f in findings) else Verdict.CLEAN
-    return TargetResult("pkg:Engine", Mode.TRAIN, verdict, findings=findings, retained_bytes=8192 if verdict is Verdict.LEAK else 0,
-                        warnings=warnings)
+    return TargetResult(
+        "pkg:Engine",
+        Mode.TRAIN,
+        verdict,
+        findings=findings,
+        retained_bytes=8192 if verdict is Verdict.LEAK else 0,
+        warnings=warnings,
+    )
 
 
 def test_allowed_findings_stay_visible_and_stop_failing() -> None:
     result = _result(_finding(holder_path("output", "a")), _finding(holder_path("output", "b")))
     partly = allow_result(result, [AllowEntry("output.a", "needed")])
     assert partly.verdict is Verdict.LEAK
-    assert [(f.severity, f.allowed_reason) for f in partly.findings] == [("allowed", "needed"), ("leak", None)]
+    assert [(f.severity, f.allowed_reason) for f in partly.findings] == [
+        ("allowed", "needed"),
+        ("leak", None),
+    ]
     fully = allow_result(result, [AllowEntry("output.*", "all of output")])
     assert fully.verdict is Verdict.CLEAN and fully.retained_bytes == 0
     assert [str(f.path) for f in fully.findings] == ["output.a", "output.b"]

@@ -27,7 +27,9 @@ def test_fixture_corpus_has_leaky_and_clean_subjects() -> None:
 def test_fixture_verdict_and_paths(name: str) -> None:
     expected = importlib.import_module(f"fixtures.{name}").EXPECTED
     report = leakscope.check(fixture_target(name), CheckOptions())
-    got = {r.mode.value: (r.verdict.value, [str(f.path) for f in r.findings]) for r in report.results}
+    got = {
+        r.mode.value: (r.verdict.value, [str(f.path) for f in r.findings]) for r in report.results
+    }
     want = {mode: (verdict, list(paths)) for mode, (verdict, paths) in expected.items()}
     assert got == want
     kinds = getattr(importlib.import_module(f"fixtures.{name}"), "KIND", {})

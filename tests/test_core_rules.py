@@ -25,7 +25,12 @@ pytestmark = pytest.mark.integration
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     return subprocess.run(
-        [sys.executable, "-m", "leakscope", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "leakscope", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -47,11 +52,14 @@ def test_walk_errors_are_counted_and_reported_never_swallowed() -> None:
     assert paths == ["engine.kept[0]"]  # the rest of the walk goes on
     assert stats.errors == 1 and stats.first_error is not None
     assert stats.first_error.startswith("TypeError") and stats.first_error.endswith("at engine.odd")
-    report = leakscope.check(fixture_target("uninspectable_attribute"), CheckOptions(micro_batches=1))
+    report = leakscope.check(
+        fixture_target("uninspectable_attribute"), CheckOptions(micro_batches=1)
+    )
     for result in report.results:
         assert result.verdict.value == "clean"
         assert any(
-            w.startswith("1 object could not be inspected; first: TypeError") and w.endswith("at engine.odd")
+            w.startswith("1 object could not be inspected; first: TypeError")
+            and w.endswith("at engine.odd")
             for w in result.warnings
         ), result.warnings
 
@@ -62,11 +70,15 @@ def test_the_built_in_engines_are_walked_like_user_code() -> None:
     engine = object.__new__(LeakyFSDPEngine)
     kept = torch.ones(2, requires_grad=True) * 2
     engine.__dict__["last_entropy"] = kept
-    assert [str(h.path) for h in walk([Root("engine", engine, "engine")])] == ["engine.last_entropy"]
+    assert [str(h.path) for h in walk([Root("engine", engine, "engine")])] == [
+        "engine.last_entropy"
+    ]
 
 
 def test_storage_growth_reads_as_storage_growth_in_github_and_sarif() -> None:
-    report = leakscope.check(fixture_target("pending_generator"), CheckOptions(modes=(leakscope.Mode.FORWARD_ONLY,)))
+    report = leakscope.check(
+        fixture_target("pending_generator"), CheckOptions(modes=(leakscope.Mode.FORWARD_ONLY,))
+    )
     growth = [f for r in report.results for f in r.findings if f.holder.value == "storage growth"]
     assert growth, report
     github = render(report, "github")
@@ -90,7 +102,9 @@ def test_bad_choice_is_a_one_line_usage_error_listing_the_choices() -> None:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert lines[0].startswith("leakscope: error: ") and all(c in lines[0] for c in ("'train'", "'forward-only'", "'both'"))
+    assert lines[0].startswith("leakscope: error: ") and all(
+        c in lines[0] for c in ("'train'", "'forward-only'", "'both'")
+    )
     assert done.stdout == ""
 
 
@@ -101,7 +115,9 @@ def test_usage_line_and_dir() -> None:
 
 
 def test_explain_without_a_target_reads_the_project_targets(tmp_path: Path) -> None:
-    (tmp_path / "pyproject.toml").write_text('[tool.leakscope]\ntargets = ["fixtures.verl_bug:Engine"]\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.leakscope]\ntargets = ["fixtures.verl_bug:Engine"]\n'
+    )
     done = _cli("explain", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "fixtures.verl_bug:Engine" in done.stdout
@@ -121,7 +137,9 @@ def test_spare_lockstep_steps_build_micro_batches_through_the_adapter() -> None:
 
     import dataclasses
 
-    spec = dataclasses.replace(resolve_spec(fixture_target("verl_fix")), make_micro_batch=micro_batch)
+    spec = dataclasses.replace(
+        resolve_spec(fixture_target("verl_fix")), make_micro_batch=micro_batch
+    )
     Lockstep(spec)._spare_step(Mode.TRAIN, CheckOptions(device="cpu"))
     assert made == [0]
 
@@ -129,7 +147,9 @@ def test_spare_lockstep_steps_build_micro_batches_through_the_adapter() -> None:
 def test_an_unknown_holders_bytes_include_the_graph_branch_only_it_keeps() -> None:
     """fixtures/unknown_holder keeps the entropy (a branch off the logits the loss never uses)
     from a C++ hook: its saved activations count, not only the shared leaf and its gradient."""
-    report = leakscope.check(fixture_target("unknown_holder"), CheckOptions(modes=(leakscope.Mode.TRAIN,)))
+    report = leakscope.check(
+        fixture_target("unknown_holder"), CheckOptions(modes=(leakscope.Mode.TRAIN,))
+    )
     (finding,) = report.results[0].findings
     assert str(finding.path) == "<unknown holder>" and "C++" in finding.hint
     assert finding.bytes_by_cause.get("activations", 0) > 0, finding.bytes_by_cause

@@ -38,7 +38,11 @@ def test_a_loop_that_keeps_a_tensor_derived_from_each_step_is_a_growing_leak(nam
     assert finding.kind == result.kind == "growing"
     assert finding.retained_bytes > 0 and result.retained_bytes > 0
     growth = result.growth
-    assert growth is not None and growth.retained_bytes[-1] > growth.retained_bytes[0] and growth.slope_bytes > 0
+    assert (
+        growth is not None
+        and growth.retained_bytes[-1] > growth.retained_bytes[0]
+        and growth.slope_bytes > 0
+    )
 
 
 @pytest.mark.parametrize("name", loops.CLEAN)
@@ -54,11 +58,16 @@ def test_its_clean_look_alike_is_clean(name: str) -> None:
         ("running_sum", "total += loss.detach()"),
         ("cloned", "kept.append(loss.detach().clone())"),
         ("scaled", "kept.append(loss.detach() * 2)"),
-        ("ema", "self._value = x.detach() if self._value is None else self.alpha * self._value + (1 - self.alpha) * x.detach()"),
+        (
+            "ema",
+            "self._value = x.detach() if self._value is None else self.alpha * self._value + (1 - self.alpha) * x.detach()",
+        ),
         ("sum_squares", "self.sum_sq = self.sum_sq + err.detach()"),
     ],
 )
-def test_the_fix_detaches_what_carried_the_graph_on_the_stored_at_line(name: str, fixed: str) -> None:
+def test_the_fix_detaches_what_carried_the_graph_on_the_stored_at_line(
+    name: str, fixed: str
+) -> None:
     (finding,) = _watch(name).findings
     assert finding.stored_at is not None and finding.stored_at.file == "fixtures/watch/loops.py"
     assert fixed in finding.hint, finding.hint
@@ -80,14 +89,31 @@ def _watch_script(*args: str) -> dict[str, object]:
 
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-m", "leakscope", "watch", "-f", "json", "--method", STEP, "fixtures/watch/module_loop.py", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "leakscope",
+            "watch",
+            "-f",
+            "json",
+            "--method",
+            STEP,
+            "fixtures/watch/module_loop.py",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     doc: dict[str, object] = json.loads(done.stdout)
     return doc
 
 
-@pytest.mark.parametrize("steps", ["3", "5"])  # 3: the job ends after the last watched call; 5: it is stopped
+@pytest.mark.parametrize(
+    "steps", ["3", "5"]
+)  # 3: the job ends after the last watched call; 5: it is stopped
 def test_a_module_level_loop_holding_its_latest_result_is_clean(steps: str) -> None:
     (result,) = _watch_script("--steps", steps)["results"]  # type: ignore[misc]
     assert result["verdict"] == "clean" and result["findings"] == []

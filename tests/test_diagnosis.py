@@ -52,7 +52,9 @@ def test_bytes_by_cause_add_up_and_exclude_parameters() -> None:
     # leaf + grad: 2 x [B=2, S=8, H=32] fp32; side branch: 2 x [2, 8, V=64] fp32; the graph's nodes.
     nodes = f.graph_nodes * node_cost().bytes_per_node  # type: ignore[attr-defined]
     assert f.bytes_by_cause == {  # type: ignore[attr-defined]
-        "activations": 2 * 2 * 8 * 64 * 4, "leaf+grad": 2 * 2 * 8 * 32 * 4, "nodes-only": nodes,
+        "activations": 2 * 2 * 8 * 64 * 4,
+        "leaf+grad": 2 * 2 * 8 * 32 * 4,
+        "nodes-only": nodes,
     }
 
 
@@ -65,7 +67,11 @@ def test_source_points_at_the_engine_line() -> None:
 
 
 def test_every_fixture_source_is_user_code() -> None:
-    for target in ("fixtures.output_containers:Engine", "fixtures.model_state:Engine", "fixtures.ctx_function:Engine"):
+    for target in (
+        "fixtures.output_containers:Engine",
+        "fixtures.model_state:Engine",
+        "fixtures.ctx_function:Engine",
+    ):
         for f in _findings(target).values():
             assert f.source is not None and not is_internal(f.source.file), f  # type: ignore[attr-defined]
 
@@ -73,10 +79,13 @@ def test_every_fixture_source_is_user_code() -> None:
 def test_projection_reproduces_verl_6698_within_10_percent() -> None:
     scale = parse_at("hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB")
     (result,) = leakscope.check(
-        "leakscope.models.engines:LeakyFSDPEngine", CheckOptions(modes=(Mode.TRAIN,), at=scale, confirm=False)
+        "leakscope.models.engines:LeakyFSDPEngine",
+        CheckOptions(modes=(Mode.TRAIN,), at=scale, confirm=False),
     ).results
     measured_upstream = 0.27 * 2**30
-    assert abs(result.projection.bytes_per_micro_batch - measured_upstream) / measured_upstream < 0.10
+    assert (
+        abs(result.projection.bytes_per_micro_batch - measured_upstream) / measured_upstream < 0.10
+    )
     assert result.projection.bytes_per_update == 16 * result.projection.bytes_per_micro_batch
     assert result.projection.oom_micro_batch is None  # 16 x 0.27 GiB fits in 80 GiB
 
@@ -92,20 +101,37 @@ def test_projection_arithmetic_and_oom_micro_batch() -> None:
     assert scale.given == ("hidden", "tokens", "vocab", "layers", "batch")
 
 
-@pytest.mark.parametrize("bad", ["hidden=4096", "tokens=1,hidden=x", "hidden=1,tokens=1,dtype=int3", "hidden=1,tokens=1,color=red"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "hidden=4096",
+        "tokens=1,hidden=x",
+        "hidden=1,tokens=1,dtype=int3",
+        "hidden=1,tokens=1,color=red",
+    ],
+)
 def test_bad_scale_is_a_usage_error(bad: str) -> None:
     with pytest.raises(UsageError):
         parse_at(bad)
-    result = runner.invoke(app, ["estimate", "fixtures.verl_bug:Engine", "--at", bad, "--format", "json"])
+    result = runner.invoke(
+        app, ["estimate", "fixtures.verl_bug:Engine", "--at", bad, "--format", "json"]
+    )
     assert result.exit_code == 2
     assert json.loads(result.stdout)["error"].startswith("--at")
 
 
 def test_estimate_cli_prints_projection() -> None:
-    result = runner.invoke(app, [
-        "estimate", "leakscope.models.engines:LeakyFSDPEngine", "--format", "json",
-        "--at", "hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=4GiB",
-    ])
+    result = runner.invoke(
+        app,
+        [
+            "estimate",
+            "leakscope.models.engines:LeakyFSDPEngine",
+            "--format",
+            "json",
+            "--at",
+            "hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=4GiB",
+        ],
+    )
     assert result.exit_code == 1
     (res,) = json.loads(result.stdout)["results"]
     proj = res["projection"]
@@ -115,21 +141,35 @@ def test_estimate_cli_prints_projection() -> None:
 
 def test_explain_draws_the_leaky_reference_graph(tmp_path) -> None:  # type: ignore[no-untyped-def]
     dot = tmp_path / "g.dot"
-    result = runner.invoke(app, [
-        "explain", "leakscope.models.engines:LeakyFSDPEngine", "--path", "output.model_output.entropy", "--dot", str(dot),
-    ])
+    result = runner.invoke(
+        app,
+        [
+            "explain",
+            "leakscope.models.engines:LeakyFSDPEngine",
+            "--path",
+            "output.model_output.entropy",
+            "--dot",
+            str(dot),
+        ],
+    )
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert out.startswith("leakscope.models.engines:LeakyFSDPEngine [train] output.model_output.entropy:")
+    assert out.startswith(
+        "leakscope.models.engines:LeakyFSDPEngine [train] output.model_output.entropy:"
+    )
     assert "MulBackward0 [saved other float32[2x8x64] 4.0 KiB]" in out
-    assert "AccumulateGrad [leaf float32[2x8x32] 2.0 KiB] [leaf.grad float32[2x8x32] 2.0 KiB]" in out
+    assert (
+        "AccumulateGrad [leaf float32[2x8x32] 2.0 KiB] [leaf.grad float32[2x8x32] 2.0 KiB]" in out
+    )
     text = dot.read_text()
     assert text.startswith("digraph retained {") and text.rstrip().endswith("}")
     assert "LogSoftmaxBackward0" in text
 
 
 def test_explain_unknown_path_and_clean_engine() -> None:
-    bad = runner.invoke(app, ["explain", "leakscope.models.engines:LeakyFSDPEngine", "--path", "output.nope"])
+    bad = runner.invoke(
+        app, ["explain", "leakscope.models.engines:LeakyFSDPEngine", "--path", "output.nope"]
+    )
     assert bad.exit_code == 2
     assert "no finding at 'output.nope'" in bad.output
     clean = runner.invoke(app, ["explain", "leakscope.models.engines:FSDPEngine"])
@@ -176,7 +216,9 @@ def free_deep_graph(holder: list[torch.Tensor]) -> None:
 def test_device_cuda_without_gpu_is_a_usage_error() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    result = runner.invoke(app, ["check", "fixtures.verl_fix:Engine", "--device", "cuda", "--format", "json"])
+    result = runner.invoke(
+        app, ["check", "fixtures.verl_fix:Engine", "--device", "cuda", "--format", "json"]
+    )
     assert result.exit_code == 2
     assert "no CUDA device" in json.loads(result.stdout)["error"]
 
@@ -184,7 +226,8 @@ def test_device_cuda_without_gpu_is_a_usage_error() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_growth_reports_allocated_memory() -> None:
     (result,) = leakscope.check(
-        "leakscope.models.engines:LeakyFSDPEngine", CheckOptions(modes=(Mode.TRAIN,), device="cuda", confirm=False)
+        "leakscope.models.engines:LeakyFSDPEngine",
+        CheckOptions(modes=(Mode.TRAIN,), device="cuda", confirm=False),
     ).results
     assert result.verdict.value == "leak"
     alloc = result.growth.cuda_allocated

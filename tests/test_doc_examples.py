@@ -36,14 +36,21 @@ def test_every_block_is_run_or_says_why_not() -> None:
     assert python <= {"python", "pytest", "output", "file", "not run"}, python
     # The README's quick start shows the real report of the leaky reference engine.
     readme = [block for block in BLOCKS if block.doc.name == "README.md"]
-    assert any(block.directive("output") == "leakscope check leakscope.models.engines:LeakyFSDPEngine" for block in readme)
+    assert any(
+        block.directive("output") == "leakscope check leakscope.models.engines:LeakyFSDPEngine"
+        for block in readme
+    )
 
 
 def _selected(request: pytest.FixtureRequest) -> list[gen.Block]:
     """The blocks of this session's selected example tests (so that ``-k`` runs only what it picks)."""
     module = sys.modules[__name__]
     items = [item for item in request.session.items if getattr(item, "module", None) is module]
-    return [item.callspec.params["block"] for item in items if hasattr(item, "callspec") and "block" in item.callspec.params]
+    return [
+        item.callspec.params["block"]
+        for item in items
+        if hasattr(item, "callspec") and "block" in item.callspec.params
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -51,18 +58,24 @@ def runs(request: pytest.FixtureRequest) -> dict[str, str | BaseException]:
     """Every selected block that can run here, run once: its name -> what it shows today (or how it failed)."""
     chosen = [block for block in _selected(request) if gen.missing(block) is None]
     jobs = int(os.environ.get("LEAKSCOPE_DOC_JOBS", "2"))
-    return {block.name: result for block, result in zip(chosen, gen.run_all(chosen, jobs), strict=True)}
+    return {
+        block.name: result for block, result in zip(chosen, gen.run_all(chosen, jobs), strict=True)
+    }
 
 
 @pytest.mark.parametrize("block", RUN, ids=[block.name for block in RUN])
-def test_example_runs_and_shows_its_real_output(block: gen.Block, runs: dict[str, str | BaseException]) -> None:
+def test_example_runs_and_shows_its_real_output(
+    block: gen.Block, runs: dict[str, str | BaseException]
+) -> None:
     problem = gen.missing(block)
     if problem is not None:
         framework_missing(problem)
     result = runs[block.name]
     if isinstance(result, BaseException):
         raise result
-    assert result == block.body, f"{block.name} is stale: run python docs/gen.py {block.doc.relative_to(ROOT)}"
+    assert result == block.body, (
+        f"{block.name} is stale: run python docs/gen.py {block.doc.relative_to(ROOT)}"
+    )
 
 
 # --- the mechanism itself, on small documents -------------------------------------------------------
@@ -83,7 +96,10 @@ def test_a_stray_fence_or_an_unclosed_block_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_unmarked_block_and_a_reasonless_one_are_named(tmp_path: Path) -> None:
-    blocks = _doc(tmp_path, "```text\nLEAK\n```\n\n<!-- not run: x -->\n```text\nLEAK\n```\n\n<!-- outptu: ls -->\n```text\na\n```\n")
+    blocks = _doc(
+        tmp_path,
+        "```text\nLEAK\n```\n\n<!-- not run: x -->\n```text\nLEAK\n```\n\n<!-- outptu: ls -->\n```text\na\n```\n",
+    )
     problems = [problem for block in blocks for problem in gen.problems(block)]
     assert any("page.md:1: a ```text block that is not run" in p for p in problems), problems
     assert any("page.md:6: `not run` needs a reason" in p for p in problems), problems
@@ -91,13 +107,20 @@ def test_an_unmarked_block_and_a_reasonless_one_are_named(tmp_path: Path) -> Non
 
 
 def test_a_stale_output_is_rewritten_and_a_failing_command_named(tmp_path: Path) -> None:
-    blocks = _doc(tmp_path, (
-        "```console\n$ echo one; echo two\nold\n$ x=3\n$ echo $x\n```\n\n"
-        "<!-- output: printf 'a\\nb\\nc\\n' | grep -v b -->\n```text\nb\n```\n\n"
-        "```bash\nexit 4\n```\n"
-    ))
+    blocks = _doc(
+        tmp_path,
+        (
+            "```console\n$ echo one; echo two\nold\n$ x=3\n$ echo $x\n```\n\n"
+            "<!-- output: printf 'a\\nb\\nc\\n' | grep -v b -->\n```text\nb\n```\n\n"
+            "```bash\nexit 4\n```\n"
+        ),
+    )
     session, output, failing = blocks
-    assert gen.kind(session) == "session" and session.commands == ["echo one; echo two", "x=3", "echo $x"]
+    assert gen.kind(session) == "session" and session.commands == [
+        "echo one; echo two",
+        "x=3",
+        "echo $x",
+    ]
     assert gen.expected(session) == "$ echo one; echo two\none\ntwo\n$ x=3\n$ echo $x\n3\n"
     assert gen.expected(output) == "a\nc\n"
     with pytest.raises(AssertionError, match="`exit 4` exited 4"):

@@ -31,13 +31,24 @@ def _section(doc: str, command: str) -> str:
 
 def test_cli_reference_lists_every_option_of_check_help() -> None:
     helped = _help_options()
-    assert {"--mode", "--format", "--config", "--fail-on", "--quiet", "-q", "--progress", "--no-progress"} <= helped
+    assert {
+        "--mode",
+        "--format",
+        "--config",
+        "--fail-on",
+        "--quiet",
+        "-q",
+        "--progress",
+        "--no-progress",
+    } <= helped
     doc = _section((DOCS / "cli.md").read_text(encoding="utf-8"), "check")
     missing = sorted(o for o in helped if f"`{o}`" not in doc)
     assert missing == [], f"docs/cli.md does not document {missing}"
     table = [line for line in doc.splitlines() if line.startswith("| `-")]
     documented = {o for line in table for o in OPTION.findall(line.split("|")[1])}
-    assert sorted(documented - helped) == [], "docs/cli.md documents options that check --help does not have"
+    assert sorted(documented - helped) == [], (
+        "docs/cli.md documents options that check --help does not have"
+    )
 
 
 def test_cli_reference_lists_every_option_of_watch_help() -> None:
@@ -48,7 +59,9 @@ def test_cli_reference_lists_every_option_of_watch_help() -> None:
     assert missing == [], f"docs/cli.md does not document {missing}"
     table = [line for line in doc.splitlines() if line.startswith("| `-")]
     documented = {o for line in table for o in OPTION.findall(line.split("|")[1])}
-    assert sorted(documented - helped) == [], "docs/cli.md documents options that watch --help does not have"
+    assert sorted(documented - helped) == [], (
+        "docs/cli.md documents options that watch --help does not have"
+    )
 
 
 def test_formats_doc_names_every_registered_format() -> None:
@@ -71,7 +84,9 @@ def test_findings_catalogue_covers_every_holder_and_cause() -> None:
 
     doc = (DOCS / "findings.md").read_text(encoding="utf-8")
     for holder in RULES:
-        title = {"not found": "unknown holder", "cycle": "reference cycle (until-gc)"}.get(holder, holder)
+        title = {"not found": "unknown holder", "cycle": "reference cycle (until-gc)"}.get(
+            holder, holder
+        )
         assert f"### {title}\n" in doc, holder
     for cause in ("activations", "leaf+grad", "ctx", "nodes-only"):
         assert f"### {cause}\n" in doc, cause

@@ -29,42 +29,61 @@ WATCH = ("watch", "--method", "history_engine:HistoryEngine.forward_step")
 def _run(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     env.pop("PYTHONPATH", None)
-    return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
-def test_the_emitted_test_fails_on_the_leak_and_passes_once_the_job_is_fixed(tmp_path: Path) -> None:
+def test_the_emitted_test_fails_on_the_leak_and_passes_once_the_job_is_fixed(
+    tmp_path: Path,
+) -> None:
     project = tmp_path / "project"
     (project / "tests").mkdir(parents=True)
     shutil.copy(FIXTURES / "watch" / "history_engine.py", project / "history_engine.py")
     shutil.copy(FIXTURES / "watch" / "history_job.py", project / "train.py")
     test_file = project / "tests" / "test_leaks.py"
 
-    watched = _run("-m", "leakscope", *WATCH, "--emit-test", "tests/test_leaks.py", "train.py", cwd=project)
+    watched = _run(
+        "-m", "leakscope", *WATCH, "--emit-test", "tests/test_leaks.py", "train.py", cwd=project
+    )
     assert watched.returncode == 1, watched.stderr[-3000:]
-    assert "leakscope: wrote tests/test_leaks.py: it checks history_engine:HistoryEngine" in watched.stderr
+    assert (
+        "leakscope: wrote tests/test_leaks.py: it checks history_engine:HistoryEngine"
+        in watched.stderr
+    )
     emitted = test_file.read_text(encoding="utf-8")
     assert "    'history_engine:HistoryEngine': ['engine.entropies[0]'],\n" in emitted
 
-    failing = _run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_leaks.py", cwd=project)
+    failing = _run(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_leaks.py", cwd=project
+    )
     assert failing.returncode == 1, failing.stdout[-3000:]
     assert "engine.entropies[0]" in failing.stdout and "1 failed" in failing.stdout
 
     fixed = _run("-m", "leakscope", "fix", "history_engine:HistoryEngine", "--apply", cwd=project)
     assert fixed.returncode == 0, fixed.stdout[-3000:] + fixed.stderr[-3000:]
-    assert "self.entropies.append(entropy.detach())" in (project / "history_engine.py").read_text(encoding="utf-8")
+    assert "self.entropies.append(entropy.detach())" in (project / "history_engine.py").read_text(
+        encoding="utf-8"
+    )
 
-    again = _run("-m", "leakscope", *WATCH, "--emit-test", "tests/test_leaks.py", "train.py", cwd=project)
+    again = _run(
+        "-m", "leakscope", *WATCH, "--emit-test", "tests/test_leaks.py", "train.py", cwd=project
+    )
     assert again.returncode == 0, again.stdout[-3000:]
     assert "no step kept a graph: tests/test_leaks.py not written" in again.stderr
     assert test_file.read_text(encoding="utf-8") == emitted
 
-    passing = _run("-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_leaks.py", cwd=project)
+    passing = _run(
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_leaks.py", cwd=project
+    )
     assert passing.returncode == 0, passing.stdout[-3000:]
     assert "1 passed" in passing.stdout
 
 
 def _leak(target: str, path: str) -> TargetResult:
-    finding = Finding(HolderPath(path), Holder.ENGINE, "MulBackward0", 3, 64, True, "detach it", Cause.ACTIVATIONS)
+    finding = Finding(
+        HolderPath(path), Holder.ENGINE, "MulBackward0", 3, 64, True, "detach it", Cause.ACTIVATIONS
+    )
     return TargetResult(target, Mode.TRAIN, Verdict.LEAK, findings=(finding,))
 
 
@@ -76,17 +95,22 @@ def test_the_test_names_each_leaking_class_and_the_allowed_paths_as_literals() -
             _leak(hostile, "engine.x"),
             TargetResult("pkg.clean:Engine.forward_step", Mode.TRAIN, Verdict.CLEAN),
         ),
-        "0.1.0", "2.13.0+cpu", "3.11.7",
+        "0.1.0",
+        "2.13.0+cpu",
+        "3.11.7",
     )
     text = regression.render(report, allow=["engine.kept*"], script="jobs/train.py")
     tree = ast.parse(text)  # valid Python whatever the strings were
     values = {
         node.targets[0].id: ast.literal_eval(node.value)
-        for node in tree.body if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
     }
     assert values["WATCHED"] == {
         "jobs/train.py:Engine": ["engine.kept[0]"],
         "pkg.mod:Eng'])\nimport os; os.system('x')  #": ["engine.x"],
     }
     assert values["ALLOWLIST"] == [{"path": "engine.kept*", "reason": regression.ALLOW_REASON}]
-    assert not any(isinstance(node, ast.Import) and node.names[0].name == "os" for node in tree.body)
+    assert not any(
+        isinstance(node, ast.Import) and node.names[0].name == "os" for node in tree.body
+    )

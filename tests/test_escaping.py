@@ -39,7 +39,10 @@ def test_terminal_shows_control_ansi_and_bidi_characters() -> None:
 
 
 def test_html_escapes_every_value_numbers_included() -> None:
-    assert html('<script>"x"&\'y\'</script>') == "&lt;script&gt;&quot;x&quot;&amp;&#x27;y&#x27;&lt;/script&gt;"
+    assert (
+        html("<script>\"x\"&'y'</script>")
+        == "&lt;script&gt;&quot;x&quot;&amp;&#x27;y&#x27;&lt;/script&gt;"
+    )
     assert html(12) == "12"
 
 
@@ -55,7 +58,11 @@ def test_sarif_uri_is_percent_encoded() -> None:
     assert sarif_uri("100%.py") == "100%25.py"
     assert sarif_uri("/tmp/a b/x.py") == "file:///tmp/a%20b/x.py"
     for uri in (sarif_uri("a:b c.py"), sarif_uri("dir/%zz?#.py")):
-        assert urlsplit(uri).scheme == "" and urlsplit(uri).query == "" and urlsplit(uri).fragment == ""
+        assert (
+            urlsplit(uri).scheme == ""
+            and urlsplit(uri).query == ""
+            and urlsplit(uri).fragment == ""
+        )
     assert unquote(sarif_uri("dir/%zz?#.py")) == "dir/%zz?#.py"
 
 
@@ -68,35 +75,76 @@ def test_github_commands_escape_data_and_properties() -> None:
 # --- the text report: rich never parses an engine string as markup ----------------------------------
 
 MARKUP = Report(
-    results=(TargetResult(
-        "pkg:[bold]E[/bold]", Mode.TRAIN, Verdict.LEAK, retained_bytes=4096,
-        findings=(
-            Finding(holder_path("output", "[/]"), Holder.RETURNED, "[red]Grad[/red]", 3, 4096, True, "[/]",
-                    source=Source("[link=https://example.com]x.py", 3, "[/]")),
-            Finding(holder_path("output", "[link=https://example.com]x[/link]"), Holder.RETURNED, "G", 3, 4096,
-                    True, "fix [b]it", severity="warning"),
+    results=(
+        TargetResult(
+            "pkg:[bold]E[/bold]",
+            Mode.TRAIN,
+            Verdict.LEAK,
+            retained_bytes=4096,
+            findings=(
+                Finding(
+                    holder_path("output", "[/]"),
+                    Holder.RETURNED,
+                    "[red]Grad[/red]",
+                    3,
+                    4096,
+                    True,
+                    "[/]",
+                    source=Source("[link=https://example.com]x.py", 3, "[/]"),
+                ),
+                Finding(
+                    holder_path("output", "[link=https://example.com]x[/link]"),
+                    Holder.RETURNED,
+                    "G",
+                    3,
+                    4096,
+                    True,
+                    "fix [b]it",
+                    severity="warning",
+                ),
+            ),
         ),
-    ),),
-    leakscope_version="[/]", torch_version="t", python_version="p",
+    ),
+    leakscope_version="[/]",
+    torch_version="t",
+    python_version="p",
 )
 
 
 @pytest.mark.parametrize("color", [False, True])
 def test_engine_markup_is_printed_as_written(color: bool) -> None:
     text = render(MARKUP, "text", color=color)
-    for literal in ("pkg:[bold]E[/bold]", "output[[/]]", "output[[link=https://example.com]x[/link]]", "[red]Grad[/red]", "[link=https://example.com]x.py:3 in [/]",
-                    "fix: fix [b]it", "leakscope [/]"):
+    for literal in (
+        "pkg:[bold]E[/bold]",
+        "output[[/]]",
+        "output[[link=https://example.com]x[/link]]",
+        "[red]Grad[/red]",
+        "[link=https://example.com]x.py:3 in [/]",
+        "fix: fix [b]it",
+        "leakscope [/]",
+    ):
         assert literal in text, literal
     assert "\x1b]8;" not in text  # no hyperlink escape: [link=...] did not become a link
 
 
 def test_a_markup_key_engine_and_its_plain_twin(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    for target, keys in (("MarkupKeys", ("output['[/]']", "output['[link=https://example.com][green]CLEAN']")),
-                         ("PlainKeys", ("output.slash", "output.link"))):
-        result = runner.invoke(app, [
-            "check", f"fixtures.bad.hostile:{target}", "--no-isolate", "--mode", "train", "--micro-batches", "1",
-            "--no-confirm",
-        ])
+    for target, keys in (
+        ("MarkupKeys", ("output['[/]']", "output['[link=https://example.com][green]CLEAN']")),
+        ("PlainKeys", ("output.slash", "output.link")),
+    ):
+        result = runner.invoke(
+            app,
+            [
+                "check",
+                f"fixtures.bad.hostile:{target}",
+                "--no-isolate",
+                "--mode",
+                "train",
+                "--micro-batches",
+                "1",
+                "--no-confirm",
+            ],
+        )
         assert result.exit_code == 1, result.output  # the leak, not a crash
         assert f"fixtures.bad.hostile:{target} [train] LEAK" in result.stdout
         for key in keys:
@@ -107,11 +155,19 @@ def test_a_markup_key_engine_and_its_plain_twin(tmp_path) -> None:  # type: igno
 
 
 def test_an_engine_error_cannot_move_the_cursor_or_recolour_the_report() -> None:
-    result = runner.invoke(app, ["check", "fixtures.bad.hostile:SpoofingError", "--no-isolate", "--mode", "train"])
+    result = runner.invoke(
+        app, ["check", "fixtures.bad.hostile:SpoofingError", "--no-isolate", "--mode", "train"]
+    )
     assert result.exit_code == 3
-    assert "\x1b" not in result.stdout and "\u202e" not in result.stdout and "\x1b" not in result.stderr
+    assert (
+        "\x1b" not in result.stdout
+        and "\u202e" not in result.stdout
+        and "\x1b" not in result.stderr
+    )
     assert "fixtures.bad.hostile:SpoofingError [train] ERROR" in result.stdout
-    assert terminal(SPOOF) in result.stdout  # shown, visibly: \x1b[1A\x1b[2K\x1b[32m... \u202eKAEL\u202c
+    assert (
+        terminal(SPOOF) in result.stdout
+    )  # shown, visibly: \x1b[1A\x1b[2K\x1b[32m... \u202eKAEL\u202c
     assert result.stdout.rstrip().endswith("0 leak, 0 clean, 1 error (exit 3)")
 
 
@@ -124,23 +180,48 @@ def test_an_error_in_colour_has_only_leakscope_s_own_escape_codes() -> None:
 
 def test_a_plain_error_reads_as_written() -> None:
     """The look-alike: an ordinary message is shown unchanged."""
-    result = runner.invoke(app, ["check", "fixtures.bad.hostile:PlainError", "--no-isolate", "--mode", "train"])
+    result = runner.invoke(
+        app, ["check", "fixtures.bad.hostile:PlainError", "--no-isolate", "--mode", "train"]
+    )
     assert result.exit_code == 3
-    assert "RuntimeError: cannot open /data/shard-0.bin at fixtures/bad/hostile.py:" in result.stdout
+    assert (
+        "RuntimeError: cannot open /data/shard-0.bin at fixtures/bad/hostile.py:" in result.stdout
+    )
 
 
 # --- every format, one hostile report ------------------------------------------------------------------
 
-PAYLOAD = '<script>alert(1)</script>"\'><img src=x onerror=alert(2)>\x1b[31m\u202e\x00%\r\n::error::x,y:z]]>'
+PAYLOAD = "<script>alert(1)</script>\"'><img src=x onerror=alert(2)>\x1b[31m\u202e\x00%\r\n::error::x,y:z]]>"
 
 
 def _hostile_report() -> Report:
     src = Source(f"dir/{PAYLOAD}.py", 3, PAYLOAD)
-    finding = Finding(holder_path("output", PAYLOAD), Holder.RETURNED, PAYLOAD, 3, 4096, True, PAYLOAD,
-                      bytes_by_cause={PAYLOAD: 1, "activations": 2}, source=src, allowed_reason=PAYLOAD,
-                      stored_at=src, store_op=PAYLOAD, called_from=(src,))
-    result = TargetResult(PAYLOAD, Mode.TRAIN, Verdict.LEAK, error=PAYLOAD, findings=(finding,), retained_bytes=4096,
-                          warnings=(PAYLOAD,), settings=(PAYLOAD,), keys_read=(PAYLOAD,))
+    finding = Finding(
+        holder_path("output", PAYLOAD),
+        Holder.RETURNED,
+        PAYLOAD,
+        3,
+        4096,
+        True,
+        PAYLOAD,
+        bytes_by_cause={PAYLOAD: 1, "activations": 2},
+        source=src,
+        allowed_reason=PAYLOAD,
+        stored_at=src,
+        store_op=PAYLOAD,
+        called_from=(src,),
+    )
+    result = TargetResult(
+        PAYLOAD,
+        Mode.TRAIN,
+        Verdict.LEAK,
+        error=PAYLOAD,
+        findings=(finding,),
+        retained_bytes=4096,
+        warnings=(PAYLOAD,),
+        settings=(PAYLOAD,),
+        keys_read=(PAYLOAD,),
+    )
     return Report((result,), PAYLOAD, PAYLOAD, PAYLOAD)
 
 
@@ -161,7 +242,10 @@ def test_a_hostile_report_in_every_format() -> None:
             assert "\x1b" not in out and "\u202e" not in out and "\x00" not in out, fmt
         if fmt == "github":
             # one command per line, each message on its line: no injected ::error:: command
-            assert all(line.startswith(("::error ", "::warning ", "::notice ", "leakscope: ")) for line in out.splitlines())
+            assert all(
+                line.startswith(("::error ", "::warning ", "::notice ", "leakscope: "))
+                for line in out.splitlines()
+            )
             assert "\r" not in out
         if fmt == "junit":
             ET.fromstring(out.encode())
@@ -170,10 +254,14 @@ def test_a_hostile_report_in_every_format() -> None:
         if fmt == "html":
             tags = _Tags()
             tags.feed(out)
-            assert {t for t, _ in tags.tags}.isdisjoint({"script", "img", "iframe", "object", "embed"})
+            assert {t for t, _ in tags.tags}.isdisjoint(
+                {"script", "img", "iframe", "object", "embed"}
+            )
             assert not [a for _, attrs in tags.tags for a, _ in attrs if a.startswith("on")]
     sarif = json.loads(render(report, "sarif"))
-    uri = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+    uri = sarif["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["artifactLocation"][
+        "uri"
+    ]
     assert urlsplit(uri).scheme == "" and "%3Cscript%3E" in uri
 
 
@@ -184,8 +272,12 @@ def test_numbers_that_are_not_numbers_are_escaped_in_html() -> None:
     from leakscope.results import GraphView, ViewNode
 
     script = "<script>alert(1)</script>"
-    view = GraphView("pkg:E", "train", "output.x", 0, (ViewNode(script, "N", (), ()),), script, False)  # type: ignore[arg-type]
-    finding = Finding(holder_path("output", "x"), Holder.RETURNED, "G", script, 0, True, "h", graph=view)  # type: ignore[arg-type]
+    view = GraphView(
+        "pkg:E", "train", "output.x", 0, (ViewNode(script, "N", (), ()),), script, False
+    )  # type: ignore[arg-type]
+    finding = Finding(
+        holder_path("output", "x"), Holder.RETURNED, "G", script, 0, True, "h", graph=view
+    )  # type: ignore[arg-type]
     result = TargetResult("pkg:E", Mode.TRAIN, Verdict.CLEAN, findings=(finding,), rank=script)  # type: ignore[arg-type]
     page = render(Report((dataclasses.replace(result),), "0", "t", "p"), "html")
     assert "<script" not in page and "&lt;script&gt;" in page

@@ -33,7 +33,11 @@ def measured(target: str) -> int:
     args = [str(v) for v in (SEQ, HIDDEN, VOCAB, LAYERS, MICRO_BATCHES)]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "data" / "measure_retention.py"), target, *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return int(json.loads(proc.stdout.strip().splitlines()[-1])["freed_bytes"])
@@ -72,7 +76,12 @@ def test_projection_within_10_percent_of_measured_retention(target: str, kind: s
 def test_projection_lists_its_assumptions_and_terms() -> None:
     (result,) = leakscope.check(
         "fixtures.verl_bug:Engine",
-        CheckOptions(modes=(Mode.TRAIN,), at=parse_at("hidden=4096,tokens=17700"), confirm=False, micro_batches=2),
+        CheckOptions(
+            modes=(Mode.TRAIN,),
+            at=parse_at("hidden=4096,tokens=17700"),
+            confirm=False,
+            micro_batches=2,
+        ),
     ).results
     p = result.projection
     # vocab not given: the entropy branch's term depends on it, so the assumption is stated
@@ -80,15 +89,26 @@ def test_projection_lists_its_assumptions_and_terms() -> None:
     assert "dtype bf16 (the default; pass dtype=...)" in p.assumptions
     texts = {str(t) for t in p.terms if t.cause != "nodes-only"}
     # measured: the leaf follows the model dtype, the entropy branch is kept in fp32 (logits.float())
-    assert texts == {"leaf+grad: 2 x tokens x hidden x 2 B", "activations: 2 x tokens x vocab x 4 B"}
+    assert texts == {
+        "leaf+grad: 2 x tokens x hidden x 2 B",
+        "activations: 2 x tokens x vocab x 4 B",
+    }
     # NOTE [Nodes at scale]: the graph nodes are a count per layer at what one node costs, never per token
     nodes = [t for t in p.terms if t.cause == "nodes-only"]
     assert nodes and all(t.monomial in ("graph nodes x layers", "graph nodes") for t in nodes)
     assert sum(t.bytes for t in nodes) < 1 << 20  # a few KiB at any width
-    with_vocab = leakscope.check(
-        "fixtures.verl_bug:Engine",
-        CheckOptions(modes=(Mode.TRAIN,), at=parse_at("hidden=4096,tokens=17700,vocab=151936"), confirm=False,
-                     micro_batches=2),
-    ).results[0].projection
+    with_vocab = (
+        leakscope.check(
+            "fixtures.verl_bug:Engine",
+            CheckOptions(
+                modes=(Mode.TRAIN,),
+                at=parse_at("hidden=4096,tokens=17700,vocab=151936"),
+                confirm=False,
+                micro_batches=2,
+            ),
+        )
+        .results[0]
+        .projection
+    )
     assert not any(a.startswith("vocab") for a in with_vocab.assumptions)
     assert with_vocab.bytes_per_micro_batch > 10 * p.bytes_per_micro_batch  # 151936 vs 64 vocab

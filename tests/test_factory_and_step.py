@@ -21,7 +21,10 @@ def check(*args: str) -> tuple[int, dict[str, Any], str]:
 
 
 def summary(doc: dict[str, Any]) -> list[tuple[str, str, str, list[str], Any]]:
-    return [(r["target"], r["mode"], r["verdict"], [f["path"] for f in r["findings"]], r["error"]) for r in doc["results"]]
+    return [
+        (r["target"], r["mode"], r["verdict"], [f["path"] for f in r["findings"]], r["error"])
+        for r in doc["results"]
+    ]
 
 
 def test_step_function_target_leaks_what_it_returns() -> None:
@@ -35,18 +38,25 @@ def test_step_function_target_leaks_what_it_returns() -> None:
     finding = doc["results"][0]["findings"][0]
     assert finding["confirmed"] is True
     # Source lines follow the step itself (not the helper it calls).
-    assert (finding["source"]["file"], finding["source"]["function"]) == ("fixtures/step_function.py", "step")
+    assert (finding["source"]["file"], finding["source"]["function"]) == (
+        "fixtures/step_function.py",
+        "step",
+    )
 
 
 def test_step_function_by_file_path() -> None:
     code, doc, _ = check("fixtures/step_function.py:step", "--mode", "train")
     assert code == 1
-    assert summary(doc) == [("fixtures/step_function.py:step", "train", "leak", ["output.log_probs"], None)]
+    assert summary(doc) == [
+        ("fixtures/step_function.py:step", "train", "leak", ["output.log_probs"], None)
+    ]
 
 
 def test_factory_builds_the_engine_the_target_names() -> None:
     """The leaky verl_bug target, built by a factory returning a clean engine: the factory's engine is checked."""
-    code, doc, _ = check("fixtures.verl_bug:Engine", "--factory", "fixtures.step_function:make_engine")
+    code, doc, _ = check(
+        "fixtures.verl_bug:Engine", "--factory", "fixtures.step_function:make_engine"
+    )
     assert code == 0
     assert summary(doc) == [
         ("fixtures.verl_bug:Engine", "train", "clean", [], None),
@@ -56,22 +66,44 @@ def test_factory_builds_the_engine_the_target_names() -> None:
 
 def test_factory_for_an_engine_that_needs_more_than_the_model() -> None:
     code, doc, _ = check(
-        "fixtures.engine_attributes:Engine", "--factory", "tests/data/factories.py:make_leaky_engine", "--mode", "train"
+        "fixtures.engine_attributes:Engine",
+        "--factory",
+        "tests/data/factories.py:make_leaky_engine",
+        "--mode",
+        "train",
     )
     assert code == 1
     assert summary(doc) == [
-        ("fixtures.engine_attributes:Engine", "train", "leak", ["output.model_output.log_probs"], None),
+        (
+            "fixtures.engine_attributes:Engine",
+            "train",
+            "leak",
+            ["output.model_output.log_probs"],
+            None,
+        ),
     ]
 
 
 def test_factory_that_is_not_callable() -> None:
-    code, doc, _ = check("fixtures.verl_bug:Engine", "--factory", "fixtures.step_function:EXPECTED", "--mode", "train")
+    code, doc, _ = check(
+        "fixtures.verl_bug:Engine",
+        "--factory",
+        "fixtures.step_function:EXPECTED",
+        "--mode",
+        "train",
+    )
     assert code == 3
     assert doc["results"][0]["error"] == "--factory names a dict, not a callable taking the model"
 
 
 def test_factory_with_a_typo_suggests_the_name() -> None:
-    code, doc, _ = check("fixtures.verl_bug:Engine", "--factory", "fixtures.step_function:make_engin", "--mode", "train")
+    code, doc, _ = check(
+        "fixtures.verl_bug:Engine",
+        "--factory",
+        "fixtures.step_function:make_engin",
+        "--mode",
+        "train",
+    )
     assert code == 3
     assert doc["results"][0]["error"] == (
         "'fixtures.step_function' has no attribute 'make_engin'; did you mean 'make_engine'?"
@@ -90,7 +122,13 @@ def test_factory_without_a_name_is_a_usage_error() -> None:
 
 
 def test_factory_returning_none() -> None:
-    code, doc, _ = check("fixtures.verl_bug:Engine", "--factory", "tests/data/factories.py:returns_none", "--mode", "train")
+    code, doc, _ = check(
+        "fixtures.verl_bug:Engine",
+        "--factory",
+        "tests/data/factories.py:returns_none",
+        "--mode",
+        "train",
+    )
     assert code == 3
     assert doc["results"][0]["error"] == (
         "fixtures.verl_bug:Engine(model) returned None; the factory must return the engine"
@@ -98,7 +136,13 @@ def test_factory_returning_none() -> None:
 
 
 def test_factory_that_raises() -> None:
-    code, doc, _ = check("fixtures.verl_bug:Engine", "--factory", "tests/data/factories.py:needs_gpu", "--mode", "train")
+    code, doc, _ = check(
+        "fixtures.verl_bug:Engine",
+        "--factory",
+        "tests/data/factories.py:needs_gpu",
+        "--mode",
+        "train",
+    )
     assert code == 3
     error = doc["results"][0]["error"]
     assert error.startswith(

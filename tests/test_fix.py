@@ -46,9 +46,21 @@ pytestmark = pytest.mark.integration
 
 #: leaky fixtures whose every leak has a one-line edit that the proof verifies
 FIXABLE = (
-    "cached_logits", "class_accumulator", "engine_attributes", "helper_registry", "kept_losses",
-    "learnable_coefficient", "library_context_var", "library_distribution", "library_log_buffer",
-    "library_thread_local", "micro_batch_write", "model_state", "module_global", "nodes_only", "rl_keys",
+    "cached_logits",
+    "class_accumulator",
+    "engine_attributes",
+    "helper_registry",
+    "kept_losses",
+    "learnable_coefficient",
+    "library_context_var",
+    "library_distribution",
+    "library_log_buffer",
+    "library_thread_local",
+    "micro_batch_write",
+    "model_state",
+    "module_global",
+    "nodes_only",
+    "rl_keys",
     "thread_forward",
 )
 #: leaky fixtures where no one-line edit can be right, so the judge derives none (NOTE [Fixes that never
@@ -69,7 +81,9 @@ CLEAN_TWINS = tuple(
 #: fast enough for the suite, and still each holder's single step (the growth run is not needed to
 #: find these holders)
 FAST = ("--mode", "train", "--micro-batches", "1", "--no-confirm", "--jobs", "2")
-SARIF_SCHEMA = json.loads((ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8"))
+SARIF_SCHEMA = json.loads(
+    (ROOT / "tests" / "data" / "sarif-schema-2.1.0.json").read_text(encoding="utf-8")
+)
 
 
 def _env() -> dict[str, str]:
@@ -81,12 +95,18 @@ def _env() -> dict[str, str]:
 def _leakscope(*args: str, cwd: Path, timeout: float = 900) -> tuple[int, dict[str, Any]]:
     proc = subprocess.run(
         [sys.executable, "-m", "leakscope", *args, "--format", "json"],
-        cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout,
+        cwd=cwd,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     try:
         return proc.returncode, json.loads(proc.stdout)
     except json.JSONDecodeError:
-        pytest.fail(f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}")
+        pytest.fail(
+            f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
+        )
 
 
 def _digest(folder: Path) -> dict[str, str]:
@@ -110,7 +130,9 @@ def _fixes_of(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return [f for f in doc["fixes"] if f["target"] == fixture_target(name)]
 
 
-def test_apply_writes_every_verified_single_line_fix(fixed: tuple[Path, int, dict[str, Any]]) -> None:
+def test_apply_writes_every_verified_single_line_fix(
+    fixed: tuple[Path, int, dict[str, Any]],
+) -> None:
     root, code, doc = fixed
     assert code == 1 == doc["exit_code"]  # the wrongly derived edits remain unverified
     assert doc["tolerance"] == "rtol=1e-05, atol=1e-07"
@@ -130,7 +152,9 @@ def test_apply_writes_every_verified_single_line_fix(fixed: tuple[Path, int, dic
             assert f"+{' ' * (edit['column'] - 1)}{edit['after']}\n" in fix["diff"]
 
 
-def test_no_edit_is_derived_where_none_can_be_right(fixed: tuple[Path, int, dict[str, Any]]) -> None:
+def test_no_edit_is_derived_where_none_can_be_right(
+    fixed: tuple[Path, int, dict[str, Any]],
+) -> None:
     root, _, doc = fixed
     for name, (path, why) in WRONG_EDITS.items():
         (fix,) = [f for f in _fixes_of(doc, name) if f["path"] == path]
@@ -183,9 +207,14 @@ def test_the_edited_files_reimport_clean_with_the_same_gradients(
     for where, label, check in ((ROOT, "original", "-"), (root, "fixed", "check")):
         subprocess.run(
             [sys.executable, str(script), str(where), str(tmp_path / label), check, *FIXABLE],
-            cwd=tmp_path, env=_env(), check=True, timeout=900,
+            cwd=tmp_path,
+            env=_env(),
+            check=True,
+            timeout=900,
         )
-    assert json.loads((tmp_path / "fixed.json").read_text()) == {name: ["clean"] for name in FIXABLE}
+    assert json.loads((tmp_path / "fixed.json").read_text()) == {
+        name: ["clean"] for name in FIXABLE
+    }
     original = torch.load(tmp_path / "original.pt")
     edited = torch.load(tmp_path / "fixed.pt")
     for name in FIXABLE:
@@ -196,7 +225,9 @@ def test_the_edited_files_reimport_clean_with_the_same_gradients(
 
 def test_clean_look_alikes_get_no_edit_and_nothing_is_written() -> None:
     before = _digest(FIXTURES)
-    code, doc = _leakscope("fix", *[fixture_target(n) for n in CLEAN_TWINS], "--apply", *FAST, cwd=ROOT)
+    code, doc = _leakscope(
+        "fix", *[fixture_target(n) for n in CLEAN_TWINS], "--apply", *FAST, cwd=ROOT
+    )
     assert len(CLEAN_TWINS) >= 14
     assert (code, doc["exit_code"], doc["fixes"]) == (0, 0, [])
     assert {r["verdict"] for r in doc["report"]["results"]} == {"clean"}
@@ -207,13 +238,22 @@ def test_a_detach_that_would_cut_a_gradient_is_proven_to_change_it() -> None:
     """The obvious fix for loss_reads_stored, detaching where the tensor is stored, is proven wrong: the
     holder goes away, but the entropy bonus loses its gradient."""
     file = "fixtures/loss_reads_stored.py"
-    number = next(i for i, line in enumerate((ROOT / file).read_text().splitlines(), 1) if "self.scaled = " in line)
+    number = next(
+        i
+        for i, line in enumerate((ROOT / file).read_text().splitlines(), 1)
+        if "self.scaled = " in line
+    )
     before = "self.scaled = logits / self.temperature  # the bug: kept with its graph, and read by the loss below"
     edit = Edit(file, number, 13, before, "self.scaled = (logits / self.temperature).detach()")
     target = fixture_target("loss_reads_stored")
     group = EditGroup(target, edit, (("train", "engine.scaled"),))
     text = (ROOT / file).read_text()
-    proof = prove_target(target, [group], {"train": ["engine.scaled"]}, CheckOptions(modes=(Mode.TRAIN,), micro_batches=1, confirm=False))
+    proof = prove_target(
+        target,
+        [group],
+        {"train": ["engine.scaled"]},
+        CheckOptions(modes=(Mode.TRAIN,), micro_batches=1, confirm=False),
+    )
     assert (ROOT / file).read_text() == text
     (result,) = proof.proofs[0].results
     assert result.verdict is Verdict.CLEAN  # the holder is gone...
@@ -231,18 +271,23 @@ EDIT = Edit("engine.py", 2, 9, "self.kept = x  # keep", "self.kept = x.detach()"
 def test_an_edit_replaces_its_line_keeping_indentation_and_line_endings() -> None:
     text = "class E:\r\n        self.kept = x  # keep   \r\n    pass"
     assert applied(text, [EDIT]) == "class E:\r\n        self.kept = x.detach()\r\n    pass"
-    diff = unified_diff("engine.py", "a\n        self.kept = x  # keep\n", "a\n        self.kept = x.detach()\n")
+    diff = unified_diff(
+        "engine.py", "a\n        self.kept = x  # keep\n", "a\n        self.kept = x.detach()\n"
+    )
     assert diff == (
         "--- a/engine.py\n+++ b/engine.py\n@@ -1,2 +1,2 @@\n a\n"
         "-        self.kept = x  # keep\n+        self.kept = x.detach()\n"
     )
 
 
-@pytest.mark.parametrize("text", [
-    "class E:\n        self.kept = y\n",  # the line changed
-    "class E:\n",  # the file got shorter
-    "class E:\n    x = 1; self.kept = x  # keep\n",  # the text moved off its column
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "class E:\n        self.kept = y\n",  # the line changed
+        "class E:\n",  # the file got shorter
+        "class E:\n    x = 1; self.kept = x  # keep\n",  # the text moved off its column
+    ],
+)
 def test_an_edit_is_refused_when_its_line_changed_since_the_check(text: str) -> None:
     with pytest.raises(StaleEdit, match="changed since the check; run leakscope fix again"):
         applied(text, [EDIT], name="engine.py")
@@ -250,16 +295,28 @@ def test_an_edit_is_refused_when_its_line_changed_since_the_check(text: str) -> 
 
 def _report(edit: Edit, verified: bool = False, proof: str | None = None) -> Report:
     finding = Finding(
-        path=holder_path("engine", "kept"), holder=Holder.ENGINE, grad_fn="MulBackward0", graph_nodes=3,
-        retained_bytes=256, confirmed=True, hint=f"at engine.py:2 in keep: {edit.after}", cause=Cause.ACTIVATIONS,
-        source=Source("engine.py", 1, "keep"), stored_at=Source("engine.py", 2, "keep"), store_op="attribute",
+        path=holder_path("engine", "kept"),
+        holder=Holder.ENGINE,
+        grad_fn="MulBackward0",
+        graph_nodes=3,
+        retained_bytes=256,
+        confirmed=True,
+        hint=f"at engine.py:2 in keep: {edit.after}",
+        cause=Cause.ACTIVATIONS,
+        source=Source("engine.py", 1, "keep"),
+        stored_at=Source("engine.py", 2, "keep"),
+        store_op="attribute",
         edit=Edit(edit.file, edit.line, edit.column, edit.before, edit.after, verified, proof),
     )
-    result = TargetResult("pkg.engine:Engine", Mode.TRAIN, Verdict.LEAK, findings=(finding,), retained_bytes=256)
+    result = TargetResult(
+        "pkg.engine:Engine", Mode.TRAIN, Verdict.LEAK, findings=(finding,), retained_bytes=256
+    )
     return Report((result,), "0.1.0", "2.13.0+cpu", "3.11.7")
 
 
-def test_apply_refuses_a_file_that_changed_after_the_check(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_apply_refuses_a_file_that_changed_after_the_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "engine.py").write_text("class E:\n        self.kept = x  # keep\n")
     report = _report(EDIT)
@@ -269,20 +326,33 @@ def test_apply_refuses_a_file_that_changed_after_the_check(tmp_path: Path, monke
     (fix,) = result.fixes
     assert fix.status is FixStatus.VERIFIED and not fix.applied
     assert "not applied: engine.py:2 reads 'self.kept = x * 2  # edited meanwhile'" in fix.reason
-    assert (tmp_path / "engine.py").read_text() == "class E:\n        self.kept = x * 2  # edited meanwhile\n"
+    assert (
+        tmp_path / "engine.py"
+    ).read_text() == "class E:\n        self.kept = x * 2  # edited meanwhile\n"
     assert fix_exit_code(result) == 1
 
 
-def test_without_apply_nothing_is_written_and_a_verified_fix_exits_0(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_apply_nothing_is_written_and_a_verified_fix_exits_0(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "engine.py").write_text("class E:\n        self.kept = x  # keep\n")
-    result = fix_report(_report(EDIT), {("pkg.engine:Engine", EDIT): (True, "verified: proven")}, apply=False, tolerance="")
+    result = fix_report(
+        _report(EDIT),
+        {("pkg.engine:Engine", EDIT): (True, "verified: proven")},
+        apply=False,
+        tolerance="",
+    )
     (fix,) = result.fixes
     assert (fix.status, fix.applied, fix_exit_code(result)) == (FixStatus.VERIFIED, False, 0)
     assert fix.diff.endswith("-        self.kept = x  # keep\n+        self.kept = x.detach()\n")
     assert (tmp_path / "engine.py").read_text() == "class E:\n        self.kept = x  # keep\n"
     (finding,) = result.report.results[0].findings
-    assert finding.edit is not None and finding.edit.verified and finding.edit.proof == "verified: proven"
+    assert (
+        finding.edit is not None
+        and finding.edit.verified
+        and finding.edit.proof == "verified: proven"
+    )
 
 
 # -- code review: SARIF fixes, GitHub suggestions, the HTML diff ----------------------------------------
@@ -292,17 +362,31 @@ def test_sarif_carries_a_fix_for_a_verified_edit_only_and_validates() -> None:
     verified = json.loads(render(_report(EDIT, True, "verified: proven"), "sarif"))
     jsonschema.validators.validator_for(SARIF_SCHEMA)(SARIF_SCHEMA).validate(verified)
     (result,) = verified["runs"][0]["results"]
-    assert result["fixes"] == [{
-        "description": {"text": "verified: proven"},
-        "artifactChanges": [{
-            "artifactLocation": {"uri": "engine.py", "uriBaseId": "%SRCROOT%"},
-            "replacements": [{
-                "deletedRegion": {"startLine": 2, "startColumn": 9, "endLine": 2, "endColumn": 9 + len(EDIT.before)},
-                "insertedContent": {"text": "self.kept = x.detach()"},
-            }],
-        }],
-    }]
-    for unproven in (_report(EDIT), _report(EDIT, False, "not verified: the edit changes the gradient of module.w")):
+    assert result["fixes"] == [
+        {
+            "description": {"text": "verified: proven"},
+            "artifactChanges": [
+                {
+                    "artifactLocation": {"uri": "engine.py", "uriBaseId": "%SRCROOT%"},
+                    "replacements": [
+                        {
+                            "deletedRegion": {
+                                "startLine": 2,
+                                "startColumn": 9,
+                                "endLine": 2,
+                                "endColumn": 9 + len(EDIT.before),
+                            },
+                            "insertedContent": {"text": "self.kept = x.detach()"},
+                        }
+                    ],
+                }
+            ],
+        }
+    ]
+    for unproven in (
+        _report(EDIT),
+        _report(EDIT, False, "not verified: the edit changes the gradient of module.w"),
+    ):
         assert "fixes" not in json.loads(render(unproven, "sarif"))["runs"][0]["results"][0]
 
 
@@ -319,10 +403,15 @@ def test_html_shows_the_diff_beside_the_stored_at_snippet_escaped() -> None:
     hostile = Edit("engine.py", 2, 9, "self.kept = x  # <b>", "self.kept = x.detach()  # <script>")
     page = render(_report(hostile, False, "not verified: <img src=x>"), "html")
     assert '<div class="fix-pair"><figure class="snippet missing">' in page
-    assert '<figure class="snippet edit unverified"><figcaption><span class="snippet-title">suggested edit, not verified' in page
+    assert (
+        '<figure class="snippet edit unverified"><figcaption><span class="snippet-title">suggested edit, not verified'
+        in page
+    )
     assert "x.detach()  # &lt;script&gt;</span>" in page and "# <script>" not in page
     assert '<p class="muted proof">not verified: &lt;img src=x&gt;</p>' in page
-    assert 'class="snippet edit verified"' in render(_report(EDIT, True, "verified: proven"), "html")
+    assert 'class="snippet edit verified"' in render(
+        _report(EDIT, True, "verified: proven"), "html"
+    )
 
 
 def test_check_fix_once_then_render_sarif_and_github_from_the_saved_report(tmp_path: Path) -> None:
@@ -330,15 +419,34 @@ def test_check_fix_once_then_render_sarif_and_github_from_the_saved_report(tmp_p
     proven, so the SARIF fix and the GitHub suggestion come from ``leakscope render`` alone."""
     saved = tmp_path / "report.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "leakscope", "check", fixture_target("cached_logits"), "--fix", "-f", "json",
-         "-o", str(saved), *FAST],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "leakscope",
+            "check",
+            fixture_target("cached_logits"),
+            "--fix",
+            "-f",
+            "json",
+            "-o",
+            str(saved),
+            *FAST,
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]  # still a leak until the fix is applied
     rendered = {
         fmt: subprocess.run(
             [sys.executable, "-m", "leakscope", "render", str(saved), "-f", fmt],
-            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120,
+            cwd=ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
         ).stdout
         for fmt in ("sarif", "github")
     }
@@ -347,13 +455,20 @@ def test_check_fix_once_then_render_sarif_and_github_from_the_saved_report(tmp_p
     (result,) = sarif["runs"][0]["results"]
     (change,) = result["fixes"][0]["artifactChanges"]
     assert change["artifactLocation"]["uri"] == "fixtures/cached_logits.py"
-    assert change["replacements"] == [{
-        "deletedRegion": {"startLine": 24, "startColumn": 9, "endLine": 24, "endColumn": 34},
-        "insertedContent": {"text": "self.last_logits = logits.detach()"},
-    }]
+    assert change["replacements"] == [
+        {
+            "deletedRegion": {"startLine": 24, "startColumn": 9, "endLine": 24, "endColumn": 34},
+            "insertedContent": {"text": "self.last_logits = logits.detach()"},
+        }
+    ]
     assert result["fixes"][0]["description"]["text"].startswith("verified: ")
-    assert "::notice file=fixtures/cached_logits.py,line=24,title=leakscope verified fix::" in rendered["github"]
-    assert "%0A```suggestion%0A        self.last_logits = logits.detach()%0A```" in rendered["github"]
+    assert (
+        "::notice file=fixtures/cached_logits.py,line=24,title=leakscope verified fix::"
+        in rendered["github"]
+    )
+    assert (
+        "%0A```suggestion%0A        self.last_logits = logits.detach()%0A```" in rendered["github"]
+    )
 
 
 # -- the command line ---------------------------------------------------------------------------------
@@ -362,11 +477,17 @@ def test_check_fix_once_then_render_sarif_and_github_from_the_saved_report(tmp_p
 def test_fix_usage_and_target_errors_exit_2_and_3_with_json() -> None:
     runner = CliRunner()
     bad = runner.invoke(app, ["fix", "no-colon", "--format", "json"])
-    assert bad.exit_code == 2 and json.loads(bad.stdout)["error"].startswith("target 'no-colon' is not of the form")
-    missing = runner.invoke(app, ["fix", "fixtures.no_such_module:Engine", "--format", "json", "--mode", "train"])
+    assert bad.exit_code == 2 and json.loads(bad.stdout)["error"].startswith(
+        "target 'no-colon' is not of the form"
+    )
+    missing = runner.invoke(
+        app, ["fix", "fixtures.no_such_module:Engine", "--format", "json", "--mode", "train"]
+    )
     doc = json.loads(missing.stdout)
     assert missing.exit_code == 3 == doc["exit_code"] and doc["fixes"] == []
-    assert doc["report"]["results"][0]["error"].startswith("module 'fixtures.no_such_module' not found")
+    assert doc["report"]["results"][0]["error"].startswith(
+        "module 'fixtures.no_such_module' not found"
+    )
 
 
 def test_fix_report_exit_codes() -> None:
@@ -396,7 +517,12 @@ def test_a_file_target_is_proven_under_the_name_the_resolver_gives_it(tmp_path: 
     (fix,) = doc["fixes"]
     assert (code, fix["status"], fix["applied"]) == (0, "verified", False), fix
     assert fix["edit"] == {
-        "file": "sub/history_engine.py", "line": 30, "column": 9, "before": "self.entropies.append(entropy)",
-        "after": "self.entropies.append(entropy.detach())", "verified": True, "proof": fix["reason"],
+        "file": "sub/history_engine.py",
+        "line": 30,
+        "column": 9,
+        "before": "self.entropies.append(entropy)",
+        "after": "self.entropies.append(entropy.detach())",
+        "verified": True,
+        "proof": fix["reason"],
     }
     assert (tmp_path / "sub" / "history_engine.py").read_bytes() == before

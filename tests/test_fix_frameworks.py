@@ -19,7 +19,13 @@ def test_a_trl_subclass_fix_is_verified_through_the_real_trainer() -> None:
     python = framework_python(ROOT / ".venv-trl", ".ci/setup-trl.sh")
     before = (FIXTURES / "trl_subjects" / "trainers.py").read_bytes()
     proc = run_leakscope(
-        python, "fix", "fixtures.trl_subjects.trainers:RefCacheSFT", "--mode", "train", "--format", "json",
+        python,
+        "fix",
+        "fixtures.trl_subjects.trainers:RefCacheSFT",
+        "--mode",
+        "train",
+        "--format",
+        "json",
     )
     doc = json.loads(proc.stdout)
     (fix,) = doc["fixes"]
@@ -38,7 +44,10 @@ def test_a_lightning_module_fix_is_verified_and_a_library_line_is_never_edited()
     docs: dict[str, Any] = {}
     for target, extra in (
         ("fixtures.lightning_manual:LitModel", ()),
-        ("fixtures.lightning_metric:LitModule", ("--factory", "fixtures.lightning_metric:make_module")),
+        (
+            "fixtures.lightning_metric:LitModule",
+            ("--factory", "fixtures.lightning_metric:make_module"),
+        ),
     ):
         proc = run_leakscope(python, "fix", target, *extra, "--mode", "train", "--format", "json")
         docs[target] = json.loads(proc.stdout)

@@ -20,14 +20,17 @@ LEAKY = "leakscope.models.engines:LeakyFSDPEngine"
 def forward_only_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A project whose pyproject says forward-only, one micro-batch, and another model."""
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.leakscope]\nmode = "forward-only"\nmicro-batches = 1\nmodel = "full-finetune"\n', encoding="utf-8"
+        '[tool.leakscope]\nmode = "forward-only"\nmicro-batches = 1\nmodel = "full-finetune"\n',
+        encoding="utf-8",
     )
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
 
 def test_check_mode_flag_beats_config(forward_only_project: Path) -> None:
-    result = runner.invoke(app, ["check", LEAKY, "--mode", "train", "--model", "peft-checkpoint", "-f", "json"])
+    result = runner.invoke(
+        app, ["check", LEAKY, "--mode", "train", "--model", "peft-checkpoint", "-f", "json"]
+    )
     doc = json.loads(result.stdout)
     assert [r["mode"] for r in doc["results"]] == ["train"]
     assert result.exit_code == 1 and doc["results"][0]["verdict"] == "leak"
@@ -35,11 +38,24 @@ def test_check_mode_flag_beats_config(forward_only_project: Path) -> None:
     assert "growth" not in doc["results"][0]
 
 
-def test_estimate_flags_beat_config_and_it_runs_its_own_micro_batches(forward_only_project: Path) -> None:
-    result = runner.invoke(app, [
-        "estimate", LEAKY, "--mode", "train", "--model", "peft-checkpoint", "-f", "json",
-        "--at", "hidden=64,tokens=64,micro-batches=4",
-    ])
+def test_estimate_flags_beat_config_and_it_runs_its_own_micro_batches(
+    forward_only_project: Path,
+) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "estimate",
+            LEAKY,
+            "--mode",
+            "train",
+            "--model",
+            "peft-checkpoint",
+            "-f",
+            "json",
+            "--at",
+            "hidden=64,tokens=64,micro-batches=4",
+        ],
+    )
     doc = json.loads(result.stdout)
     (res,) = doc["results"]
     # before: forward-only only (the config's mode), CLEAN, exit 0 — a false clean

@@ -45,7 +45,10 @@ def test_several_slots_and_leaf_grad() -> None:
         (LEAF_GRAD, "AccumulateGrad", "variable.grad"),
     }
     assert groups[(ACTIVATIONS, "MmBackward0", "mat2")] == [b]
-    assert {id(g) for g in groups[(LEAF_GRAD, "AccumulateGrad", "variable.grad")]} == {id(a.grad), id(b.grad)}
+    assert {id(g) for g in groups[(LEAF_GRAD, "AccumulateGrad", "variable.grad")]} == {
+        id(a.grad),
+        id(b.grad),
+    }
     _, no_leaves = _groups([out.grad_fn], with_leaves=False)
     assert not any(cause == LEAF_GRAD for cause, _, _ in no_leaves)
 

@@ -31,7 +31,9 @@ def path_of(root: str, obj: Any, target: Any) -> HolderPath:
     raise AssertionError(f"{target!r} not reached from {root}")
 
 
-def hint(root: str, obj: Any, target: Any, cause: Cause = Cause.ACTIVATIONS, adapter: str | None = None) -> str:
+def hint(
+    root: str, obj: Any, target: Any, cause: Cause = Cause.ACTIVATIONS, adapter: str | None = None
+) -> str:
     path = path_of(root, obj, target)
     return hint_for(holder_of(path), cause, path, adapter=adapter)
 
@@ -72,7 +74,9 @@ def test_module_hook_that_stores_names_the_hook_and_its_store() -> None:
     path = path_of("module", model, t)
     assert holder_of(path) is Holder.MODEL_HOOK
     text = hint_for(Holder.MODEL_HOOK, Cause.ACTIVATIONS, path)
-    assert text.startswith("the hook model[0]._forward_hooks[0] stores a tensor of this step in store")
+    assert text.startswith(
+        "the hook model[0]._forward_hooks[0] stores a tensor of this step in store"
+    )
 
 
 def test_generator_local() -> None:
@@ -101,7 +105,9 @@ def test_exception_traceback_and_dict_key() -> None:
         engine.last_error = exc
     logits = engine.last_error.__traceback__.tb_next.tb_frame.f_locals["logits"]
     text = hint("engine", engine, logits)
-    assert text.startswith("the exception kept at self.last_error keeps the frames of its traceback")
+    assert text.startswith(
+        "the exception kept at self.last_error keeps the frames of its traceback"
+    )
     assert "logits" in text and "with_traceback(None)" in text
     key = _attached()
     engine.terms[key] = 1.0
@@ -152,9 +158,14 @@ class _Metric:
 
 def test_torchmetrics_forward_cache() -> None:
     t = _attached()
-    engine = types.SimpleNamespace(train_loss=_Metric(t), _results={"training_step.train/loss": _Metric(t * 1)})
+    engine = types.SimpleNamespace(
+        train_loss=_Metric(t), _results={"training_step.train/loss": _Metric(t * 1)}
+    )
     text = hint("engine", engine, t)
     assert text.startswith("self.train_loss is a torchmetrics metric")
     assert "loss.detach()" in text and ".update()" in text
     logged = hint("engine", engine, engine._results["training_step.train/loss"]._forward_cache)
-    assert "Lightning's logged copy" in logged and "self._results['training_step.train/loss']" in logged
+    assert (
+        "Lightning's logged copy" in logged
+        and "self._results['training_step.train/loss']" in logged
+    )

@@ -83,8 +83,13 @@ def test_html_shows_verdicts_growth_findings_and_graphs(report: Report) -> None:
     assert "1 leak, 1 clean, 0 error (exit 1)" in text
     # One summary row and one section per target and mode.
     assert len(doc.having("section", "result")) == len(report.results) == 2
-    assert [a["class"] for a in doc.having("span", "badge") if a["class"] in ("badge leak", "badge clean")][:2] == [
-        "badge leak", "badge clean",
+    assert [
+        a["class"]
+        for a in doc.having("span", "badge")
+        if a["class"] in ("badge leak", "badge clean")
+    ][:2] == [
+        "badge leak",
+        "badge clean",
     ]
     # The growth plot: one bar per micro-batch, each carrying the report's bytes.
     plots = doc.having("svg", "growth")
@@ -108,7 +113,11 @@ def test_html_shows_verdicts_growth_findings_and_graphs(report: Report) -> None:
     assert re.search(r'<span class="hl"><span class="ln">25</span>' + re.escape(_esc(line25)), page)
     assert _esc(findings[0].hint) in page
     # Self-contained: no script, no external resource of any kind.
-    assert "<script" not in page and not re.search(r'(src|href)="(?!#)', page) and "@import" not in page
+    assert (
+        "<script" not in page
+        and not re.search(r'(src|href)="(?!#)', page)
+        and "@import" not in page
+    )
 
 
 def _esc(text: str) -> str:
@@ -119,14 +128,22 @@ def _esc(text: str) -> str:
 
 def test_a_line_not_captured_is_said_not_fatal(report: Report) -> None:
     train = report.results[0]
-    gone = dataclasses.replace(train.findings[0], source=Source("no/such/file.py", 3, "forward_step"), snippets=())
-    page = render(dataclasses.replace(report, results=(dataclasses.replace(train, findings=(gone,)),)), "html")
-    assert "source not shown: not captured when the check ran" in page and "(no/such/file.py)" in page
+    gone = dataclasses.replace(
+        train.findings[0], source=Source("no/such/file.py", 3, "forward_step"), snippets=()
+    )
+    page = render(
+        dataclasses.replace(report, results=(dataclasses.replace(train, findings=(gone,)),)), "html"
+    )
+    assert (
+        "source not shown: not captured when the check ran" in page and "(no/such/file.py)" in page
+    )
 
 
 def test_stored_at_gets_its_own_snippet(report: Report) -> None:
     train = report.results[0]
-    stored = dataclasses.replace(train.findings[0], stored_at=Source("fixtures/verl_bug.py", 29, "forward_step"))
+    stored = dataclasses.replace(
+        train.findings[0], stored_at=Source("fixtures/verl_bug.py", 29, "forward_step")
+    )
     changed = dataclasses.replace(report, results=(dataclasses.replace(train, findings=(stored,)),))
     page = render(capture(changed, [ROOT]), "html")  # as leakscope.check does when it finishes
     assert "stored at" in page and '<span class="hl"><span class="ln">29</span>' in page
@@ -145,7 +162,16 @@ def test_a_huge_graph_is_bounded_and_says_what_it_left_out() -> None:
     assert view is not None and view.truncated and len(view.nodes) == 40 and view.total_nodes == 201
     svg = graph_svg(view)
     assert svg.count('<g class="node') == 40 and "+1 not drawn" in svg
-    finding = Finding(holder_path("output", "y"), Holder.RETURNED, "MulBackward0", 201, 0, True, "detach it", graph=view)
+    finding = Finding(
+        holder_path("output", "y"),
+        Holder.RETURNED,
+        "MulBackward0",
+        201,
+        0,
+        True,
+        "detach it",
+        graph=view,
+    )
     result = TargetResult("pkg:E", Mode.TRAIN, Verdict.LEAK, findings=(finding,))
     page = render(Report((result,), "0", "t", "p"), "html")
     assert "161 left out" in page and "leakscope explain pkg:E --mode train --path output.y" in page
@@ -187,23 +213,43 @@ def test_render_needs_no_torch(report: Report, tmp_path: Path) -> None:
     saved.write_text(render(report, "json"), encoding="utf-8")
     done = subprocess.run(
         [sys.executable, "-c", _PROBE, "render", str(saved), "--format", "html"],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.stderr.strip().splitlines()[-1] == "EXIT 0 TORCH False"
     assert done.stdout.startswith("<!DOCTYPE html>")
 
 
-@pytest.mark.parametrize(("content", "message"), [
-    (None, "cannot read {path}: No such file or directory"),
-    ("not json", "{path} is not JSON (Expecting value at line 1, column 1); give a report written by: "
-                 "leakscope check --format json -o FILE"),
-    ('{"runs": []}', "{path} is not a leakscope JSON report (no schema_version and results); give a report "
-                     "written by: leakscope check --format json -o FILE"),
-    ('{"schema_version": 2, "results": []}', "{path} has schema_version 2, this leakscope reads 1; render it "
-                                             "with the leakscope version that wrote it"),
-    ('{"schema_version": 1, "results": [{"mode": "train"}]}', "{path} is not a valid leakscope JSON report"),
-])
-def test_render_bad_input_is_one_line_and_exit_2(tmp_path: Path, content: str | None, message: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "cannot read {path}: No such file or directory"),
+        (
+            "not json",
+            "{path} is not JSON (Expecting value at line 1, column 1); give a report written by: "
+            "leakscope check --format json -o FILE",
+        ),
+        (
+            '{"runs": []}',
+            "{path} is not a leakscope JSON report (no schema_version and results); give a report "
+            "written by: leakscope check --format json -o FILE",
+        ),
+        (
+            '{"schema_version": 2, "results": []}',
+            "{path} has schema_version 2, this leakscope reads 1; render it "
+            "with the leakscope version that wrote it",
+        ),
+        (
+            '{"schema_version": 1, "results": [{"mode": "train"}]}',
+            "{path} is not a valid leakscope JSON report",
+        ),
+    ],
+)
+def test_render_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
     path = tmp_path / "report.json"
     if content is not None:
         path.write_text(content, encoding="utf-8")
@@ -248,37 +294,74 @@ def test_page_in_headless_chromium_light_and_dark(tmp_path: Path) -> None:
     browser = _browser()
     if browser is None:
         if os.environ.get("LEAKSCOPE_REQUIRE_BROWSER"):
-            pytest.fail("LEAKSCOPE_REQUIRE_BROWSER is set but no chromium: apt-get install -y chromium")
+            pytest.fail(
+                "LEAKSCOPE_REQUIRE_BROWSER is set but no chromium: apt-get install -y chromium"
+            )
         pytest.skip("no chromium (apt-get install -y chromium)")
     page = tmp_path / "report.html"
     done = subprocess.run(
-        [sys.executable, "-m", "leakscope", "check", "fixtures/verl_bug.py:Engine", "--micro-batches", "3",
-         "--format", "html", "-o", str(page)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "leakscope",
+            "check",
+            "fixtures/verl_bug.py:Engine",
+            "--micro-batches",
+            "3",
+            "--format",
+            "html",
+            "-o",
+            str(page),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 1, done.stderr
     url = page.as_uri()
     # --disable-dev-shm-usage: a container's small /dev/shm crashes the renderer on a tall screenshot.
-    base = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--hide-scrollbars", "--no-first-run",
-            f"--user-data-dir={tmp_path / 'profile'}", "--enable-logging=stderr", "--v=0"]
+    base = [
+        browser,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--enable-logging=stderr",
+        "--v=0",
+    ]
     dom = subprocess.run([*base, "--dump-dom", url], capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     # No console message of any kind (errors, CSP or resource failures are logged as CONSOLE lines).
-    assert not [line for line in dom.stderr.splitlines() if "CONSOLE" in line or ":INFO:console" in line]
+    assert not [
+        line for line in dom.stderr.splitlines() if "CONSOLE" in line or ":INFO:console" in line
+    ]
     parsed = _Elements(dom.stdout)
     assert len(parsed.having("svg", "growth")) == 2 and len(parsed.having("rect", "bar")) == 6
     assert len(parsed.having("svg", "graph")) == 2 and len(parsed.having("g", "node")) > 20
     shots = {}
-    for scheme, flags in (("light", []), ("dark", ["--force-dark-mode", "--blink-settings=preferredColorScheme=0"])):
+    for scheme, flags in (
+        ("light", []),
+        ("dark", ["--force-dark-mode", "--blink-settings=preferredColorScheme=0"]),
+    ):
         shot = Path(os.environ.get("LEAKSCOPE_SCREENSHOTS", tmp_path)) / f"report-{scheme}.png"
         done = subprocess.run(
             [*base, *flags, "--window-size=1280,2400", f"--screenshot={shot}", url],
-            capture_output=True, text=True, timeout=120,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert done.returncode == 0 and shot.stat().st_size > 10_000, done.stderr[-2000:]
         shots[scheme] = _first_pixel(shot.read_bytes())
     assert shots["light"] == (255, 255, 255)  # --bg of the light scheme
-    assert shots["dark"] == (13, 17, 23)  # --bg of the dark scheme: prefers-color-scheme took effect
+    assert shots["dark"] == (
+        13,
+        17,
+        23,
+    )  # --bg of the dark scheme: prefers-color-scheme took effect
 
 
 def test_a_bounded_leak_is_drawn_in_leak_colours() -> None:
@@ -287,7 +370,10 @@ def test_a_bounded_leak_is_drawn_in_leak_colours() -> None:
     train, forward_only = report.results
     assert (train.verdict, train.kind, train.growth.slope_bytes) == (Verdict.LEAK, "bounded", 0.0)  # type: ignore[union-attr]
     doc = _Elements(render(report, "html"))
-    assert [a["class"] for a in doc.having("svg", "growth")] == ["plot growth leak", "plot growth clean"]
+    assert [a["class"] for a in doc.having("svg", "growth")] == [
+        "plot growth leak",
+        "plot growth clean",
+    ]
     assert [a["class"] for a in doc.having("svg", "spark")] == ["spark leak", "spark clean"]
     assert "bounded: a leak that holds the latest step" in "".join(doc.text)
 
@@ -298,7 +384,9 @@ def test_colours_follow_the_gate_under_fail_on_warning() -> None:
     strict = _Elements(render(report, "html", fail_on="warning"))
     assert [a["class"] for a in strict.having("p", "banner")] == ["banner warning"]
     assert [a["class"] for a in strict.having("section", "result")] == ["result warning"]
-    lenient = _Elements(render(report, "html", fail_on="leak"))  # the look-alike: the default gate passes it
+    lenient = _Elements(
+        render(report, "html", fail_on="leak")
+    )  # the look-alike: the default gate passes it
     assert [a["class"] for a in lenient.having("p", "banner")] == ["banner clean"]
 
 
@@ -312,5 +400,7 @@ def test_the_style_sheet_is_package_data() -> None:
 
     css = resources.files("leakscope.render").joinpath("report.css").read_text(encoding="utf-8")
     assert f"<style>{css}</style>" in render(Report((), "0", "t", "p"), "html")
-    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+        "setuptools"
+    ]
     assert "render/report.css" in package_data["package-data"]["leakscope"]  # so a wheel carries it

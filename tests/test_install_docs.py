@@ -26,8 +26,21 @@ ROOT = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 #: pip options whose next word is a value, not a requirement
 _VALUED = {
-    "-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-t", "--target", "-c",
-    "--constraint", "-r", "--requirement", "--prefix", "--root", "--python", "--platform",
+    "-i",
+    "--index-url",
+    "--extra-index-url",
+    "-f",
+    "--find-links",
+    "-t",
+    "--target",
+    "-c",
+    "--constraint",
+    "-r",
+    "--requirement",
+    "--prefix",
+    "--root",
+    "--python",
+    "--platform",
 }
 _INSTALL = re.compile(r"\bpip3?\s+install\s+")
 _STRANGER_EXTRA = re.compile(r"(?<![\w.-])leakscope\[")
@@ -43,9 +56,11 @@ def install_problems(text: str, ours: str, extras: set[str]) -> list[str]:
     problems = []
     for line in text.splitlines():
         if _STRANGER_EXTRA.search(line):
-            problems.append(f"names the extra of the unrelated 'leakscope' distribution: {line.strip()}")
+            problems.append(
+                f"names the extra of the unrelated 'leakscope' distribution: {line.strip()}"
+            )
         for match in _INSTALL.finditer(line):
-            rest = line[match.end():].split("`", 1)[0]
+            rest = line[match.end() :].split("`", 1)[0]
             words = re.split(r"\s*(?:&&|\|\||;|\||#)", rest, maxsplit=1)[0]
             try:
                 tokens = shlex.split(words)
@@ -59,7 +74,9 @@ def install_problems(text: str, ours: str, extras: set[str]) -> list[str]:
                 if token.startswith("-"):
                     skip = token in _VALUED
                     continue
-                problems.extend(f"{problem}: {line.strip()}" for problem in _requirement(token, ours, extras))
+                problems.extend(
+                    f"{problem}: {line.strip()}" for problem in _requirement(token, ours, extras)
+                )
     return problems
 
 
@@ -141,11 +158,23 @@ def test_the_github_actions_recipe_installs_cpu_torch_first_then_this_checkout()
     assert "--index-url https://download.pytorch.org/whl/cpu" in runs[torch_at]
     checkout = next(s for s in job["steps"] if s.get("with", {}).get("path") == ".leakscope")
     assert checkout["uses"].startswith("actions/checkout@")
-    ours = next(i for i, run in enumerate(runs) if run.split("#")[0].split() == ["pip", "install", "./.leakscope"])
-    assert torch_at < ours < next(i for i, run in enumerate(runs) if run.startswith("leakscope check"))
-    sarif = next(s for s in job["steps"] if s.get("uses", "").startswith("github/codeql-action/upload-sarif@"))
+    ours = next(
+        i
+        for i, run in enumerate(runs)
+        if run.split("#")[0].split() == ["pip", "install", "./.leakscope"]
+    )
+    assert (
+        torch_at < ours < next(i for i, run in enumerate(runs) if run.startswith("leakscope check"))
+    )
+    sarif = next(
+        s
+        for s in job["steps"]
+        if s.get("uses", "").startswith("github/codeql-action/upload-sarif@")
+    )
     assert any(f"--output {sarif['with']['sarif_file']}" in run for run in runs)
-    artifact = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@"))
+    artifact = next(
+        s for s in job["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")
+    )
     assert any(f"--format html --output {artifact['with']['path']}" in run for run in runs)
     assert "security-events" in yaml.safe_load(block.group(1))["permissions"]
     assert all(u == "" or "@" in u for u in uses)
@@ -165,10 +194,21 @@ def ci_runs_command(script: str, steps: list[str]) -> list[str]:
     A step matches a line of the script that runs it, ``pip -q`` allowed; each is looked for
     after the one before it, so a reordered script misses the step it moved.
     """
-    lines = [line.strip() for line in script.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    lines = [
+        line.strip()
+        for line in script.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     missing, at = [], 0
     for step in steps:
-        found = next((i for i in range(at, len(lines)) if lines[i].replace("pip install -q ", "pip install ") == step), None)
+        found = next(
+            (
+                i
+                for i in range(at, len(lines))
+                if lines[i].replace("pip install -q ", "pip install ") == step
+            ),
+            None,
+        )
         if found is None:
             missing.append(step)
         else:
@@ -185,7 +225,18 @@ def test_ci_runs_the_readme_test_command_step_by_step() -> None:
 
 def test_the_ci_comparison_catches_a_missing_or_reordered_step() -> None:
     steps = ["pip install torch==2.13.0", "lint-imports", "mypy", "python -m pytest -q"]
-    assert ci_runs_command("pip install -q torch==2.13.0\nlint-imports\nmypy\npython -m pytest -q\n", steps) == []
-    assert ci_runs_command("pip install -q torch==2.13.0\nlint-imports\npython -m pytest -q\n", steps) == ["mypy"]
-    assert ci_runs_command("pip install torch==2.13.0\nmypy\nlint-imports\npython -m pytest -q\n", steps) == ["mypy"]
-    assert ci_runs_command("# mypy\npip install torch==2.13.0\nlint-imports\npython -m pytest -q\n", steps) == ["mypy"]
+    assert (
+        ci_runs_command(
+            "pip install -q torch==2.13.0\nlint-imports\nmypy\npython -m pytest -q\n", steps
+        )
+        == []
+    )
+    assert ci_runs_command(
+        "pip install -q torch==2.13.0\nlint-imports\npython -m pytest -q\n", steps
+    ) == ["mypy"]
+    assert ci_runs_command(
+        "pip install torch==2.13.0\nmypy\nlint-imports\npython -m pytest -q\n", steps
+    ) == ["mypy"]
+    assert ci_runs_command(
+        "# mypy\npip install torch==2.13.0\nlint-imports\npython -m pytest -q\n", steps
+    ) == ["mypy"]

@@ -66,14 +66,20 @@ def _torch_identities() -> dict[str, Any]:
 def _global_module_hooks() -> list[int]:
     from torch.nn.modules import module
 
-    return [len(getattr(module, name)) for name in dir(module) if name.startswith("_global_") and name.endswith("hooks")]
+    return [
+        len(getattr(module, name))
+        for name in dir(module)
+        if name.startswith("_global_") and name.endswith("hooks")
+    ]
 
 
 @pytest.mark.parametrize("grad_enabled", [True, False])
 def test_a_check_leaves_nothing_behind(grad_enabled: bool) -> None:
     MADE.clear()
     USER_HEAD.register_forward_hook(lambda *_: None)  # the user's own hook stays
-    head_hooks = {name: dict(getattr(USER_HEAD, name)) for name in vars(USER_HEAD) if name.endswith("hooks")}
+    head_hooks = {
+        name: dict(getattr(USER_HEAD, name)) for name in vars(USER_HEAD) if name.endswith("hooks")
+    }
     identities = _torch_identities()
     global_hooks = _global_module_hooks()
     threads = threading.active_count()
@@ -83,7 +89,10 @@ def test_a_check_leaves_nothing_behind(grad_enabled: bool) -> None:
         report = leakscope.check(make_engine, CheckOptions())
         assert torch.is_grad_enabled() is grad_enabled
     assert [r.verdict.value for r in report.results] == ["leak", "clean"]
-    assert [str(f.path) for f in report.results[0].findings] == ["output.model_output.log_probs", "output.model_output.entropy"]
+    assert [str(f.path) for f in report.results[0].findings] == [
+        "output.model_output.log_probs",
+        "output.model_output.entropy",
+    ]
     # No saved-tensor hooks, anomaly mode, process group, patched torch function or global module hook.
     assert torch._C._autograd._top_saved_tensors_default_hooks(True) is None
     assert not torch.is_anomaly_enabled()
@@ -91,7 +100,9 @@ def test_a_check_leaves_nothing_behind(grad_enabled: bool) -> None:
     assert _torch_identities() == identities
     assert _global_module_hooks() == global_hooks
     # No hooks added to (or removed from) the user's module.
-    assert {name: dict(getattr(USER_HEAD, name)) for name in vars(USER_HEAD) if name.endswith("hooks")} == head_hooks
+    assert {
+        name: dict(getattr(USER_HEAD, name)) for name in vars(USER_HEAD) if name.endswith("hooks")
+    } == head_hooks
     # gc back on, no threads started, the caller's random streams untouched.
     assert gc.isenabled()
     assert threading.active_count() == threads
@@ -107,8 +118,13 @@ def test_a_check_leaves_nothing_behind(grad_enabled: bool) -> None:
 
 def _answers(report: Report) -> list[tuple[str, str, str, list[tuple[str, int, bool]], int]]:
     return [
-        (r.target, r.mode.value, r.verdict.value, [(str(f.path), f.retained_bytes, f.confirmed) for f in r.findings],
-         r.retained_bytes)
+        (
+            r.target,
+            r.mode.value,
+            r.verdict.value,
+            [(str(f.path), f.retained_bytes, f.confirmed) for f in r.findings],
+            r.retained_bytes,
+        )
         for r in report.results
     ]
 
@@ -133,11 +149,20 @@ def test_fixture_corpus_gives_identical_answers_20_times() -> None:
     first_rng = _answers(leakscope.check("fixtures.bad.nondeterministic:Engine", CheckOptions()))
     for _ in range(19):
         assert _answers(leakscope.check(targets, options)) == first
-        assert _answers(leakscope.check("fixtures.bad.nondeterministic:Engine", CheckOptions())) == first_rng
+        assert (
+            _answers(leakscope.check("fixtures.bad.nondeterministic:Engine", CheckOptions()))
+            == first_rng
+        )
     for name, target in zip(names, targets, strict=True):
         expected = importlib.import_module(f"fixtures.{name}").EXPECTED
-        got = {mode: (verdict, [p for p, _, _ in findings]) for t, mode, verdict, findings, _ in first if t == target}
-        assert got == {mode: (verdict, _unconfirmed(paths)) for mode, (verdict, paths) in expected.items()}
+        got = {
+            mode: (verdict, [p for p, _, _ in findings])
+            for t, mode, verdict, findings, _ in first
+            if t == target
+        }
+        assert got == {
+            mode: (verdict, _unconfirmed(paths)) for mode, (verdict, paths) in expected.items()
+        }
     verdict, ((path, nbytes, confirmed),) = first_rng[0][2:4]
     # 4160 B of tensors (the row kept, the leaf and its gradient) and the graph's nodes (NOTE [One accounting])
     assert (verdict, path, confirmed) == ("leak", "engine.last.d", True) and nbytes > 4160
@@ -147,13 +172,19 @@ def test_results_and_options_cross_processes_losslessly() -> None:
     from leakscope.diagnose.projection import parse_at
 
     at = parse_at("hidden=4096,tokens=17700")
-    report = leakscope.check(["fixtures.verl_bug:Engine", "fixtures.bad.step_raises:Engine"], CheckOptions(at=at))
+    report = leakscope.check(
+        ["fixtures.verl_bug:Engine", "fixtures.bad.step_raises:Engine"], CheckOptions(at=at)
+    )
     for result in report.results:
         assert result_from_data(json.loads(json.dumps(to_data(result)))) == result
     first = report.results[0]
     assert report.results[2].traceback and first.findings[0].source is not None
-    assert first.projection is not None and first.growth is not None  # dataclasses held in Any fields
-    options = CheckOptions(modes=(leakscope.Mode.FORWARD_ONLY,), factory="a:b", timeout=2.5, isolate=True, at=at)
+    assert (
+        first.projection is not None and first.growth is not None
+    )  # dataclasses held in Any fields
+    options = CheckOptions(
+        modes=(leakscope.Mode.FORWARD_ONLY,), factory="a:b", timeout=2.5, isolate=True, at=at
+    )
     assert options_from_data(json.loads(json.dumps(to_data(options)))) == options
 
 
@@ -166,6 +197,8 @@ def test_library_isolate_option_matches_in_process() -> None:
     def strip(report: Report) -> list[Any]:
         return [dataclasses.replace(r, seconds=0.0) for r in report.results]
 
-    assert [r.target for r in isolated.results] == ["fixtures.verl_bug:Engine"] * 2 + ["tests.test_isolation:make_engine"] * 2
+    assert [r.target for r in isolated.results] == ["fixtures.verl_bug:Engine"] * 2 + [
+        "tests.test_isolation:make_engine"
+    ] * 2
     assert strip(isolated) == strip(local)
     assert isolated.torch_version == local.torch_version

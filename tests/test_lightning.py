@@ -52,7 +52,9 @@ def _literal(name: str, variable: str) -> Any:
     """A module-level constant of a fixture, read without importing it (no Lightning here)."""
     tree = ast.parse((FIXTURES / f"{name}.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == variable for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == variable for t in node.targets
+        ):
             return ast.literal_eval(node.value)
     raise KeyError(f"{name}.{variable}")
 
@@ -73,7 +75,9 @@ def results() -> dict[tuple[str, str], dict[str, Any]]:
     out: dict[tuple[str, str], dict[str, Any]] = {}
     plain = [_target(name) for name, factory in SUBJECTS.items() if factory is None]
     runs = [plain] + [
-        [_target(name), "--factory", f"fixtures.{name}:{factory}"] for name, factory in SUBJECTS.items() if factory
+        [_target(name), "--factory", f"fixtures.{name}:{factory}"]
+        for name, factory in SUBJECTS.items()
+        if factory
     ]
     for args in runs:
         _, doc = run_check(*args, "--mode", "both")
@@ -93,7 +97,9 @@ def test_every_lightning_fixture_gets_its_expected_verdict(
         assert (result["verdict"], leaks) == (verdict, paths), (name, mode, result)
 
 
-def test_epoch_output_list_grows_every_batch_of_the_epoch(results: dict[tuple[str, str], dict[str, Any]]) -> None:
+def test_epoch_output_list_grows_every_batch_of_the_epoch(
+    results: dict[tuple[str, str], dict[str, Any]],
+) -> None:
     """Lightning's own docstring pattern, driven through Trainer.fit: one graph per batch, kept."""
     for name in (
         "lightning_epoch_outputs",
@@ -107,20 +113,31 @@ def test_epoch_output_list_grows_every_batch_of_the_epoch(results: dict[tuple[st
         assert finding["grad_fn"] == "NllLossBackward0"
         # the input leaf and its gradient, and the loss's graph nodes (NOTE [One accounting])
         assert finding["bytes_by_cause"]["leaf+grad"] == LEAF_AND_GRAD_BYTES
-        assert finding["retained_bytes"] == LEAF_AND_GRAD_BYTES + finding["bytes_by_cause"]["nodes-only"]
+        assert (
+            finding["retained_bytes"]
+            == LEAF_AND_GRAD_BYTES + finding["bytes_by_cause"]["nodes-only"]
+        )
         assert finding["bytes_by_cause"]["nodes-only"] > 0
         # the line that created the kept tensor: the loss
         line = _line_of(name, "loss = next_token_loss(self.net, batch)")
-        assert finding["source"] == {"file": f"fixtures/{name}.py", "line": line, "function": "training_step"}
+        assert finding["source"] == {
+            "file": f"fixtures/{name}.py",
+            "line": line,
+            "function": "training_step",
+        }
         assert ".append(loss.detach())" in finding["hint"]  # derived from the storing line
         growth = result["growth"]
         assert growth["retained_bytes"] == [finding["retained_bytes"] * k for k in (1, 2, 3)]
         assert growth["slope_bytes"] == finding["retained_bytes"]
         # every batch's graph is alive after the third batch: one epoch, three batches
-        assert len(set(growth["nodes_by_micro_batch"])) == 1 and growth["nodes_by_micro_batch"][0] > 0
+        assert (
+            len(set(growth["nodes_by_micro_batch"])) == 1 and growth["nodes_by_micro_batch"][0] > 0
+        )
 
 
-def test_torchmetrics_forward_cache_holds_one_step(results: dict[tuple[str, str], dict[str, Any]]) -> None:
+def test_torchmetrics_forward_cache_holds_one_step(
+    results: dict[tuple[str, str], dict[str, Any]],
+) -> None:
     """torchmetrics 1.9.0 keeps the last attached value in ``_forward_cache``, and so does
     Lightning's logged copy of the metric: bounded (flat growth), but a graph between steps."""
     result = results[(_target("lightning_metric"), "train")]
@@ -129,12 +146,18 @@ def test_torchmetrics_forward_cache_holds_one_step(results: dict[tuple[str, str]
         assert finding["grad_fn"] == "CloneBackward0"
         assert finding["confirmed"] is True
         assert finding["bytes_by_cause"]["leaf+grad"] == LEAF_AND_GRAD_BYTES
-        assert finding["source"] == {"file": "fixtures/lightning_metric.py", "line": line, "function": "training_step"}
+        assert finding["source"] == {
+            "file": "fixtures/lightning_metric.py",
+            "line": line,
+            "function": "training_step",
+        }
     # the input leaf and its grad, the metric's cloned scalar (a few bytes of activations) and the
     # graph's nodes: one step's, flat
     growth = result["growth"]
     assert len(set(growth["retained_bytes"])) == 1
-    tensors = growth["retained_bytes"][0] - result["findings"][0]["bytes_by_cause"].get("nodes-only", 0)
+    tensors = growth["retained_bytes"][0] - result["findings"][0]["bytes_by_cause"].get(
+        "nodes-only", 0
+    )
     assert LEAF_AND_GRAD_BYTES < tensors <= LEAF_AND_GRAD_BYTES + 64
     assert growth["slope_bytes"] == 0
     assert growth["nodes_by_micro_batch"][:2] == [0, 0] and growth["nodes_by_micro_batch"][2] > 0
@@ -148,9 +171,13 @@ def test_clean_twins_hold_no_graph(results: dict[tuple[str, str], dict[str, Any]
     for name, warnings in (
         ("lightning_clean", {}),
         ("lightning_metric_clean", {}),
-        ("lightning_epoch_outputs_clean", {
-            "train": ["engine.training_step_outputs"], "forward-only": ["engine.validation_step_outputs"],
-        }),
+        (
+            "lightning_epoch_outputs_clean",
+            {
+                "train": ["engine.training_step_outputs"],
+                "forward-only": ["engine.validation_step_outputs"],
+            },
+        ),
         ("lightning_manual_clean", {"train": ["engine.losses"]}),
     ):
         for mode in ("train", "forward-only"):
@@ -167,24 +194,51 @@ def test_a_lightning_check_leaves_nothing_behind() -> None:
     python = venv_python()
     proc = subprocess.run(
         [
-            str(python), str(ROOT / "tests" / "data" / "lightning_leftovers.py"),
-            _target("lightning_epoch_outputs"), _target("lightning_unified"), _target("lightning_manual_clean"),
+            str(python),
+            str(ROOT / "tests" / "data" / "lightning_leftovers.py"),
+            _target("lightning_epoch_outputs"),
+            _target("lightning_unified"),
+            _target("lightning_manual_clean"),
             f"{_target('lightning_metric')}=fixtures.lightning_metric:make_module",
         ],
-        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=venv_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert [v[2] for v in got["verdicts"]] == ["leak", "clean", "leak", "clean", "clean", "clean", "leak", "clean"]
+    assert [v[2] for v in got["verdicts"]] == [
+        "leak",
+        "clean",
+        "leak",
+        "clean",
+        "clean",
+        "clean",
+        "leak",
+        "clean",
+    ]
     assert got["left"] == {
-        "trainers": 0, "modules": 0, "callbacks": 0, "greenlets": 0, "threads": 0, "adapter_runs": 0,
-        "grad_enabled": True, "anomaly": False, "logger_levels_changed": False,
-        "warning_filters_changed": False, "torch_rng_changed": False, "python_rng_changed": False,
+        "trainers": 0,
+        "modules": 0,
+        "callbacks": 0,
+        "greenlets": 0,
+        "threads": 0,
+        "adapter_runs": 0,
+        "grad_enabled": True,
+        "anomaly": False,
+        "logger_levels_changed": False,
+        "warning_filters_changed": False,
+        "torch_rng_changed": False,
+        "python_rng_changed": False,
     }
 
 
 def test_a_module_without_validation_step_is_one_line_in_forward_only() -> None:
-    code, doc = run_check("fixtures/bad/lightning_no_validation.py:LitModel", "--mode", "forward-only")
+    code, doc = run_check(
+        "fixtures/bad/lightning_no_validation.py:LitModel", "--mode", "forward-only"
+    )
     assert code == 3
     (result,) = doc["results"]
     assert result["error"] == (

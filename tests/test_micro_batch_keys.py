@@ -22,7 +22,9 @@ pytestmark = pytest.mark.integration
 
 
 def test_rl_engine_reads_are_reported() -> None:
-    report = leakscope.check("fixtures.rl_keys:Engine", CheckOptions(micro_batches=1, confirm=False))
+    report = leakscope.check(
+        "fixtures.rl_keys:Engine", CheckOptions(micro_batches=1, confirm=False)
+    )
     for result in report.results:
         assert result.error is None, result.error
         assert list(result.keys_read) == KEYS_READ
@@ -42,7 +44,9 @@ def test_rl_engine_reads_are_reported() -> None:
         ("score", torch.float32, (2,), 0.0, 1.0),
     ],
 )
-def test_convention_shapes_dtypes_ranges(key: str, dtype: torch.dtype, shape: tuple[int, ...], low: float, high: float) -> None:
+def test_convention_shapes_dtypes_ranges(
+    key: str, dtype: torch.dtype, shape: tuple[int, ...], low: float, high: float
+) -> None:
     batch = build_micro_batch(ModelSize(), 0, keys=())
     with recording():
         value = batch[key]
@@ -65,7 +69,7 @@ def test_unknown_key_is_one_line_naming_the_config() -> None:
         assert result.verdict.value == "error"
         assert result.error == (
             'the engine read micro_batch["kl_coef_per_token"], which no micro-batch naming convention covers; '
-            'describe it in pyproject.toml: [tool.leakscope.micro-batch] kl_coef_per_token = '
+            "describe it in pyproject.toml: [tool.leakscope.micro-batch] kl_coef_per_token = "
             '{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0} (docs/configuration.md)'
         )
         assert "fix the engine" not in result.error
@@ -73,7 +77,9 @@ def test_unknown_key_is_one_line_naming_the_config() -> None:
 
 def test_library_override_supplies_the_key() -> None:
     key = MicroBatchKey("kl_coef_per_token", low=0.5, high=2.0)
-    report = leakscope.check("fixtures.custom_key:Engine", CheckOptions(micro_batches=1, micro_batch_keys=(key,)))
+    report = leakscope.check(
+        "fixtures.custom_key:Engine", CheckOptions(micro_batches=1, micro_batch_keys=(key,))
+    )
     assert [r.verdict.value for r in report.results] == ["clean", "clean"]
     assert spec_for_key("kl_coef_per_token", (key,)) == key
     assert spec_for_key("advantages", (MicroBatchKey("advantages", low=-3, high=3),)).low == -3
@@ -81,25 +87,56 @@ def test_library_override_supplies_the_key() -> None:
 
 def test_config_table_validates() -> None:
     settings = config.parse(
-        {"micro-batch": {"kl_coef_per_token": {"shape": "batch", "dtype": "float32", "low": 0, "high": 2}}}, "t"
+        {
+            "micro-batch": {
+                "kl_coef_per_token": {"shape": "batch", "dtype": "float32", "low": 0, "high": 2}
+            }
+        },
+        "t",
     )
-    assert settings.check_options().micro_batch_keys == (MicroBatchKey("kl_coef_per_token", "batch", "float32", 0.0, 2.0),)
+    assert settings.check_options().micro_batch_keys == (
+        MicroBatchKey("kl_coef_per_token", "batch", "float32", 0.0, 2.0),
+    )
     with pytest.raises(config.ConfigError, match=r"t: micro-batch.x.dtype: 'int8' is not one of"):
         config.parse({"micro-batch": {"x": {"dtype": "int8"}}}, "t")
-    with pytest.raises(config.ConfigError, match=r"t: micro-batch.x: low \(2\) must be below high \(1\)"):
+    with pytest.raises(
+        config.ConfigError, match=r"t: micro-batch.x: low \(2\) must be below high \(1\)"
+    ):
         config.parse({"micro-batch": {"x": {"low": 2}}}, "t")
 
 
 def test_cli_reads_pyproject_and_prints_keys(tmp_path: Path) -> None:
     (tmp_path / "pyproject.toml").write_text(
-        '[tool.leakscope.micro-batch]\nkl_coef_per_token = {low = 0.5, high = 2.0}\n', encoding="utf-8"
+        "[tool.leakscope.micro-batch]\nkl_coef_per_token = {low = 0.5, high = 2.0}\n",
+        encoding="utf-8",
     )
     env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"}
-    args = [sys.executable, "-m", "leakscope", "check", "fixtures.custom_key:Engine", "fixtures.rl_keys:Engine",
-            "--micro-batches", "1", "--no-isolate", "--mode", "train"]
+    args = [
+        sys.executable,
+        "-m",
+        "leakscope",
+        "check",
+        "fixtures.custom_key:Engine",
+        "fixtures.rl_keys:Engine",
+        "--micro-batches",
+        "1",
+        "--no-isolate",
+        "--mode",
+        "train",
+    ]
     text = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
-    assert "micro-batch keys read: input_ids, attention_mask, position_ids, kl_coef_per_token" in text.stdout, text
+    assert (
+        "micro-batch keys read: input_ids, attention_mask, position_ids, kl_coef_per_token"
+        in text.stdout
+    ), text
     assert "micro-batch keys read: " + ", ".join(KEYS_READ) in text.stdout
-    js = subprocess.run([*args, "--format", "json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    js = subprocess.run(
+        [*args, "--format", "json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     doc = json.loads(js.stdout)
     assert doc["results"][1]["keys_read"] == KEYS_READ

@@ -49,13 +49,22 @@ DIFFERENT = {
     # checkpoint input or input leaf, and that frame keeps no tensor of its own to weigh.
     ("full-finetune", "stored_exception", "train"): (
         "leak",
-        [p for p in importlib.import_module("fixtures.stored_exception").EXPECTED["train"][1] if p != "<unknown holder>"],
+        [
+            p
+            for p in importlib.import_module("fixtures.stored_exception").EXPECTED["train"][1]
+            if p != "<unknown holder>"
+        ],
     ),
     # The hook goes on the model's first trainable parameter, which differs by model.
-    ("full-finetune", "tensor_hook", "train"): ("leak", ["module.embed.weight._backward_hooks[0].scale"]),
+    ("full-finetune", "tensor_hook", "train"): (
+        "leak",
+        ["module.embed.weight._backward_hooks[0].scale"],
+    ),
     ("hf-lora", "tensor_hook", "train"): (
         "leak",
-        ["module.base_model.model.model.layers[0].self_attn.q_proj.lora_A.default.weight._backward_hooks[0].scale"],
+        [
+            "module.base_model.model.model.layers[0].self_attn.q_proj.lora_A.default.weight._backward_hooks[0].scale"
+        ],
     ),
 }
 
@@ -64,7 +73,9 @@ def _expected(model: str, name: str) -> dict[str, tuple[str, list[str]]]:
     old, new = PATH_MAP.get(model, ("", ""))
     out = {}
     for mode, (verdict, paths) in importlib.import_module(f"fixtures.{name}").EXPECTED.items():
-        out[mode] = DIFFERENT.get((model, name, mode), (verdict, [p.replace(old, new) if old else p for p in paths]))
+        out[mode] = DIFFERENT.get(
+            (model, name, mode), (verdict, [p.replace(old, new) if old else p for p in paths])
+        )
     return out
 
 
@@ -74,7 +85,9 @@ def test_same_verdicts_on_every_model(model: str, name: str) -> None:
     if model == "hf-lora" and importlib.util.find_spec("peft") is None:
         pytest.skip("needs the hf extra: pip install -e '.[hf]'")
     report = leakscope.check(fixture_target(name), CheckOptions(model=model))
-    got = {r.mode.value: (r.verdict.value, [str(f.path) for f in r.findings]) for r in report.results}
+    got = {
+        r.mode.value: (r.verdict.value, [str(f.path) for f in r.findings]) for r in report.results
+    }
     assert got == _expected(model, name)
     for result in report.results:
         assert result.error is None
@@ -85,4 +98,6 @@ def test_same_verdicts_on_every_model(model: str, name: str) -> None:
 def test_every_documented_difference_is_still_needed() -> None:
     """A stale entry in DIFFERENT would hide a regression: each must differ from EXPECTED."""
     for model, name, mode in DIFFERENT:
-        assert DIFFERENT[(model, name, mode)] != tuple(importlib.import_module(f"fixtures.{name}").EXPECTED[mode])
+        assert DIFFERENT[(model, name, mode)] != tuple(
+            importlib.import_module(f"fixtures.{name}").EXPECTED[mode]
+        )

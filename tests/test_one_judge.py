@@ -90,7 +90,10 @@ def test_the_bytes_per_micro_batch_are_what_the_heap_gives_back(name: str) -> No
         del loss, output
     outputs[:2] = []  # warm-up steps: the allocator's first pools
     freed = _heap_freed_by(lambda: (outputs.clear(), _clear_engine(engine)))
-    assert abs(steps * result.retained_bytes - freed) / freed < 0.10, (result.retained_bytes, freed / steps)
+    assert abs(steps * result.retained_bytes - freed) / freed < 0.10, (
+        result.retained_bytes,
+        freed / steps,
+    )
 
 
 def _clear_engine(engine: Any) -> None:

@@ -48,14 +48,26 @@ def _read_only(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize(("name", "make", "problem"), [
-    ("missing directory", lambda tmp: tmp / "no" / "such" / "dir" / "report.json", "the directory "),
-    ("a directory", lambda tmp: tmp, "it is a directory; give a file name"),
-    ("read-only file", lambda tmp: _read_only(tmp / "report.json"), "the file is read-only"),
-])
+@pytest.mark.parametrize(
+    ("name", "make", "problem"),
+    [
+        (
+            "missing directory",
+            lambda tmp: tmp / "no" / "such" / "dir" / "report.json",
+            "the directory ",
+        ),
+        ("a directory", lambda tmp: tmp, "it is a directory; give a file name"),
+        ("read-only file", lambda tmp: _read_only(tmp / "report.json"), "the file is read-only"),
+    ],
+)
 @pytest.mark.parametrize("command", ["check", "watch", "render"])
 def test_an_unwritable_output_is_exit_2_before_anything_runs(
-    tmp_path: Path, marking_engine: Path, name: str, make, problem: str, command: str  # type: ignore[no-untyped-def]
+    tmp_path: Path,
+    marking_engine: Path,
+    name: str,
+    make,
+    problem: str,
+    command: str,  # type: ignore[no-untyped-def]
 ) -> None:
     output = make(tmp_path)
     options = ["--format", "json", "-o", str(output)]
@@ -69,17 +81,32 @@ def test_an_unwritable_output_is_exit_2_before_anything_runs(
     [line] = result.stderr.splitlines()
     assert line.startswith(f"leakscope: error: cannot write the report to {output}: {problem}")
     assert not marking_engine.with_suffix(".ran").exists()  # no engine ran, no job started
-    assert json.loads(result.stdout)["error"] == line.removeprefix("leakscope: error: ")  # JSON was asked for
+    assert json.loads(result.stdout)["error"] == line.removeprefix(
+        "leakscope: error: "
+    )  # JSON was asked for
     if name == "read-only file":
         assert output.read_text(encoding="utf-8") == "the previous report\n"
 
 
-def test_a_writable_output_in_an_existing_directory_runs(tmp_path: Path, marking_engine: Path) -> None:
+def test_a_writable_output_in_an_existing_directory_runs(
+    tmp_path: Path, marking_engine: Path
+) -> None:
     """The clean look-alike: the same command with a good -o runs the engine and writes the report."""
     output = tmp_path / "report.json"
-    result = runner.invoke(app, [
-        "check", f"{marking_engine}:Engine", "--no-isolate", "--mode", "train", "--format", "json", "-o", str(output),
-    ])
+    result = runner.invoke(
+        app,
+        [
+            "check",
+            f"{marking_engine}:Engine",
+            "--no-isolate",
+            "--mode",
+            "train",
+            "--format",
+            "json",
+            "-o",
+            str(output),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert marking_engine.with_suffix(".ran").exists()
     assert json.loads(output.read_text(encoding="utf-8"))["results"][0]["verdict"] == "clean"
@@ -90,12 +117,26 @@ def test_a_symlink_at_output_is_replaced_not_followed(tmp_path: Path) -> None:
     victim.write_text("not yours\n", encoding="utf-8")
     link = tmp_path / "report.json"
     link.symlink_to(victim)
-    result = runner.invoke(app, [
-        "check", "fixtures/verl_fix.py:Engine", "--no-isolate", "--mode", "train", "--format", "json", "-o", str(link),
-    ])
+    result = runner.invoke(
+        app,
+        [
+            "check",
+            "fixtures/verl_fix.py:Engine",
+            "--no-isolate",
+            "--mode",
+            "train",
+            "--format",
+            "json",
+            "-o",
+            str(link),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert victim.read_text(encoding="utf-8") == "not yours\n"
-    assert not link.is_symlink() and json.loads(link.read_text(encoding="utf-8"))["results"][0]["verdict"] == "clean"
+    assert (
+        not link.is_symlink()
+        and json.loads(link.read_text(encoding="utf-8"))["results"][0]["verdict"] == "clean"
+    )
 
 
 def test_write_atomic_keeps_the_mode_and_leaves_no_temporary_file(tmp_path: Path) -> None:
@@ -115,7 +156,9 @@ def test_write_atomic_keeps_the_mode_and_leaves_no_temporary_file(tmp_path: Path
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
 
 
-def test_a_failed_write_keeps_the_previous_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_write_keeps_the_previous_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Nothing is renamed over the target until the whole report is on disk (a full disk fails the flush)."""
     target = tmp_path / "report.txt"
     target.write_text("the previous report\n", encoding="utf-8")
@@ -135,17 +178,27 @@ def test_a_failed_write_keeps_the_previous_report(tmp_path: Path, monkeypatch: p
 
 def _check(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "leakscope", "check", *args], capture_output=True, text=True, cwd=ROOT,
-        env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300,
+        [sys.executable, "-m", "leakscope", "check", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300,
     )
 
 
 @pytest.mark.parametrize("fmt", ["text", "html", "junit", "github", "json", "sarif"])
-def test_a_lone_surrogate_in_an_error_is_still_written_and_exits_with_the_verdict(tmp_path: Path, fmt: str) -> None:
+def test_a_lone_surrogate_in_an_error_is_still_written_and_exits_with_the_verdict(
+    tmp_path: Path, fmt: str
+) -> None:
     output = tmp_path / f"report.{fmt}"
     output.write_text("the previous report\n", encoding="utf-8")
-    done = _check("fixtures.bad.hostile:SurrogateError", "--mode", "train", "--format", fmt, "-o", str(output))
-    assert done.returncode == 3, done.stderr  # an error result, as for any engine that raises: not 1
+    done = _check(
+        "fixtures.bad.hostile:SurrogateError", "--mode", "train", "--format", fmt, "-o", str(output)
+    )
+    assert done.returncode == 3, (
+        done.stderr
+    )  # an error result, as for any engine that raises: not 1
     assert "Traceback" not in done.stderr
     text = output.read_text(encoding="utf-8")  # valid UTF-8, whole
     assert "cannot open /data/" in text and text.endswith("\n")
@@ -177,8 +230,15 @@ def test_nul_and_control_characters_never_break_the_junit_xml() -> None:
 
     nasty = "".join(chr(c) for c in range(0x20)) + "\x7f\x85\ud800\udfff\ufffe\uffff"
     report = Report(
-        (TargetResult(f"pkg:{nasty}", Mode.TRAIN, Verdict.ERROR, error=nasty, warnings=(nasty,)),), nasty, nasty, nasty,
+        (TargetResult(f"pkg:{nasty}", Mode.TRAIN, Verdict.ERROR, error=nasty, warnings=(nasty,)),),
+        nasty,
+        nasty,
+        nasty,
     )
     root = ET.fromstring(render(report, "junit").encode("utf-8"))
     error = root.find("testsuite/testcase/error")
-    assert error is not None and "\\x00" in (error.get("message") or "") and "\\ud800" in (error.text or "")
+    assert (
+        error is not None
+        and "\\x00" in (error.get("message") or "")
+        and "\\ud800" in (error.text or "")
+    )

@@ -41,9 +41,12 @@ def _env(home: Path) -> dict[str, str]:
         PYTHONPATH=str(ROOT),  # the user's package (here: the fixtures) imports
         PRE_COMMIT_HOME=str(home / "cache"),
         PIP_NO_INDEX="1",  # a hook that tried to install anything would fail
-        GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.invalid",
-        GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.invalid",
-        GIT_CONFIG_NOSYSTEM="1", HOME=str(home),
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@example.invalid",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@example.invalid",
+        GIT_CONFIG_NOSYSTEM="1",
+        HOME=str(home),
     )
     return env
 
@@ -56,8 +59,12 @@ def _git(cwd: Path, env: dict[str, str], *args: str) -> str:
 
 def _pre_commit(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "pre_commit", *args], cwd=cwd, env=env,
-        capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "pre_commit", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -75,7 +82,8 @@ def scratch(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 def _use(project: Path, env: dict[str, str], target: str, config: str) -> None:
     (project / "pyproject.toml").write_text(
-        f'[tool.leakscope]\ntargets = ["{target}"]\nmode = "train"\nmicro-batches = 1\n', encoding="utf-8"
+        f'[tool.leakscope]\ntargets = ["{target}"]\nmode = "train"\nmicro-batches = 1\n',
+        encoding="utf-8",
     )
     (project / ".pre-commit-config.yaml").write_text(config, encoding="utf-8")
     _git(project, env, "add", "-A")
@@ -102,7 +110,11 @@ def test_the_shipped_hook_fails_on_a_leak_showing_the_finding_and_passes_a_clean
     project, env = scratch
     repo, old, new = _hook_repository(tmp_path, env)
     # The docs' remote snippet, filled in; `pre-commit autoupdate` moves rev to the newest commit.
-    config = _snippet("remote").replace("<leakscope repository URL>", str(repo)).replace("<commit sha>", old)
+    config = (
+        _snippet("remote")
+        .replace("<leakscope repository URL>", str(repo))
+        .replace("<commit sha>", old)
+    )
     _use(project, env, "fixtures.verl_bug:Engine", config)
     updated = _pre_commit(project, env, "autoupdate")
     assert updated.returncode == 0, updated.stdout + updated.stderr
@@ -114,10 +126,15 @@ def test_the_shipped_hook_fails_on_a_leak_showing_the_finding_and_passes_a_clean
     assert leaky.returncode == 1, out
     assert "Failed" in out and "exit code: 1" in out
     assert "fixtures.verl_bug:Engine [train] LEAK" in out
-    assert LEAK_PATH in out and "fix: detach output[\"model_output\"][\"log_probs\"] before it is returned" in out
+    assert (
+        LEAK_PATH in out
+        and 'fix: detach output["model_output"]["log_probs"] before it is returned' in out
+    )
     assert "Installing environment" not in out  # language: system installs nothing
 
-    _use(project, env, "fixtures.verl_fix:Engine", (project / ".pre-commit-config.yaml").read_text())
+    _use(
+        project, env, "fixtures.verl_fix:Engine", (project / ".pre-commit-config.yaml").read_text()
+    )
     clean = _pre_commit(project, env, "run", "--all-files")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     assert re.search(r"leakscope \(autograd graph retention\)\.+Passed", clean.stdout), clean.stdout
@@ -142,4 +159,6 @@ def test_the_hook_definition_runs_in_the_users_environment_and_shows_findings() 
     assert hook["entry"].split()[:2] == ["leakscope", "check"]
     assert "--quiet" not in hook["entry"] and "-q" not in hook["entry"].split()
     (local,) = yaml.safe_load(_snippet("local"))["repos"][0]["hooks"]
-    assert {k: local[k] for k in hook if k != "description"} == {k: hook[k] for k in hook if k != "description"}
+    assert {k: local[k] for k in hook if k != "description"} == {
+        k: hook[k] for k in hook if k != "description"
+    }

@@ -81,7 +81,9 @@ def test_one_isolated_target_shows_target_mode_each_phase_and_the_timeout_budget
     code, lines, stdout = on_terminal(
         "fixtures.verl_bug:Engine", "--mode", "train", "--micro-batches", "2", "--timeout", "120"
     )
-    assert code == 1 and "fixtures.verl_bug:Engine [train] LEAK" in stdout  # the report is untouched
+    assert (
+        code == 1 and "fixtures.verl_bug:Engine [train] LEAK" in stdout
+    )  # the report is untouched
     status = [line for line in lines if line.startswith("leakscope [")]
     assert status, lines
     shown = "\n".join(status)
@@ -99,11 +101,17 @@ def test_one_isolated_target_shows_target_mode_each_phase_and_the_timeout_budget
 
 
 def test_several_targets_in_process_show_each_target_and_no_timeout() -> None:
-    code, lines, _ = on_terminal("fixtures.verl_fix:Engine", "fixtures.verl_bug:Engine", "--no-isolate", *FAST)
+    code, lines, _ = on_terminal(
+        "fixtures.verl_fix:Engine", "fixtures.verl_bug:Engine", "--no-isolate", *FAST
+    )
     assert code == 0
     shown = "\n".join(line for line in lines if line.startswith("leakscope ["))
-    assert "leakscope [0/2] fixtures.verl_fix:Engine [forward-only] finding holders: step (" in shown, shown
-    assert "leakscope [1/2] fixtures.verl_bug:Engine [forward-only] finding holders: step (" in shown, shown
+    assert (
+        "leakscope [0/2] fixtures.verl_fix:Engine [forward-only] finding holders: step (" in shown
+    ), shown
+    assert (
+        "leakscope [1/2] fixtures.verl_bug:Engine [forward-only] finding holders: step (" in shown
+    ), shown
     assert re.search(r"\(\d+ s, no timeout\)", shown), shown
 
 
@@ -111,11 +119,19 @@ def test_a_hung_engine_shows_the_phase_it_hangs_in_with_the_clock_running() -> N
     code, lines, stdout = on_terminal("fixtures.bad.hangs:Engine", *FAST, "--timeout", "25")
     assert code == 3 and "timed out after 25 s" in stdout
     hung = [
-        int(m.group(1)) for line in lines
-        if (m := re.search(r"fixtures\.bad\.hangs:Engine \[forward-only\] finding holders: step \((\d+) s of 25 s timeout\)", line))
+        int(m.group(1))
+        for line in lines
+        if (
+            m := re.search(
+                r"fixtures\.bad\.hangs:Engine \[forward-only\] finding holders: step \((\d+) s of 25 s timeout\)",
+                line,
+            )
+        )
     ]
     assert hung, lines
-    assert max(hung) - min(hung) >= 2, hung  # redrawn while the child hangs, not only on phase changes
+    assert max(hung) - min(hung) >= 2, (
+        hung
+    )  # redrawn while the child hangs, not only on phase changes
 
 
 @pytest.mark.parametrize("flag", ["--format=json", "--quiet"])
@@ -127,8 +143,12 @@ def test_json_and_quiet_show_no_status_line_even_on_a_terminal(flag: str) -> Non
 
 def test_no_status_line_when_stderr_is_not_a_terminal() -> None:
     result = subprocess.run(
-        [*LEAKSCOPE, "fixtures.verl_fix:Engine", *FAST, "--no-isolate"], cwd=ROOT, env=_env(),
-        capture_output=True, text=True, timeout=240,
+        [*LEAKSCOPE, "fixtures.verl_fix:Engine", *FAST, "--no-isolate"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert result.returncode == 0 and "CLEAN" in result.stdout
     assert result.stderr == ""

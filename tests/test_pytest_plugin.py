@@ -23,6 +23,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
 def _lit(text: str) -> str:
     """``text`` as an fnmatch pattern that matches its brackets literally."""
     return re.sub(r"[\[\]]", lambda m: f"[{m.group()}]", text)
@@ -64,7 +65,9 @@ def test_plugin_import_loads_no_torch() -> None:
         "loaded = sorted(m for m in ('torch', 'tensordict') if m in sys.modules)\n"
         "print('loaded:', loaded)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
+    )
     assert out.stdout == "loaded: []\n", out.stderr
 
 
@@ -73,27 +76,38 @@ def test_fixture_marker_and_helper_gate_real_engines(pytester: pytest.Pytester) 
     junit = pytester.path / "junit.xml"
     result = pytester.runpytest("-p", "no:cacheprovider", f"--junit-xml={junit}", "-rA")
     result.assert_outcomes(passed=2, failed=3)
-    result.stdout.fnmatch_lines([
-        "*test_fixture_leaky*",
-        "*leakscope: 1 leak, 0 clean, 0 error (exit 1)",
-        _lit("*fixtures.verl_bug:Engine [train]: graph retained by 2 references*")
-        + "output.model_output.log_probs, output.model_output.entropy",
-        "*created at *fixtures/verl_bug.py:25 in forward_step",
-        "*stored at *fixtures/verl_bug.py:30 in forward_step (return)",
-        "*fix: detach output*before it is returned*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_fixture_leaky*",
+            "*leakscope: 1 leak, 0 clean, 0 error (exit 1)",
+            _lit("*fixtures.verl_bug:Engine [train]: graph retained by 2 references*")
+            + "output.model_output.log_probs, output.model_output.entropy",
+            "*created at *fixtures/verl_bug.py:25 in forward_step",
+            "*stored at *fixtures/verl_bug.py:30 in forward_step (return)",
+            "*fix: detach output*before it is returned*",
+        ]
+    )
     # The full text report rides along as a "leakscope" section of the test's report.
-    result.stdout.fnmatch_lines(["*Captured leakscope call*", _lit("*fixtures.verl_bug:Engine [train] LEAK*")])
-    result.stdout.fnmatch_lines([_lit("*forward_only_graph:Engine [forward-only]: graph retained*")])
+    result.stdout.fnmatch_lines(
+        ["*Captured leakscope call*", _lit("*fixtures.verl_bug:Engine [train] LEAK*")]
+    )
+    result.stdout.fnmatch_lines(
+        [_lit("*forward_only_graph:Engine [forward-only]: graph retained*")]
+    )
     cases = {c.get("name"): c for c in ET.parse(junit).getroot().iter("testcase")}
     assert sorted(cases) == [
-        "test_fixture_clean", "test_fixture_leaky", "test_helper_leaky_forward_only",
-        "test_marker_clean", "test_marker_leaky",
+        "test_fixture_clean",
+        "test_fixture_leaky",
+        "test_helper_leaky_forward_only",
+        "test_marker_clean",
+        "test_marker_leaky",
     ]
     for name in ("test_fixture_leaky", "test_marker_leaky"):
         failure = cases[name].find("failure")
         assert failure is not None
-        assert "output.model_output.log_probs" in (failure.get("message") or "") + (failure.text or "")
+        assert "output.model_output.log_probs" in (failure.get("message") or "") + (
+            failure.text or ""
+        )
     for name in ("test_fixture_clean", "test_marker_clean"):
         assert cases[name].find("failure") is None
 
@@ -117,10 +131,12 @@ def test_project_allowlist_and_config_errors(pytester: pytest.Pytester) -> None:
     )
     result = pytester.runpytest("-p", "no:cacheprovider", "-rA")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines([
-        "*leakscope: error: leakscope options for fixtures.verl_bug:Engine: fail-on: "
-        "'sometimes' is not one of: leak, warning",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*leakscope: error: leakscope options for fixtures.verl_bug:Engine: fail-on: "
+            "'sometimes' is not one of: leak, warning",
+        ]
+    )
     # The passing test's section shows the allowed findings: reported, not hidden.
     result.stdout.fnmatch_lines(["*allowed: kept for the KL term*"])
 
@@ -138,21 +154,29 @@ def test_bad_pyproject_fails_the_check_naming_key_and_file(pytester: pytest.Pyte
     )
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        _lit(f"*leakscope: error: {pytester.path / 'pyproject.toml'} [tool.leakscope]: allowlist[0].reason: ")
-        + "missing or empty*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            _lit(
+                f"*leakscope: error: {pytester.path / 'pyproject.toml'} [tool.leakscope]: allowlist[0].reason: "
+            )
+            + "missing or empty*",
+        ]
+    )
 
 
 def test_a_failing_warning_reads_as_one_under_fail_on_warning(pytester: pytest.Pytester) -> None:
     """The failure message and the gate agree: a reference cycle fails fail_on="warning", counted as a warning."""
-    pytester.makepyfile(test_cycle="""
+    pytester.makepyfile(
+        test_cycle="""
 def test_cycle(leakscope):
     leakscope.check("fixtures.cycle_until_gc:Engine", mode="train", micro_batches=1, fail_on="warning")
-""")
+"""
+    )
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([
-        "*leakscope: 0 leak, 1 warning, 0 clean, 0 error (exit 1)",
-        _lit("*fixtures.cycle_until_gc:Engine [train]: 1 warning, failing --fail-on warning"),
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*leakscope: 0 leak, 1 warning, 0 clean, 0 error (exit 1)",
+            _lit("*fixtures.cycle_until_gc:Engine [train]: 1 warning, failing --fail-on warning"),
+        ]
+    )

@@ -64,11 +64,17 @@ def outcomes(name: str) -> dict[tuple[str, str], subprocess.CompletedProcess[str
         if problem:
             framework_missing(problem, ("LEAKSCOPE_REQUIRE_FRAMEWORKS",))
     jobs = {
-        (what, side): (confirm_command(bug.release(side)) if what == "confirm" else watch_command(bug))
-        for what in ("confirm", "watch") for side in SIDES
+        (what, side): (
+            confirm_command(bug.release(side)) if what == "confirm" else watch_command(bug)
+        )
+        for what in ("confirm", "watch")
+        for side in SIDES
     }
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {key: pool.submit(run, bug, bug.release(key[1]), command, TIMEOUT) for key, command in jobs.items()}
+        futures = {
+            key: pool.submit(run, bug, bug.release(key[1]), command, TIMEOUT)
+            for key, command in jobs.items()
+        }
         return {key: future.result() for key, future in futures.items()}
 
 
@@ -77,7 +83,11 @@ def _cases(what: str) -> list[Any]:
     for bug in BUGS.values():
         for side in SIDES:
             reason = bug.release(side).watch_xfail if what == "watch" else ""
-            marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)] if reason else []
+            marks = (
+                [pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)]
+                if reason
+                else []
+            )
             cases.append(pytest.param(bug.name, side, marks=marks, id=f"{bug.name}-{side}"))
     return cases
 
@@ -142,16 +152,25 @@ def test_the_docs_show_the_watch_report(name: str, side: str) -> None:
         report = Path(tmp, "report.json")
         report.write_text(proc.stdout, encoding="utf-8")
         text = subprocess.run(
-            [sys.executable, "-m", "leakscope", "render", str(report)], env=dict(os.environ, COLUMNS=COLUMNS),
-            capture_output=True, text=True, timeout=120, check=False,
+            [sys.executable, "-m", "leakscope", "render", str(report)],
+            env=dict(os.environ, COLUMNS=COLUMNS),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
     assert text.returncode == 0, _explain(text)
     doc = (ROOT / "docs" / "real-bugs.md").read_text(encoding="utf-8")
-    assert shown_report(bug, bug.release(side), text.stdout) in doc, "docs/real-bugs.md is stale: run python -m realbugs.gen_docs"
+    assert shown_report(bug, bug.release(side), text.stdout) in doc, (
+        "docs/real-bugs.md is stale: run python -m realbugs.gen_docs"
+    )
 
 
 def _findings(result: dict[str, Any]) -> str:
-    rows = [f"{f['path']}  kind={f['kind']} bytes={f['retained_bytes']} nodes={f['graph_nodes']}" for f in result["findings"]]
+    rows = [
+        f"{f['path']}  kind={f['kind']} bytes={f['retained_bytes']} nodes={f['graph_nodes']}"
+        for f in result["findings"]
+    ]
     return f"verdict {result['verdict']}, error {result['error']}:\n" + "\n".join(rows)
 
 
@@ -178,9 +197,13 @@ def test_the_docs_table_is_bugs_toml() -> None:
     from realbugs.gen_docs import table
 
     doc = (ROOT / "docs" / "real-bugs.md").read_text(encoding="utf-8")
-    assert table(list(BUGS.values())) in doc, "docs/real-bugs.md is stale: run python -m realbugs.gen_docs"
+    assert table(list(BUGS.values())) in doc, (
+        "docs/real-bugs.md is stale: run python -m realbugs.gen_docs"
+    )
     for bug in BUGS.values():
-        assert bug.holder in doc or bug.buggy.watch_xfail, f"docs/real-bugs.md shows no output at {bug.holder}"
+        assert bug.holder in doc or bug.buggy.watch_xfail, (
+            f"docs/real-bugs.md shows no output at {bug.holder}"
+        )
 
 
 def test_the_confirmations_import_nothing_of_leakscope() -> None:
@@ -190,8 +213,15 @@ def test_the_confirmations_import_nothing_of_leakscope() -> None:
     sources += [bug.folder / name for bug in BUGS.values() for name in ("confirm.py", "driver.py")]
     for source in sources:
         tree = ast.parse(source.read_text(encoding="utf-8"))
-        imported = [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
-        imported += [node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)]
+        imported = [
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        ]
+        imported += [
+            node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        ]
         assert not [name for name in imported if name.split(".")[0] == "leakscope"], source
 
 

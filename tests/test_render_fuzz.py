@@ -36,51 +36,153 @@ runner = CliRunner()
 
 #: a complete, valid report: every optional part present (the seed every mutation starts from)
 BASE: dict[str, Any] = {
-    "schema_version": 1, "leakscope_version": "0.1.0", "torch_version": "2.13.0+cpu", "python_version": "3.11.7",
+    "schema_version": 1,
+    "leakscope_version": "0.1.0",
+    "torch_version": "2.13.0+cpu",
+    "python_version": "3.11.7",
     "results": [
         {
-            "target": "pkg.engines:Engine", "mode": "train", "verdict": "leak", "error": None,
-            "retained_bytes": 12288, "kind": "growing", "settings": ["calculate_entropy=true"],
-            "warnings": ["the holder walk stopped at 2000000 objects"], "keys_read": ["input_ids", "advantages"],
+            "target": "pkg.engines:Engine",
+            "mode": "train",
+            "verdict": "leak",
+            "error": None,
+            "retained_bytes": 12288,
+            "kind": "growing",
+            "settings": ["calculate_entropy=true"],
+            "warnings": ["the holder walk stopped at 2000000 objects"],
+            "keys_read": ["input_ids", "advantages"],
             "rank": 1,
-            "growth": {"retained_bytes": [4096, 8192, 12288], "slope_bytes": 4096.0, "cuda_allocated": [1, 2, 3],
-                       "graph_nodes": [3, 6, 9], "nodes_by_micro_batch": [3, 3, 3], "storage_bytes": [0, 64, 128],
-                       "storage_slope_bytes": 64.0},
-            "projection": {
-                "hidden": 4096, "tokens": 17700, "dtype": "bf16", "micro_batches": 16, "gpu_memory": 85899345920,
-                "vocab": 151936, "layers": 36, "batch": 4, "bytes_per_micro_batch": 10**9, "bytes_per_update": 10**10,
-                "oom_micro_batch": 7, "coefficients": [2.0, 0.0, 0.5, 0.0, 0.0, 0.0], "samples": [[16, 32, 4096]],
-                "bounded_bytes": 10**8, "bounded_fits": True,
-                "terms": [{"cause": "leaf+grad", "part": "growing", "monomial": "tokens x hidden", "elements": 2.0,
-                           "element_bytes": 2.0, "bytes": 10**9, "text": "leaf+grad: 2 x tokens x hidden x 2 B"}],
-                "assumptions": ["layers=36"], "fp32_share": {"leaf+grad": 0.5},
+            "growth": {
+                "retained_bytes": [4096, 8192, 12288],
+                "slope_bytes": 4096.0,
+                "cuda_allocated": [1, 2, 3],
+                "graph_nodes": [3, 6, 9],
+                "nodes_by_micro_batch": [3, 3, 3],
+                "storage_bytes": [0, 64, 128],
+                "storage_slope_bytes": 64.0,
             },
-            "findings": [{
-                "path": "output.model_output.entropy", "holder": "returned", "grad_fn": "NegBackward0",
-                "graph_nodes": 4, "retained_bytes": 12288, "confirmed": True, "hint": "detach it",
-                "cause": "activations", "bytes_by_cause": {"activations": 8192, "leaf+grad": 4096},
-                "source": {"file": "pkg/engines.py", "line": 26, "function": "entropy_of"},
-                "severity": "leak", "allowed_reason": None, "kind": "growing",
-                "stored_at": {"file": "pkg/engines.py", "line": 30, "function": "forward_step"}, "store_op": "return",
-                "called_from": [{"file": "pkg/engines.py", "line": 40, "function": "forward_step"}],
-                "graph": {"root": 0, "total_nodes": 5, "truncated": True, "nodes": [
-                    {"id": 0, "name": "NegBackward0", "slots": [], "children": [1, 2]},
-                    {"id": 1, "name": "MulBackward0", "children": [3, 9],
-                     "slots": [{"name": "saved self", "shape": [2, 8], "dtype": "float32", "nbytes": 64}]},
-                    {"id": 2, "name": "ExpBackward0", "children": [3], "slots": []},
-                    {"id": 3, "name": "AccumulateGrad", "children": [],
-                     "slots": [{"name": "leaf", "shape": [2, 8], "dtype": "float32", "nbytes": 64},
-                               {"name": "leaf.grad", "shape": [2, 8], "dtype": "float32", "nbytes": 64}]},
-                ]},
-                "snippets": [{"file": "pkg/engines.py", "line": 26, "first_line": 25,
-                              "lines": ["def entropy_of(x):", "    return -(x.exp() * x).sum(-1)"]}],
-            }],
+            "projection": {
+                "hidden": 4096,
+                "tokens": 17700,
+                "dtype": "bf16",
+                "micro_batches": 16,
+                "gpu_memory": 85899345920,
+                "vocab": 151936,
+                "layers": 36,
+                "batch": 4,
+                "bytes_per_micro_batch": 10**9,
+                "bytes_per_update": 10**10,
+                "oom_micro_batch": 7,
+                "coefficients": [2.0, 0.0, 0.5, 0.0, 0.0, 0.0],
+                "samples": [[16, 32, 4096]],
+                "bounded_bytes": 10**8,
+                "bounded_fits": True,
+                "terms": [
+                    {
+                        "cause": "leaf+grad",
+                        "part": "growing",
+                        "monomial": "tokens x hidden",
+                        "elements": 2.0,
+                        "element_bytes": 2.0,
+                        "bytes": 10**9,
+                        "text": "leaf+grad: 2 x tokens x hidden x 2 B",
+                    }
+                ],
+                "assumptions": ["layers=36"],
+                "fp32_share": {"leaf+grad": 0.5},
+            },
+            "findings": [
+                {
+                    "path": "output.model_output.entropy",
+                    "holder": "returned",
+                    "grad_fn": "NegBackward0",
+                    "graph_nodes": 4,
+                    "retained_bytes": 12288,
+                    "confirmed": True,
+                    "hint": "detach it",
+                    "cause": "activations",
+                    "bytes_by_cause": {"activations": 8192, "leaf+grad": 4096},
+                    "source": {"file": "pkg/engines.py", "line": 26, "function": "entropy_of"},
+                    "severity": "leak",
+                    "allowed_reason": None,
+                    "kind": "growing",
+                    "stored_at": {"file": "pkg/engines.py", "line": 30, "function": "forward_step"},
+                    "store_op": "return",
+                    "called_from": [
+                        {"file": "pkg/engines.py", "line": 40, "function": "forward_step"}
+                    ],
+                    "graph": {
+                        "root": 0,
+                        "total_nodes": 5,
+                        "truncated": True,
+                        "nodes": [
+                            {"id": 0, "name": "NegBackward0", "slots": [], "children": [1, 2]},
+                            {
+                                "id": 1,
+                                "name": "MulBackward0",
+                                "children": [3, 9],
+                                "slots": [
+                                    {
+                                        "name": "saved self",
+                                        "shape": [2, 8],
+                                        "dtype": "float32",
+                                        "nbytes": 64,
+                                    }
+                                ],
+                            },
+                            {"id": 2, "name": "ExpBackward0", "children": [3], "slots": []},
+                            {
+                                "id": 3,
+                                "name": "AccumulateGrad",
+                                "children": [],
+                                "slots": [
+                                    {
+                                        "name": "leaf",
+                                        "shape": [2, 8],
+                                        "dtype": "float32",
+                                        "nbytes": 64,
+                                    },
+                                    {
+                                        "name": "leaf.grad",
+                                        "shape": [2, 8],
+                                        "dtype": "float32",
+                                        "nbytes": 64,
+                                    },
+                                ],
+                            },
+                        ],
+                    },
+                    "snippets": [
+                        {
+                            "file": "pkg/engines.py",
+                            "line": 26,
+                            "first_line": 25,
+                            "lines": ["def entropy_of(x):", "    return -(x.exp() * x).sum(-1)"],
+                        }
+                    ],
+                }
+            ],
         },
-        {"target": "pkg.engines:Engine", "mode": "forward-only", "verdict": "error", "error": "boom",
-         "findings": [], "retained_bytes": 0, "kind": None, "settings": [], "warnings": [], "traceback": "TB"},
+        {
+            "target": "pkg.engines:Engine",
+            "mode": "forward-only",
+            "verdict": "error",
+            "error": "boom",
+            "findings": [],
+            "retained_bytes": 0,
+            "kind": None,
+            "settings": [],
+            "warnings": [],
+            "traceback": "TB",
+        },
     ],
-    "watch": {"methods": ["pkg.engines:Engine.forward_step"], "calls": [{"method": "forward_step", "bytes": 4096}],
-              "processes": ["pid 7"], "skip": 1, "micro_batches": 3},
+    "watch": {
+        "methods": ["pkg.engines:Engine.forward_step"],
+        "calls": [{"method": "forward_step", "bytes": 4096}],
+        "processes": ["pid 7"],
+        "skip": 1,
+        "micro_batches": 3,
+    },
 }
 
 #: string fields whose value is one of a few words: the rest are free text an engine or a writer controls
@@ -88,21 +190,51 @@ _WORDS = {"mode", "verdict", "holder", "cause", "severity", "kind", "part"}
 #: what an attacker writes into a string: markup, escape codes, bidi, NUL, surrogates, command syntax
 _CHARS = st.sampled_from(
     list("<>&\"'`=/[]{}:;,%#?\\ \n\r\tabcXYZ0129")
-    + ["\x00", "\x07", "\x1b", "\x85", "\u202e", "\u2066", "\ud800", "\udcff", "\ufeff", "\uffff", "é", "数"]
+    + [
+        "\x00",
+        "\x07",
+        "\x1b",
+        "\x85",
+        "\u202e",
+        "\u2066",
+        "\ud800",
+        "\udcff",
+        "\ufeff",
+        "\uffff",
+        "é",
+        "数",
+    ]
 )
-_PAYLOADS = st.sampled_from([
-    "<script>document.documentElement.setAttribute('data-pwned','1')</script>",
-    "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','2')\">",
-    "\"><svg onload=alert(1)>", "</style><script>alert(3)</script>", "]]><x>", "[/]", "[link=https://x]y[/link]",
-    "\x1b[2K\x1b[32mCLEAN\x1b[0m", "::error file=a,line=1::pwned", "%0A::error::x", "javascript:alert(1)",
-    "/proc/self/environ", "../../etc/passwd", "{{7*7}}",
-])
+_PAYLOADS = st.sampled_from(
+    [
+        "<script>document.documentElement.setAttribute('data-pwned','1')</script>",
+        "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','2')\">",
+        '"><svg onload=alert(1)>',
+        "</style><script>alert(3)</script>",
+        "]]><x>",
+        "[/]",
+        "[link=https://x]y[/link]",
+        "\x1b[2K\x1b[32mCLEAN\x1b[0m",
+        "::error file=a,line=1::pwned",
+        "%0A::error::x",
+        "javascript:alert(1)",
+        "/proc/self/environ",
+        "../../etc/passwd",
+        "{{7*7}}",
+    ]
+)
 HOSTILE_TEXT = st.lists(st.one_of(_CHARS, _PAYLOADS), max_size=12).map("".join)
 _HOSTILE_VALUE = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**80), max_value=2**80),
-    st.floats(allow_nan=False, allow_infinity=False), HOSTILE_TEXT,
-    st.lists(st.integers(min_value=-3, max_value=3), max_size=3), st.dictionaries(HOSTILE_TEXT, st.integers(), max_size=2),
-    st.just({}), st.just([]), st.just([[[[[]]]]]),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(allow_nan=False, allow_infinity=False),
+    HOSTILE_TEXT,
+    st.lists(st.integers(min_value=-3, max_value=3), max_size=3),
+    st.dictionaries(HOSTILE_TEXT, st.integers(), max_size=2),
+    st.just({}),
+    st.just([]),
+    st.just([[[[[]]]]]),
 )
 
 
@@ -145,10 +277,15 @@ def hostile_reports(draw: st.DrawFn) -> str:
     """A report with hostile strings in free-text fields, some places replaced by wrong values, or anything at all."""
     kind = draw(st.sampled_from(["strings", "mutated", "anything"]))
     if kind == "anything":
-        value = draw(st.recursive(
-            st.none() | st.booleans() | st.integers() | st.floats() | HOSTILE_TEXT,
-            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(HOSTILE_TEXT, inner, max_size=3), max_leaves=10,
-        ))
+        value = draw(
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | st.floats() | HOSTILE_TEXT,
+                lambda inner: (
+                    st.lists(inner, max_size=3) | st.dictionaries(HOSTILE_TEXT, inner, max_size=3)
+                ),
+                max_leaves=10,
+            )
+        )
         if draw(st.booleans()):
             value = {"schema_version": 1, "results": [value]}
         return json.dumps(value)
@@ -163,7 +300,9 @@ def hostile_reports(draw: st.DrawFn) -> str:
                 pass
     text = json.dumps(doc)
     if draw(st.booleans()):  # what json.dumps would never write, but a file can hold
-        text = text.replace("4096.0", draw(st.sampled_from(["NaN", "Infinity", "1e400", "-0", "4096"])), 1)
+        text = text.replace(
+            "4096.0", draw(st.sampled_from(["NaN", "Infinity", "1e400", "-0", "4096"])), 1
+        )
     return text
 
 
@@ -203,10 +342,52 @@ def _render_all(report: Any) -> dict[str, str]:
 
 #: every element the page itself writes; anything else came from a report
 PAGE_TAGS = {
-    "html", "head", "meta", "title", "style", "body", "header", "h1", "h2", "h3", "h4", "p", "main", "section",
-    "table", "thead", "tbody", "tr", "th", "td", "a", "code", "svg", "polyline", "span", "div", "strong", "figure",
-    "figcaption", "line", "text", "rect", "article", "dl", "dt", "dd", "pre", "ul", "li", "details", "summary",
-    "defs", "marker", "path", "g", "footer",
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "header",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "p",
+    "main",
+    "section",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "a",
+    "code",
+    "svg",
+    "polyline",
+    "span",
+    "div",
+    "strong",
+    "figure",
+    "figcaption",
+    "line",
+    "text",
+    "rect",
+    "article",
+    "dl",
+    "dt",
+    "dd",
+    "pre",
+    "ul",
+    "li",
+    "details",
+    "summary",
+    "defs",
+    "marker",
+    "path",
+    "g",
+    "footer",
 }
 
 
@@ -249,7 +430,9 @@ def test_the_loader_and_every_renderer_hold_against_generated_reports(text: str)
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hostile_reports(), st.sampled_from(FORMATS))
-def test_the_render_command_exits_0_or_2_in_one_line(tmp_path_factory: pytest.TempPathFactory, text: str, fmt: str) -> None:
+def test_the_render_command_exits_0_or_2_in_one_line(
+    tmp_path_factory: pytest.TempPathFactory, text: str, fmt: str
+) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "report.json"
     path.write_text(text, encoding="utf-8")
     result = runner.invoke(app, ["render", str(path), "--format", fmt])
@@ -275,21 +458,38 @@ def _browser() -> str | None:
 
 def _dom(browser: str, page: Path, profile: Path) -> tuple[str, list[str]]:
     done = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-         f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", page.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            f"--user-data-dir={profile}",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    console = [line for line in done.stderr.splitlines() if "CONSOLE" in line or ":INFO:console" in line]
+    console = [
+        line for line in done.stderr.splitlines() if "CONSOLE" in line or ":INFO:console" in line
+    ]
     return done.stdout, console
 
 
 def _hostile_pages() -> list[str]:
     """The hostile payloads in every free-text field, then a few generated reports, as pages."""
     pages = []
-    payload = ("<script>document.documentElement.setAttribute('data-pwned','1')</script>"
-               "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','2')\">"
-               "\"'><svg onload=\"document.documentElement.setAttribute('data-pwned','3')\">")
+    payload = (
+        "<script>document.documentElement.setAttribute('data-pwned','1')</script>"
+        "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','2')\">"
+        "\"'><svg onload=\"document.documentElement.setAttribute('data-pwned','3')\">"
+    )
     doc = copy.deepcopy(BASE)
     for path in FREE:
         doc = _replaced(doc, path, payload)
@@ -307,12 +507,16 @@ def test_no_script_runs_in_headless_chromium(tmp_path: Path) -> None:
     browser = _browser()
     if browser is None:
         if os.environ.get("LEAKSCOPE_REQUIRE_BROWSER"):
-            pytest.fail("LEAKSCOPE_REQUIRE_BROWSER is set but no chromium: apt-get install -y chromium")
+            pytest.fail(
+                "LEAKSCOPE_REQUIRE_BROWSER is set but no chromium: apt-get install -y chromium"
+            )
         pytest.skip("no chromium (apt-get install -y chromium)")
     pages = _hostile_pages()
     generated: list[str] = []
 
-    @settings(max_examples=3, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+    @settings(
+        max_examples=3, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    )
     @given(hostile_reports())
     def collect(text: str) -> None:
         try:
@@ -326,5 +530,7 @@ def test_no_script_runs_in_headless_chromium(tmp_path: Path) -> None:
         page.write_text(html, encoding="utf-8", errors="backslashreplace")
         dom, console = _dom(browser, page, tmp_path / "profile")
         assert console == [], console  # nothing ran, nothing failed to load
-        assert_only_the_page_s_own_markup(dom)  # no element the report wrote, no data-pwned set by a script
+        assert_only_the_page_s_own_markup(
+            dom
+        )  # no element the report wrote, no data-pwned set by a script
         assert "&lt;script&gt;" in dom or i >= len(pages)  # the payload is there, as text

@@ -40,4 +40,3 @@ def test_clean_twin_passes(mode: Mode) -> None:
     result = _judge("KeepDetachedTrainer", mode)
     assert result.verdict.value == "clean", result
     assert result.growth is not None and result.growth.slope_bytes == 0
-

@@ -37,12 +37,20 @@ def test_help_and_version_import_no_torch(flag: str) -> None:
         [sys.executable, "-c", _PROBE, flag], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert done.stderr.strip().splitlines()[-1] == "EXIT 0 HEAVY -"
-    assert ("Usage: leakscope" in done.stdout) if flag == "--help" else done.stdout.startswith("leakscope ")
+    assert (
+        ("Usage: leakscope" in done.stdout)
+        if flag == "--help"
+        else done.stdout.startswith("leakscope ")
+    )
 
 
 def test_check_help_imports_no_torch() -> None:
     done = subprocess.run(
-        [sys.executable, "-c", _PROBE, "check", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", _PROBE, "check", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert done.stderr.strip().splitlines()[-1] == "EXIT 0 HEAVY -"
     assert "--format" in done.stdout

@@ -51,7 +51,9 @@ BUILD = (
 
 
 def test_every_phase_of_a_leaky_check_is_named_in_a_timeout() -> None:
-    messages = _messages(_records("fixtures.verl_bug:Engine", modes=(leakscope.Mode.TRAIN,), micro_batches=2))
+    messages = _messages(
+        _records("fixtures.verl_bug:Engine", modes=(leakscope.Mode.TRAIN,), micro_batches=2)
+    )
     start = [
         "timed out after 600 s while importing the target; the check process was killed: importing the engine's "
         "module did not finish: a module-level statement blocks (a download, a wait on other ranks); guard it "
@@ -64,11 +66,22 @@ def test_every_phase_of_a_leaky_check_is_named_in_a_timeout() -> None:
         f"timed out after 600 s while walking the holders; {WALKING}",
     ]
     assert messages[: len(start)] == start
-    assert f"timed out after 600 s while walking the holders (confirming 1 of 2); {WALKING}" in messages
+    assert (
+        f"timed out after 600 s while walking the holders (confirming 1 of 2); {WALKING}"
+        in messages
+    )
     assert f"timed out after 600 s while measuring growth; {LEAKSCOPE}" in messages
-    assert f"timed out after 600 s while running micro-batch 2 of 2 (measuring growth); {STEP}" in messages
-    assert f"timed out after 600 s while walking the holders (measuring growth); {WALKING}" in messages
-    assert f"timed out after 600 s while running the step (tracing where each holder was stored); {STEP}" in messages
+    assert (
+        f"timed out after 600 s while running micro-batch 2 of 2 (measuring growth); {STEP}"
+        in messages
+    )
+    assert (
+        f"timed out after 600 s while walking the holders (measuring growth); {WALKING}" in messages
+    )
+    assert (
+        f"timed out after 600 s while running the step (tracing where each holder was stored); {STEP}"
+        in messages
+    )
 
 
 def test_a_new_mode_starts_the_phase_over() -> None:
@@ -82,4 +95,7 @@ def test_a_new_mode_starts_the_phase_over() -> None:
     ]
     assert last_phase(records[:4]) == ("finding holders", "walking")
     assert last_phase(records) == (None, None)
-    assert timeout_message(25, None, None) == f"timed out after 25 s while setting up the check; {LEAKSCOPE}"
+    assert (
+        timeout_message(25, None, None)
+        == f"timed out after 25 s while setting up the check; {LEAKSCOPE}"
+    )

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.unit
 def test_raw_saved_data_is_the_tensor_then_none_after_backward() -> None:
     x = torch.randn(3, requires_grad=True)
     y = x.exp()
-    (slot, data), = list(saved_values(y.grad_fn))
+    ((slot, data),) = list(saved_values(y.grad_fn))
     assert slot == "result" and isinstance(data, torch.Tensor)
     y.sum().backward()
     assert list(saved_values(y.grad_fn)) == []

@@ -69,13 +69,17 @@ def test_stock_trl_trainers_are_clean_in_both_modes(stock: tuple[int, dict[str, 
         (t, m) for t in STOCK for m in ("train", "forward-only")
     }
     for result in doc["results"]:
-        assert (result["verdict"], result["findings"], result["error"]) == ("clean", [], None), result
+        assert (result["verdict"], result["findings"], result["error"]) == ("clean", [], None), (
+            result
+        )
         # growth was measured through the trainer's real gradient accumulation: flat
         assert result["growth"]["retained_bytes"] == [0, 0, 0], result
 
 
 @pytest.mark.parametrize("name", list(LEAKY))
-def test_leaky_subclass_is_caught_with_the_holder_named(name: str, subjects: tuple[int, dict[str, Any]]) -> None:
+def test_leaky_subclass_is_caught_with_the_holder_named(
+    name: str, subjects: tuple[int, dict[str, Any]]
+) -> None:
     code, doc = subjects
     assert code == 1, doc
     results = _by_target(doc)
@@ -88,7 +92,9 @@ def test_leaky_subclass_is_caught_with_the_holder_named(name: str, subjects: tup
     assert finding["holder"] == "engine attribute"
     assert finding["confirmed"] is True
     assert finding["bytes_by_cause"][cause] > 0, finding
-    assert finding["source"]["file"].endswith("fixtures/trl_subjects/trainers.py"), finding["source"]
+    assert finding["source"]["file"].endswith("fixtures/trl_subjects/trainers.py"), finding[
+        "source"
+    ]
     assert "detach" in finding["hint"] or ".item()" in finding["hint"]
     assert train["growth"]["slope_bytes"] > 0  # one more graph per accumulated micro-batch
     # The evaluation path runs under torch.no_grad(): no graph to keep.
@@ -114,12 +120,19 @@ def test_recognition_reads_names_and_imports_nothing() -> None:
         return type(name, bases, {"__module__": module})
 
     trainer = cls("transformers.trainer", "Trainer")
-    grpo = cls("trl.trainer.grpo_trainer", "GRPOTrainer", cls("trl.trainer.base_trainer", "_BaseTrainer", trainer))
+    grpo = cls(
+        "trl.trainer.grpo_trainer",
+        "GRPOTrainer",
+        cls("trl.trainer.base_trainer", "_BaseTrainer", trainer),
+    )
     mine = cls("user", "MyGRPO", grpo)
     assert (kind_of(trainer), kind_of(grpo), kind_of(mine)) == ("trainer", "grpo", "grpo")
     assert kind_of(cls("elsewhere", "Trainer")) is None
     module = types.ModuleType("user")
-    assert find_adapter(ResolvedTarget("user:MyGRPO", mine, module, "MyGRPO")).name == "transformers-trainer"
+    assert (
+        find_adapter(ResolvedTarget("user:MyGRPO", mine, module, "MyGRPO")).name
+        == "transformers-trainer"
+    )
     assert "trl" not in sys.modules
 
 
@@ -127,8 +140,14 @@ def test_prepare_runs_before_a_matching_target_is_imported(monkeypatch: pytest.M
     from leakscope.adapters import registry
 
     monkeypatch.setattr(registry, "_PREPARED", set())
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "TOKENIZERS_PARALLELISM",
-                "HF_HUB_DISABLE_PROGRESS_BARS", "WANDB_DISABLED"):
+    for var in (
+        "HF_HUB_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TOKENIZERS_PARALLELISM",
+        "HF_HUB_DISABLE_PROGRESS_BARS",
+        "WANDB_DISABLED",
+    ):
         monkeypatch.delenv(var, raising=False)  # restored after the test
     registry.prepare_for_target("fixtures.verl_bug:Engine")  # no prefix matches
     assert "HF_HUB_OFFLINE" not in os.environ

@@ -35,7 +35,9 @@ LEAF_AND_GRAD_BYTES = 2 * CHECKPOINT_INPUT_BYTES
 
 
 def venv_python(version: str) -> Path:
-    return framework_python(VENVS[version], ".ci/setup-verl.sh", required_by=("LEAKSCOPE_REQUIRE_VERL",))
+    return framework_python(
+        VENVS[version], ".ci/setup-verl.sh", required_by=("LEAKSCOPE_REQUIRE_VERL",)
+    )
 
 
 def run_check(version: str, *args: str) -> tuple[int, dict[str, Any]]:
@@ -52,7 +54,9 @@ def reports() -> dict[str, tuple[int, dict[str, Any]]]:
     return out
 
 
-def _report(reports: dict[str, tuple[int, dict[str, Any]]], version: str) -> tuple[int, dict[str, Any]]:
+def _report(
+    reports: dict[str, tuple[int, dict[str, Any]]], version: str
+) -> tuple[int, dict[str, Any]]:
     venv_python(version)
     return reports[version]
 
@@ -62,7 +66,9 @@ DEFAULTS = ["calculate_entropy=false", "entropy_coeff=0", "entropy_checkpointing
 ENTROPY_ON = ["calculate_entropy=true", "entropy_coeff=0", "entropy_checkpointing=false"]
 
 
-def _by_target(doc: dict[str, Any], settings: list[str] | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+def _by_target(
+    doc: dict[str, Any], settings: list[str] | None = None
+) -> dict[tuple[str, str], dict[str, Any]]:
     """Results by (target, mode): the default job's unless ``settings`` names another."""
     want = settings or DEFAULTS
     return {(r["target"], r["mode"]): r for r in doc["results"] if r.get("settings", want) == want}
@@ -79,7 +85,10 @@ def test_verl_080_leaks_in_train_mode_for_both_engines(reports: dict[str, Any]) 
     assert [f["path"] for f in actor["findings"]] == ["output.model_output.log_probs"]
     # the gate also checks the entropy branch a job with calculate_entropy or entropy_coeff builds
     entropy = _by_target(doc, ENTROPY_ON)[(ACTOR, "train")]
-    assert [f["path"] for f in entropy["findings"]] == ["output.model_output.log_probs", "output.model_output.entropy"]
+    assert [f["path"] for f in entropy["findings"]] == [
+        "output.model_output.log_probs",
+        "output.model_output.entropy",
+    ]
     critic = results[(CRITIC, "train")]
     assert critic["verdict"] == "leak"
     assert [f["path"] for f in critic["findings"]] == ["output.model_output.values"]
@@ -92,7 +101,10 @@ def test_verl_080_leaks_in_train_mode_for_both_engines(reports: dict[str, Any]) 
         assert finding["source"]["function"] == "prepare_model_outputs"
     # log_probs feeds the loss, so backward freed its saved tensors: only the leaf and the nodes are left.
     for finding in (actor["findings"][0], critic["findings"][0]):
-        assert finding["retained_bytes"] == LEAF_AND_GRAD_BYTES + finding["bytes_by_cause"]["nodes-only"]
+        assert (
+            finding["retained_bytes"]
+            == LEAF_AND_GRAD_BYTES + finding["bytes_by_cause"]["nodes-only"]
+        )
 
 
 def test_verl_080_forward_only_is_clean_under_the_callers_no_grad(reports: dict[str, Any]) -> None:
@@ -106,7 +118,9 @@ def test_verl_091_is_clean_for_both_engines(reports: dict[str, Any]) -> None:
     code, doc = _report(reports, "0.9.1")
     assert code == 0, doc
     for result in doc["results"]:
-        assert (result["verdict"], result["findings"], result["error"]) == ("clean", [], None), result
+        assert (result["verdict"], result["findings"], result["error"]) == ("clean", [], None), (
+            result
+        )
     assert {(r["target"], r["mode"]) for r in doc["results"]} == {
         (t, m) for t in (ACTOR, CRITIC) for m in ("train", "forward-only")
     }
@@ -118,7 +132,11 @@ def test_forward_backward_batch_through_the_adapter(version: str, alive: int) ->
     python = venv_python(version)
     proc = subprocess.run(
         [str(python), str(ROOT / "tests" / "data" / "verl_micro_batches.py"), ACTOR, "3"],
-        cwd=ROOT, env=venv_env(), capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        env=venv_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -169,8 +187,14 @@ def test_the_upstream_stack_real_verl_with_transformers_and_peft(version: str) -
 def test_estimate_verl_080_default_job_matches_upstream_027_gib() -> None:
     """verl 6698 at its real scale, verl's default configuration, no knob given: within 10% of 0.27 GiB."""
     proc = run_leakscope(
-        venv_python("0.8.0"), "estimate", ACTOR, "--format", "json",
-        "--at", "hidden=4096,tokens=17700,vocab=151936,dtype=bf16", timeout=600,
+        venv_python("0.8.0"),
+        "estimate",
+        ACTOR,
+        "--format",
+        "json",
+        "--at",
+        "hidden=4096,tokens=17700,vocab=151936,dtype=bf16",
+        timeout=600,
     )
     assert proc.returncode == 1, proc.stderr[-3000:]
     (result,) = json.loads(proc.stdout)["results"]
@@ -179,15 +203,24 @@ def test_estimate_verl_080_default_job_matches_upstream_027_gib() -> None:
     upstream = 0.27 * 2**30
     assert abs(projection["bytes_per_micro_batch"] - upstream) / upstream < 0.10, projection
     # measured in a bf16 run: the leaf and its grad follow the model dtype
-    assert [t["text"] for t in projection["terms"] if t["cause"] != "nodes-only"] == ["leaf+grad: 2 x tokens x hidden x 2 B"]
+    assert [t["text"] for t in projection["terms"] if t["cause"] != "nodes-only"] == [
+        "leaf+grad: 2 x tokens x hidden x 2 B"
+    ]
 
 
 def test_verl_settings_from_the_command_line_and_bad_ones() -> None:
     code, doc = run_check("0.8.0", ACTOR, "--mode", "train", "--set", "entropy_coeff=0.01")
     assert code == 1
     (result,) = doc["results"]  # entropy pinned: no second variant
-    assert result["settings"] == ["calculate_entropy=false", "entropy_coeff=0.01", "entropy_checkpointing=false"]
+    assert result["settings"] == [
+        "calculate_entropy=false",
+        "entropy_coeff=0.01",
+        "entropy_checkpointing=false",
+    ]
     # entropy is in the loss, so backward frees its branch: it holds the leaf and grad only
-    assert [f["path"] for f in result["findings"]] == ["output.model_output.log_probs", "output.model_output.entropy"]
+    assert [f["path"] for f in result["findings"]] == [
+        "output.model_output.log_probs",
+        "output.model_output.entropy",
+    ]
     code, doc = run_check("0.8.0", ACTOR, "--mode", "train", "--set", "calculate_entropy=maybe")
     assert code == 3 and "expected true or false" in doc["results"][0]["error"]

@@ -60,8 +60,17 @@ def test_paths_through_every_container_kind() -> None:
         "td": TensorDict({"a": TensorDict({"b": t}, batch_size=[])}, batch_size=[]),
     }
     assert _paths(structure) == [
-        "output.d.k", "output.d[3]", "output.l[0]", "output.tu[1]", "output.nt.b", "output.dc.x",
-        "output.ns.v", "output.sl.s", "output.dq[0]", "output.p.args[0]", "output.hook.fn_state[0]",
+        "output.d.k",
+        "output.d[3]",
+        "output.l[0]",
+        "output.tu[1]",
+        "output.nt.b",
+        "output.dc.x",
+        "output.ns.v",
+        "output.sl.s",
+        "output.dq[0]",
+        "output.p.args[0]",
+        "output.hook.fn_state[0]",
         "output.td.a.b",
     ]
 
@@ -197,7 +206,10 @@ def test_tensor_hook_closures_are_walked_on_parameters_and_tensors() -> None:
     handle = model.weight.register_hook(lambda g: g * attached)
     plain = torch.ones(2, requires_grad=True)
     plain.register_post_accumulate_grad_hook(lambda p: attached.sum())
-    paths = [str(hit.path) for hit in walk([Root("module", model, "module"), Root("engine", [plain], "engine")])]
+    paths = [
+        str(hit.path)
+        for hit in walk([Root("module", model, "module"), Root("engine", [plain], "engine")])
+    ]
     assert paths == [
         "module.weight._backward_hooks[0].attached",
         "engine[0]",
@@ -209,7 +221,10 @@ def test_tensor_hook_closures_are_walked_on_parameters_and_tensors() -> None:
 
 def test_user_modules_named_like_skipped_libraries_are_walked() -> None:
     t = torch.ones(1)
-    made = {name: type("Holder", (), {"__module__": name})() for name in ("reward_model", "replay.buffer", "iox", "re")}
+    made = {
+        name: type("Holder", (), {"__module__": name})()
+        for name in ("reward_model", "replay.buffer", "iox", "re")
+    }
     for holder in made.values():
         holder.kept = t  # type: ignore[attr-defined]
     paths = _paths(made)
@@ -244,7 +259,11 @@ def test_exception_args_and_traceback_frames_are_held_and_released() -> None:
         "engine.error.__traceback__.tb_next.tb_frame.f_locals['values']",
     ]
     assert error.args[1].grad_fn is None
-    assert [h.obj.grad_fn for h in walk([Root("engine", {"error": error}, "engine")])] == [None, None, None]
+    assert [h.obj.grad_fn for h in walk([Root("engine", {"error": error}, "engine")])] == [
+        None,
+        None,
+        None,
+    ]
 
 
 def test_public_tensor_attributes_are_walked_private_ones_are_not() -> None:
@@ -254,8 +273,15 @@ def test_public_tensor_attributes_are_walked_private_ones_are_not() -> None:
     model.weight._private = attached  # type: ignore[attr-defined]
     a, b = torch.ones(1), torch.ones(1)
     a.other, b.other = b, a  # type: ignore[attr-defined]  # a cycle through tensor attributes
-    paths = [str(h.path) for h in walk([Root("module", model, "module"), Root("engine", [a], "engine")])]
-    assert paths == ["module.weight.kfac_a", "engine[0]", "engine[0].other", "engine[0].other.other"]
+    paths = [
+        str(h.path) for h in walk([Root("module", model, "module"), Root("engine", [a], "engine")])
+    ]
+    assert paths == [
+        "module.weight.kfac_a",
+        "engine[0]",
+        "engine[0].other",
+        "engine[0].other.other",
+    ]
 
 
 def test_references_to_one_tensor_are_named_once_per_slot() -> None:
@@ -271,11 +297,17 @@ def test_references_to_one_tensor_are_named_once_per_slot() -> None:
     for structure, references, paths in (
         ([t] * n, n, ["engine[0]"]),
         (dict.fromkeys(range(n), t), n, ["engine[0]"]),
-        ({"a": t, "b": t, 3: t, 4: t}, 4, ["engine.a", "engine.b", "engine[3]"]),  # named keys: slots of their own
+        (
+            {"a": t, "b": t, 3: t, 4: t},
+            4,
+            ["engine.a", "engine.b", "engine[3]"],
+        ),  # named keys: slots of their own
         (chain, n + 1, ["engine[0]", *("engine" + "[1]" * i + "[0]" for i in range(1, MAX_NAMED))]),
     ):
         stats = WalkStats()
-        assert [str(h.path) for h in walk([Root("engine", structure, "engine")], stats=stats)] == paths
+        assert [
+            str(h.path) for h in walk([Root("engine", structure, "engine")], stats=stats)
+        ] == paths
         assert stats.repeated == references - len(paths)
 
 
@@ -311,5 +343,11 @@ def test_the_walk_stops_at_its_time_budget_and_says_so() -> None:
     from leakscope.probe.walk import WalkStats
 
     stats = WalkStats()
-    hits = list(walk([Root("engine", [[torch.ones(1)] for _ in range(50_000)], "engine")], stats=stats, max_seconds=0))
+    hits = list(
+        walk(
+            [Root("engine", [[torch.ones(1)] for _ in range(50_000)], "engine")],
+            stats=stats,
+            max_seconds=0,
+        )
+    )
     assert stats.truncated and stats.stopped_after == 0 and len(hits) < 50_000

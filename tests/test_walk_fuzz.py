@@ -116,7 +116,20 @@ Tree = Any
 
 def trees() -> st.SearchStrategy[Tree]:
     kinds = st.sampled_from(
-        ["dict", "list", "tuple", "set", "frozenset", "td", "dc", "nt", "slots", "hostile", "hdict", "hlist"]
+        [
+            "dict",
+            "list",
+            "tuple",
+            "set",
+            "frozenset",
+            "td",
+            "dc",
+            "nt",
+            "slots",
+            "hostile",
+            "hdict",
+            "hlist",
+        ]
     )
     return st.recursive(
         LEAVES,
@@ -130,12 +143,21 @@ def _leaf(kind: str, built: Built) -> Any:
         t = torch.ones(2, requires_grad=True) * 2
         built.planted.append(t)
         return t
-    return {"plain": lambda: torch.zeros(2), "int": lambda: 7, "str": lambda: "s", "none": lambda: None,
-            "param": lambda: torch.nn.Parameter(torch.ones(1))}[kind]()
+    return {
+        "plain": lambda: torch.zeros(2),
+        "int": lambda: 7,
+        "str": lambda: "s",
+        "none": lambda: None,
+        "param": lambda: torch.nn.Parameter(torch.ones(1)),
+    }[kind]()
 
 
 def _tensor_only(values: list[Any]) -> list[Any]:
-    return [v for v in values if isinstance(v, (torch.Tensor, TensorDict)) and not isinstance(v, torch.nn.Parameter)]
+    return [
+        v
+        for v in values
+        if isinstance(v, (torch.Tensor, TensorDict)) and not isinstance(v, torch.nn.Parameter)
+    ]
 
 
 def build(tree: Tree, built: Built) -> Any:
@@ -147,13 +169,23 @@ def build(tree: Tree, built: Built) -> Any:
         values = [build(k, built) for k in kids if k in ("grad", "plain")]
         return set(values) if kind == "set" else frozenset(values)
     if kind == "td":
-        values = _tensor_only([build(k, built) for k in kids if k in ("grad", "plain") or (isinstance(k, tuple) and k[0] == "td")])
+        values = _tensor_only(
+            [
+                build(k, built)
+                for k in kids
+                if k in ("grad", "plain") or (isinstance(k, tuple) and k[0] == "td")
+            ]
+        )
         return TensorDict({f"k{i}": v for i, v in enumerate(values)}, batch_size=[])
     values = [build(k, built) for k in kids]
     pair = (values + [None, None])[:2]
     extra = values[2:]
     if kind == "dict":
-        obj: Any = {("k" if i % 2 else i): v for i, v in enumerate(values)} if len(values) < 3 else {f"k{i}": v for i, v in enumerate(values)}
+        obj: Any = (
+            {("k" if i % 2 else i): v for i, v in enumerate(values)}
+            if len(values) < 3
+            else {f"k{i}": v for i, v in enumerate(values)}
+        )
         built.containers.append(obj)
         return obj
     if kind == "list":
@@ -180,7 +212,9 @@ def build(tree: Tree, built: Built) -> Any:
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=trees(), cycles=st.lists(st.integers(min_value=0, max_value=50), max_size=4))
-def test_walk_finds_every_planted_graph_tensor_and_touches_nothing(tree: Tree, cycles: list[int]) -> None:
+def test_walk_finds_every_planted_graph_tensor_and_touches_nothing(
+    tree: Tree, cycles: list[int]
+) -> None:
     built = Built(None, [], [])
     root = build(tree, built)
     # Close cycles back to the root (and to other containers) from some containers.
@@ -195,7 +229,9 @@ def test_walk_finds_every_planted_graph_tensor_and_touches_nothing(tree: Tree, c
     CALLS.clear()
     hits = list(walk([Root("output", root, "output")]))
     assert CALLS == []
-    found = {id(h.obj) for h in hits if isinstance(h.obj, torch.Tensor) and h.obj.grad_fn is not None}
+    found = {
+        id(h.obj) for h in hits if isinstance(h.obj, torch.Tensor) and h.obj.grad_fn is not None
+    }
     assert found == {id(t) for t in built.planted}
     for hit in hits:
         assert str(hit.path).startswith("output")

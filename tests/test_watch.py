@@ -31,13 +31,19 @@ METRIC = "metric_engine:Trainer.train_step"
 VERL_UPDATE = "fixtures/watch/verl_update.py"
 
 
-def _watch(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess[str]:
+def _watch(
+    *args: str, env: dict[str, str] | None = None, timeout: int = 300
+) -> subprocess.CompletedProcess[str]:
     full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), **(env or {}))
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         full_env.pop(name, None)
     return subprocess.run(
         [sys.executable, "-m", "leakscope", "watch", *args],
-        cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -45,7 +51,9 @@ def _doc(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     try:
         doc: dict[str, Any] = json.loads(done.stdout)
     except json.JSONDecodeError:
-        raise AssertionError(f"no JSON on stdout (rc {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}") from None
+        raise AssertionError(
+            f"no JSON on stdout (rc {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}"
+        ) from None
     return doc
 
 
@@ -56,28 +64,47 @@ def _line_of(path: Any, text: str) -> int:
 
 
 def _verdicts(doc: dict[str, Any]) -> list[tuple[str, str, str, list[str]]]:
-    return [(r["target"], r["mode"], r["verdict"], [f["path"] for f in r["findings"]]) for r in doc["results"]]
+    return [
+        (r["target"], r["mode"], r["verdict"], [f["path"] for f in r["findings"]])
+        for r in doc["results"]
+    ]
 
 
 def test_verl_shaped_update_keeping_output_lst_is_named_caller_side() -> None:
     done = _watch("-f", "json", "--method", ACTOR, VERL_UPDATE)
     doc = _doc(done)
-    assert _verdicts(doc) == [(ACTOR, "train", "leak", [
-        "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
-        "caller:verl_update.py:main.output_lst[0].model_output.entropy",
-    ])]
+    assert _verdicts(doc) == [
+        (
+            ACTOR,
+            "train",
+            "leak",
+            [
+                "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
+                "caller:verl_update.py:main.output_lst[0].model_output.entropy",
+            ],
+        )
+    ]
     result = doc["results"][0]
     entropy = result["findings"][1]
     assert entropy["holder"] == "caller's frame"
-    assert entropy["source"]["file"].endswith("fixtures/watch/actor_engine.py") and entropy["source"]["line"] == 23
+    assert (
+        entropy["source"]["file"].endswith("fixtures/watch/actor_engine.py")
+        and entropy["source"]["line"] == 23
+    )
     assert entropy["hint"].startswith("growing: keeps a graph of every call (3 of 3 watched calls)")
     # Stored at: the loop's append, seen while the job was traced after the first leaky look;
     # the fix is derived from it and names the tensor inside the stored output.
     append = _line_of(ROOT / VERL_UPDATE, "output_lst.append(output)")
     for finding in result["findings"]:
-        assert finding["stored_at"]["file"].endswith("verl_update.py") and finding["stored_at"]["line"] == append
+        assert (
+            finding["stored_at"]["file"].endswith("verl_update.py")
+            and finding["stored_at"]["line"] == append
+        )
         assert finding["store_op"] == "append"
-    assert 'output_lst.append(output) keeps output["model_output"]["entropy"] with its graph' in entropy["hint"]
+    assert (
+        'output_lst.append(output) keeps output["model_output"]["entropy"] with its graph'
+        in entropy["hint"]
+    )
     assert 'output["model_output"]["entropy"].detach()' in entropy["hint"]
     # Bytes measured on the real tensors: each call's graph adds the same, the curve grows.
     growth = result["growth"]["retained_bytes"]
@@ -93,16 +120,28 @@ def test_verl_shaped_update_with_detached_outputs_is_clean_and_continue_runs_to_
     done = _watch("-f", "json", "--then", "continue", "--method", ACTOR, VERL_UPDATE, "--detach")
     assert _verdicts(_doc(done)) == [(ACTOR, "train", "clean", [])]
     assert done.returncode == 0
-    assert "update done: 6 micro-batches" in done.stderr  # the job's stdout goes to stderr; stdout is the report
+    assert (
+        "update done: 6 micro-batches" in done.stderr
+    )  # the job's stdout goes to stderr; stdout is the report
 
 
 @pytest.mark.parametrize(("detach", "verdict"), [(False, "leak"), (True, "clean")])
 def test_a_loop_that_frees_its_outputs_when_it_returns_is_judged_by_the_look_that_saw_them_held(
-    detach: bool, verdict: str,
+    detach: bool,
+    verdict: str,
 ) -> None:
     """Exactly --micro-batches calls, then main returns: the look at the job's end finds output_lst gone,
     but the looks before calls #1 and #2 saw it hold every earlier graph (NOTE [The look that judges])."""
-    done = _watch("-f", "json", "--method", ACTOR, VERL_UPDATE, "--steps", "3", *(["--detach"] if detach else []))
+    done = _watch(
+        "-f",
+        "json",
+        "--method",
+        ACTOR,
+        VERL_UPDATE,
+        "--steps",
+        "3",
+        *(["--detach"] if detach else []),
+    )
     doc = _doc(done)
     (result,) = doc["results"]
     assert result["verdict"] == verdict
@@ -115,7 +154,9 @@ def test_a_loop_that_frees_its_outputs_when_it_returns_is_judged_by_the_look_tha
         "caller:verl_update.py:main.output_lst[0].model_output.entropy",
     ]
     assert all(f["kind"] == "growing" for f in result["findings"])
-    growth = result["growth"]["retained_bytes"]  # up to the judging look, not the freed one after it
+    growth = result["growth"][
+        "retained_bytes"
+    ]  # up to the judging look, not the freed one after it
     assert len(growth) == 2 and growth == [growth[0], 2 * growth[0]] and growth[0] > 0
     assert result["warnings"] == [
         "freed by the last look (when the job ended): the loop held these graphs across calls (seen at the "
@@ -125,20 +166,44 @@ def test_a_loop_that_frees_its_outputs_when_it_returns_is_judged_by_the_look_tha
 
 def test_module_run_with_skip_and_global_metric() -> None:
     done = _watch(
-        "-f", "json", "--skip", "2", "--micro-batches", "2", "--method", "fixtures.watch.metric_engine:Trainer.train_step",
-        "-m", "fixtures.watch.metric_global",
+        "-f",
+        "json",
+        "--skip",
+        "2",
+        "--micro-batches",
+        "2",
+        "--method",
+        "fixtures.watch.metric_engine:Trainer.train_step",
+        "-m",
+        "fixtures.watch.metric_global",
     )
     doc = _doc(done)
     assert _verdicts(doc) == [
-        ("fixtures.watch.metric_engine:Trainer.train_step", "train", "leak", ["global:fixtures.watch.metric_engine.METRICS[2]"])
+        (
+            "fixtures.watch.metric_engine:Trainer.train_step",
+            "train",
+            "leak",
+            ["global:fixtures.watch.metric_engine.METRICS[2]"],
+        )
     ]
     finding = doc["results"][0]["findings"][0]
-    assert finding["holder"] == "module global" and finding["retained_bytes"] > 0 and finding["cause"] == "activations"
+    assert (
+        finding["holder"] == "module global"
+        and finding["retained_bytes"] > 0
+        and finding["cause"] == "activations"
+    )
     assert done.returncode == 1
 
 
 def test_global_metric_kept_as_item_is_clean() -> None:
-    done = _watch("-f", "json", "--method", METRIC, "fixtures/watch/metric_global.py", env={"METRIC_ITEM": "1"})
+    done = _watch(
+        "-f",
+        "json",
+        "--method",
+        METRIC,
+        "fixtures/watch/metric_global.py",
+        env={"METRIC_ITEM": "1"},
+    )
     assert _verdicts(_doc(done)) == [(METRIC, "train", "clean", [])]
     assert done.returncode == 0
 
@@ -153,7 +218,9 @@ def test_the_jobs_own_failure_is_reported_with_what_was_watched() -> None:
     ]
     job = doc["results"][1]
     assert (job["target"], job["verdict"]) == (VERL_UPDATE, "error")
-    assert job["error"].startswith("the job raised RuntimeError: the optimizer diverged at fixtures/watch/verl_update.py:")
+    assert job["error"].startswith(
+        "the job raised RuntimeError: the optimizer diverged at fixtures/watch/verl_update.py:"
+    )
     assert done.returncode == 3
     assert "leakscope: fixtures/watch/verl_update.py: the job raised RuntimeError" in done.stderr
     assert "Traceback" not in done.stderr
@@ -168,25 +235,51 @@ def test_the_jobs_own_failure_is_reported_with_what_was_watched() -> None:
         # (60 s: the clock counts from the launch, and the two steps, about 5 s on an idle machine, must fit
         # on a loaded two-core CI machine)
         # The message names the phase the job was in.
-        (["--timeout", "60"], ["--hang"],
-         "the job ran past --timeout 60s while running the job after watched call #1 and was interrupted; the report covers"),
+        (
+            ["--timeout", "60"],
+            ["--hang"],
+            "the job ran past --timeout 60s while running the job after watched call #1 and was interrupted; the report covers",
+        ),
         # ... and reports without it when the job ignores SIGINT (NOTE [A job past its timeout]).
-        (["--timeout", "60"], ["--hang", "--ignore-sigint"],
-         "the job ran past --timeout 60s while running the job after watched call #1 and did not stop"),
+        (
+            ["--timeout", "60"],
+            ["--hang", "--ignore-sigint"],
+            "the job ran past --timeout 60s while running the job after watched call #1 and did not stop",
+        ),
     ],
 )
 def test_a_job_that_exits_is_interrupted_or_hangs_is_reported_with_its_holders(
-    watch_flags: list[str], job_flags: list[str], error: str,
+    watch_flags: list[str],
+    job_flags: list[str],
+    error: str,
 ) -> None:
-    done = _watch("-f", "json", *watch_flags, "--method", ACTOR, VERL_UPDATE, "--steps", "2", *job_flags, timeout=180)
+    done = _watch(
+        "-f",
+        "json",
+        *watch_flags,
+        "--method",
+        ACTOR,
+        VERL_UPDATE,
+        "--steps",
+        "2",
+        *job_flags,
+        timeout=180,
+    )
     doc = _doc(done)
     # The loop's frame where the job stopped is searched: the holder is named, not <unknown holder>.
-    assert _verdicts(doc)[0] == (ACTOR, "train", "leak", [
-        "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
-        "caller:verl_update.py:main.output_lst[0].model_output.entropy",
-    ])
+    assert _verdicts(doc)[0] == (
+        ACTOR,
+        "train",
+        "leak",
+        [
+            "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
+            "caller:verl_update.py:main.output_lst[0].model_output.entropy",
+        ],
+    )
     job = doc["results"][1]
-    assert (job["target"], job["verdict"]) == (VERL_UPDATE, "error") and job["error"].startswith(error)
+    assert (job["target"], job["verdict"]) == (VERL_UPDATE, "error") and job["error"].startswith(
+        error
+    )
     assert done.returncode == 3
     assert "Traceback" not in done.stderr
 
@@ -195,7 +288,10 @@ def test_a_job_that_stops_before_the_step_says_so_rather_than_doubting_the_metho
     done = _watch("-f", "json", "--method", ACTOR, VERL_UPDATE, "--steps", "0", "--exit", "4")
     doc = _doc(done)
     method, job = doc["results"]
-    assert (method["verdict"], method["error"]) == ("error", f"the job stopped before it called {ACTOR}")
+    assert (method["verdict"], method["error"]) == (
+        "error",
+        f"the job stopped before it called {ACTOR}",
+    )
     assert (job["verdict"], job["error"]) == ("error", "the job exited with sys.exit(4)")
     assert done.returncode == 3
     assert "Traceback" not in done.stderr and "is it the step the loop calls" not in done.stderr
@@ -204,10 +300,18 @@ def test_a_job_that_stops_before_the_step_says_so_rather_than_doubting_the_metho
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["--method", "nocolon", VERL_UPDATE], 2, "--method 'nocolon' is not 'pkg.module:Class.method'"),
+        (
+            ["--method", "nocolon", VERL_UPDATE],
+            2,
+            "--method 'nocolon' is not 'pkg.module:Class.method'",
+        ),
         ([], 2, "give a script to run"),
         (["fixtures/watch/nope.py"], 2, "no such script: fixtures/watch/nope.py"),
-        (["--method", "actor_engine:Missing.forward_step", VERL_UPDATE], 3, "actor_engine has no class Missing"),
+        (
+            ["--method", "actor_engine:Missing.forward_step", VERL_UPDATE],
+            3,
+            "actor_engine has no class Missing",
+        ),
         # No --method: none of the built-in step methods is imported by this job.
         ([VERL_UPDATE, "--steps", "1"], 3, "the job never imported the built-in step methods"),
     ],
@@ -236,25 +340,43 @@ def _left_in(tmp: Path) -> list[str]:
     ("how", "error"),
     [
         # After two leaky watched calls (the look before call #1 saw call #0's graph held) ...
-        (["exit0"], "the job's process ended with exit status 0 while running the job after watched call #1, before "
-                    "leakscope wrote its report (os._exit(0), or an exit from C); the report covers the looks before"),
-        (["kill"], "the job's process died of SIGKILL while running the job after watched call #1: a signal from "
-                   "outside (out of memory?); the report covers the looks before"),
+        (
+            ["exit0"],
+            "the job's process ended with exit status 0 while running the job after watched call #1, before "
+            "leakscope wrote its report (os._exit(0), or an exit from C); the report covers the looks before",
+        ),
+        (
+            ["kill"],
+            "the job's process died of SIGKILL while running the job after watched call #1: a signal from "
+            "outside (out of memory?); the report covers the looks before",
+        ),
         # ... or inside the step's call #1.
-        (["exit5", "--in-call", "1"], "the job's process ended with exit status 5 while in watched call #1, before "
-                                      "leakscope wrote its report (os._exit(5), or an exit from C); the report covers"),
-        (["segv", "--in-call", "1"], "the job's process died of SIGSEGV while in watched call #1: a crash in native "
-                                     "code (an extension or torch; its Python stack is on stderr); the report covers"),
+        (
+            ["exit5", "--in-call", "1"],
+            "the job's process ended with exit status 5 while in watched call #1, before "
+            "leakscope wrote its report (os._exit(5), or an exit from C); the report covers",
+        ),
+        (
+            ["segv", "--in-call", "1"],
+            "the job's process died of SIGSEGV while in watched call #1: a crash in native "
+            "code (an extension or torch; its Python stack is on stderr); the report covers",
+        ),
     ],
 )
 def test_a_job_that_ends_its_process_abruptly_is_an_error_with_the_looks_it_made(
-    how: list[str], error: str, tmp_path: Path,
+    how: list[str],
+    error: str,
+    tmp_path: Path,
 ) -> None:
     """NOTE [The job in a process of its own]: os._exit, a signal, a crash in C still give a report (exit 3)."""
     done = _watch("-f", "json", "--method", ACTOR, ABRUPT, *how, env={"TMPDIR": str(tmp_path)})
     doc = _doc(done)
     (method, job) = doc["results"]
-    assert (method["target"], method["verdict"], [f["path"] for f in method["findings"]]) == (ACTOR, "leak", ABRUPT_PATHS)
+    assert (method["target"], method["verdict"], [f["path"] for f in method["findings"]]) == (
+        ACTOR,
+        "leak",
+        ABRUPT_PATHS,
+    )
     assert (job["target"], job["verdict"]) == (ABRUPT, "error") and job["error"].startswith(error)
     assert done.returncode == 3
     assert f"leakscope: {ABRUPT}: {error}" in done.stderr
@@ -262,25 +384,58 @@ def test_a_job_that_ends_its_process_abruptly_is_an_error_with_the_looks_it_made
 
 
 def test_a_job_that_ends_before_its_first_watched_call_is_an_error(tmp_path: Path) -> None:
-    done = _watch("-f", "json", "--method", ACTOR, ABRUPT, "exit0", "--steps", "0", env={"TMPDIR": str(tmp_path)})
-    assert [(r["target"], r["verdict"], r["error"]) for r in _doc(done)["results"]] == [(
-        ABRUPT, "error", "the job's process ended with exit status 0 while running the job before its first watched "
-        "call, before leakscope wrote its report (os._exit(0), or an exit from C)",
-    )]
+    done = _watch(
+        "-f",
+        "json",
+        "--method",
+        ACTOR,
+        ABRUPT,
+        "exit0",
+        "--steps",
+        "0",
+        env={"TMPDIR": str(tmp_path)},
+    )
+    assert [(r["target"], r["verdict"], r["error"]) for r in _doc(done)["results"]] == [
+        (
+            ABRUPT,
+            "error",
+            "the job's process ended with exit status 0 while running the job before its first watched "
+            "call, before leakscope wrote its report (os._exit(0), or an exit from C)",
+        )
+    ]
     assert done.returncode == 3
     assert _left_in(tmp_path) == []
 
 
-def test_sigterm_to_leakscope_watch_is_forwarded_to_the_job_and_the_report_made(tmp_path: Path) -> None:
+def test_sigterm_to_leakscope_watch_is_forwarded_to_the_job_and_the_report_made(
+    tmp_path: Path,
+) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), TMPDIR=str(tmp_path))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leakscope", "watch", "-f", "json", "--method", ACTOR, ABRUPT, "hang"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "leakscope",
+            "watch",
+            "-f",
+            "json",
+            "--method",
+            ACTOR,
+            ABRUPT,
+            "hang",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:  # until the job hangs after its two watched calls
-            states = [json.loads(p.read_text()) for p in tmp_path.glob("leakscope-watch-*/state-*.json")]
+            states = [
+                json.loads(p.read_text()) for p in tmp_path.glob("leakscope-watch-*/state-*.json")
+            ]
             if any(s["phase"] == "running the job after watched call #1" for s in states):
                 break
             time.sleep(0.2)
@@ -290,7 +445,10 @@ def test_sigterm_to_leakscope_watch_is_forwarded_to_the_job_and_the_report_made(
         proc.kill()
         proc.wait()
     doc = _doc(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
-    assert [(r["verdict"], [f["path"] for f in r["findings"]]) for r in doc["results"]] == [("leak", ABRUPT_PATHS), ("error", [])]
+    assert [(r["verdict"], [f["path"] for f in r["findings"]]) for r in doc["results"]] == [
+        ("leak", ABRUPT_PATHS),
+        ("error", []),
+    ]
     assert doc["results"][1]["error"].startswith(
         "the job's process died of SIGTERM while running the job after watched call #1"
     )
@@ -301,22 +459,47 @@ def test_sigterm_to_leakscope_watch_is_forwarded_to_the_job_and_the_report_made(
 @pytest.mark.parametrize(
     ("timeout", "job", "error"),
     [
-        ("15", ["hang", "--steps", "0"],
-         "the job ran past --timeout 15s while running the job before its first watched call and was interrupted"),
-        ("30", ["hang", "--in-call", "0"], "the job ran past --timeout 30s while in watched call #0 and was interrupted"),
+        (
+            "15",
+            ["hang", "--steps", "0"],
+            "the job ran past --timeout 15s while running the job before its first watched call and was interrupted",
+        ),
+        (
+            "30",
+            ["hang", "--in-call", "0"],
+            "the job ran past --timeout 30s while in watched call #0 and was interrupted",
+        ),
         # A look that hangs in the job's own gc callback, which swallows the interrupt: reported from the timer
         # thread with the looks before, and the hung look is not made again.
-        ("40", ["hang-in-look", "--in-call", "1"],
-         "the job ran past --timeout 40s while looking for held graphs before watched call #1 and did not stop when "
-         "interrupted"),
+        (
+            "40",
+            ["hang-in-look", "--in-call", "1"],
+            "the job ran past --timeout 40s while looking for held graphs before watched call #1 and did not stop when "
+            "interrupted",
+        ),
         # C code that holds the GIL: not even the timer thread runs; leakscope watch kills the job's process.
-        ("30", ["wedge", "--in-call", "0"],
-         "the job ran past --timeout 30s while in watched call #0 and did not stop when interrupted, nor 30s later: "
-         "its process was killed"),
+        (
+            "30",
+            ["wedge", "--in-call", "0"],
+            "the job ran past --timeout 30s while in watched call #0 and did not stop when interrupted, nor 30s later: "
+            "its process was killed",
+        ),
     ],
 )
-def test_timeout_names_the_phase_the_job_was_in(timeout: str, job: list[str], error: str, tmp_path: Path) -> None:
-    done = _watch("-f", "json", "--timeout", timeout, "--method", ACTOR, ABRUPT, *job, env={"TMPDIR": str(tmp_path)})
+def test_timeout_names_the_phase_the_job_was_in(
+    timeout: str, job: list[str], error: str, tmp_path: Path
+) -> None:
+    done = _watch(
+        "-f",
+        "json",
+        "--timeout",
+        timeout,
+        "--method",
+        ACTOR,
+        ABRUPT,
+        *job,
+        env={"TMPDIR": str(tmp_path)},
+    )
     doc = _doc(done)
     (failure,) = [r for r in doc["results"] if r["target"] == ABRUPT]
     assert failure["error"].startswith(error), failure["error"]
@@ -326,7 +509,9 @@ def test_timeout_names_the_phase_the_job_was_in(timeout: str, job: list[str], er
 
 
 @pytest.mark.parametrize(("flags", "verdict"), [([], "leak"), (["--item"], "clean")])
-def test_fifty_threads_calling_the_step_stop_one_thread_quietly(flags: list[str], verdict: str) -> None:
+def test_fifty_threads_calling_the_step_stop_one_thread_quietly(
+    flags: list[str], verdict: str
+) -> None:
     """NOTE [Threads calling the step]: one thread at a time in the observer; exactly one WatchStop, and quiet."""
     method = "thread_engine:Engine.forward_step"
     done = _watch("-f", "json", "--method", method, "fixtures/watch/threads.py", *flags)
@@ -352,7 +537,9 @@ with open(os.environ["MARKER"], "a") as f:
 """
 
 
-def test_the_sitecustomize_runs_only_as_sites_and_chains_only_to_the_one_it_shadows(tmp_path: Path) -> None:
+def test_the_sitecustomize_runs_only_as_sites_and_chains_only_to_the_one_it_shadows(
+    tmp_path: Path,
+) -> None:
     """NOTE [The sitecustomize it shadows]: never one from the working directory or the script's."""
     from leakscope.live.processes import SITE_DIR
 
@@ -366,7 +553,9 @@ def test_the_sitecustomize_runs_only_as_sites_and_chains_only_to_the_one_it_shad
     # nothing runs, neither a watch nor the working directory's sitecustomize.
     code = "import leakscope.live._site.sitecustomize as m; import leakscope.live.processes as p; print(p._active)"
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
     assert (done.returncode, done.stdout) == (0, "None\n"), done.stderr
     assert not marker.exists()
     # Put first on PYTHONPATH, as leakscope watch does for the job's processes: site imports it, it chains to the
@@ -375,7 +564,9 @@ def test_the_sitecustomize_runs_only_as_sites_and_chains_only_to_the_one_it_shad
     (cwd / "job.py").write_text("print('job ran')\n")
     env["PYTHONPATH"] = os.pathsep.join([SITE_DIR, str(shadowed), str(ROOT)])
     env.pop("LEAKSCOPE_WATCH")
-    done = subprocess.run([sys.executable, "job.py"], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "job.py"], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
     assert done.stdout == "job ran\n", done.stderr
     assert marker.read_text().splitlines() == [f"{shadowed} sitecustomize"]
 
@@ -385,7 +576,9 @@ def test_spawned_processes_report_and_are_merged_by_process() -> None:
     doc = _doc(done)
     by_verdict = {r["verdict"]: r for r in doc["results"]}
     assert sorted(by_verdict) == ["clean", "leak"]
-    assert [f["path"] for f in by_verdict["leak"]["findings"]] == ["global:metric_engine.METRICS[0]"]
+    assert [f["path"] for f in by_verdict["leak"]["findings"]] == [
+        "global:metric_engine.METRICS[0]"
+    ]
     for r in doc["results"]:
         assert r["target"].startswith(f"{METRIC} @ pid ")  # they differ: each names its process
     assert len(doc["watch"]["processes"]) == 2
@@ -397,31 +590,66 @@ def test_torchrun_ranks_merged() -> None:
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "leakscope", "watch", "-f", "json", "--method", ACTOR, VERL_UPDATE],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "leakscope",
+            "watch",
+            "-f",
+            "json",
+            "--method",
+            ACTOR,
+            VERL_UPDATE,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     doc = _doc(done)  # one document: only rank 0 wrote stdout
     # Both ranks leak the same way: one result, no rank.
-    assert _verdicts(doc) == [(ACTOR, "train", "leak", [
-        "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
-        "caller:verl_update.py:main.output_lst[0].model_output.entropy",
-    ])]
+    assert _verdicts(doc) == [
+        (
+            ACTOR,
+            "train",
+            "leak",
+            [
+                "caller:verl_update.py:main.output_lst[0].model_output.log_probs",
+                "caller:verl_update.py:main.output_lst[0].model_output.entropy",
+            ],
+        )
+    ]
     assert "rank" not in doc["results"][0]
     assert sorted(doc["watch"]["processes"]) == ["rank 0", "rank 1"]
     assert done.returncode == 1
 
 
 @pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="needs leakscope[hf]")
-@pytest.mark.parametrize(("leaky", "expected"), [("1", ("leak", ["engine.last_logits[0]"])), ("0", ("clean", []))])
-def test_transformers_trainer_with_peft_and_checkpointing_default_method(leaky: str, expected: tuple[str, list[str]]) -> None:
-    done = _watch("-f", "json", "fixtures/watch/hf_peft_trainer.py", env={"LEAKY": leaky}, timeout=600)
+@pytest.mark.parametrize(
+    ("leaky", "expected"), [("1", ("leak", ["engine.last_logits[0]"])), ("0", ("clean", []))]
+)
+def test_transformers_trainer_with_peft_and_checkpointing_default_method(
+    leaky: str, expected: tuple[str, list[str]]
+) -> None:
+    done = _watch(
+        "-f", "json", "fixtures/watch/hf_peft_trainer.py", env={"LEAKY": leaky}, timeout=600
+    )
     doc = _doc(done)
     assert _verdicts(doc) == [("transformers.trainer:Trainer.training_step", "train", *expected)]
     if leaky == "1":
         finding = doc["results"][0]["findings"][0]
         # The embedding output is a leaf that requires grad (enable_input_require_grads): its grad is kept.
-        assert finding["holder"] == "engine attribute" and finding["cause"] == "leaf+grad" and finding["retained_bytes"] > 0
+        assert (
+            finding["holder"] == "engine attribute"
+            and finding["cause"] == "leaf+grad"
+            and finding["retained_bytes"] > 0
+        )
         assert finding["source"]["file"].endswith("fixtures/watch/hf_peft_trainer.py")
 
 
@@ -451,7 +679,9 @@ def test_library_api_leaves_nothing_behind() -> None:
         train(trainer)
     report = w.report
     assert report is not None and exit_code(report) == 1
-    assert [str(f.path) for f in report.results[0].findings] == ["global:fixtures.watch.metric_engine.METRICS[0]"]
+    assert [str(f.path) for f in report.results[0].findings] == [
+        "global:fixtures.watch.metric_engine.METRICS[0]"
+    ]
     finding = report.results[0].findings[0]
     # Stored at: the step's own line in the engine's module (traced between the two looks).
     assert finding.stored_at is not None and finding.stored_at.file.endswith("metric_engine.py")
@@ -461,13 +691,18 @@ def test_library_api_leaves_nothing_behind() -> None:
     # Restored: the original function object, no import hook, no tracer.
     assert metric_engine.Trainer.train_step is original
     assert sys.meta_path == meta_path and sys.gettrace() is trace and sys.getprofile() is profile
-    assert threading.excepthook is excepthook  # NOTE [Threads calling the step]: quiet only while watching
+    assert (
+        threading.excepthook is excepthook
+    )  # NOTE [Threads calling the step]: quiet only while watching
     assert gc.get_freeze_count() == frozen  # the heap frozen while watching is unfrozen
     # No reference from leakscope to the job's objects: drop the job's own, and they die.
     kept = metric_engine.METRICS[0]
     referrers = [type(r).__module__ for r in gc.get_referrers(kept)]
     assert not any(m.startswith("leakscope") for m in referrers), referrers
-    refs = [weakref.ref(t) for t in metric_engine.METRICS] + [weakref.ref(model), weakref.ref(trainer)]
+    refs = [weakref.ref(t) for t in metric_engine.METRICS] + [
+        weakref.ref(model),
+        weakref.ref(trainer),
+    ]
     del kept, trainer, model, train
     metric_engine.METRICS.clear()
     gc.collect()
@@ -485,7 +720,9 @@ def test_library_api_patches_a_module_on_import_and_removes_the_hook() -> None:
         module = importlib.import_module(name)
         patched = module.ActorEngine.forward_step
         assert patched.__wrapped__.__module__ == name
-        assert type(module.__loader__).__name__ == "SourceFileLoader"  # the real loader again, not leakscope's
+        assert (
+            type(module.__loader__).__name__ == "SourceFileLoader"
+        )  # the real loader again, not leakscope's
     assert sys.meta_path == meta_path
     assert module.ActorEngine.forward_step is patched.__wrapped__
     assert w.report is not None and w.report.results[0].verdict.value == "error"
@@ -497,9 +734,13 @@ def test_library_api_patches_a_module_on_import_and_removes_the_hook() -> None:
     [
         # verl 0.8.0's default actor update computes no entropy (leakscope's verl adapter runs its
         # defaults): the returned log_probs keep the input leaf and its grad, as upstream measured.
-        ("0.8.0", "leak", [
-            "caller:transformer_impl.py:FSDPEngine.forward_backward_batch.output_lst[0].model_output.log_probs",
-        ]),
+        (
+            "0.8.0",
+            "leak",
+            [
+                "caller:transformer_impl.py:FSDPEngine.forward_backward_batch.output_lst[0].model_output.log_probs",
+            ],
+        ),
         ("0.9.1", "clean", []),
     ],
 )
@@ -508,7 +749,9 @@ def test_real_verl_engine_default_method(version: str, verdict: str, paths: list
     from tests.conftest import run_leakscope
     from tests.test_verl import venv_python
 
-    done = run_leakscope(venv_python(version), "watch", "-f", "json", "fixtures/watch/verl_real.py", timeout=600)
+    done = run_leakscope(
+        venv_python(version), "watch", "-f", "json", "fixtures/watch/verl_real.py", timeout=600
+    )
     doc = _doc(done)
     target = "verl.workers.engine.fsdp.transformer_impl:FSDPEngineWithLMHead.forward_step"
     assert _verdicts(doc) == [(target, "train", verdict, paths)]
@@ -518,8 +761,16 @@ def test_real_verl_engine_default_method(version: str, verdict: str, paths: list
         assert doc["results"][0]["growth"]["retained_bytes"][0] > 0
         # Stored at: verl's own loop (an installed file, traced because its frame holds the leak).
         stored = log_probs["stored_at"]
-        assert stored["file"].endswith("verl/workers/engine/fsdp/transformer_impl.py") and stored["line"] == 651
+        assert (
+            stored["file"].endswith("verl/workers/engine/fsdp/transformer_impl.py")
+            and stored["line"] == 651
+        )
         assert log_probs["store_op"] == "append"
-        assert 'output_lst.append(meta_info) keeps meta_info["model_output"]["log_probs"]' in log_probs["hint"]
+        assert (
+            'output_lst.append(meta_info) keeps meta_info["model_output"]["log_probs"]'
+            in log_probs["hint"]
+        )
     assert done.returncode == (1 if verdict == "leak" else 0)
-    assert "Started a local Ray instance" not in done.stderr  # naming the process must not start Ray
+    assert (
+        "Started a local Ray instance" not in done.stderr
+    )  # naming the process must not start Ray

@@ -35,7 +35,9 @@ def _watch(*args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]
     try:
         doc: dict[str, Any] = json.loads(done.stdout)
     except json.JSONDecodeError:
-        raise AssertionError(f"no JSON on stdout (rc {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}") from None
+        raise AssertionError(
+            f"no JSON on stdout (rc {done.returncode}):\n{done.stdout}\n{done.stderr[-3000:]}"
+        ) from None
     return done, doc
 
 
@@ -45,13 +47,20 @@ def _line_of(text: str) -> int:
 
 
 def _verdicts(doc: dict[str, Any]) -> list[tuple[str, str, str, list[str]]]:
-    return [(r["target"], r["mode"], r["verdict"], [f["path"] for f in r["findings"]]) for r in doc["results"]]
+    return [
+        (r["target"], r["mode"], r["verdict"], [f["path"] for f in r["findings"]])
+        for r in doc["results"]
+    ]
 
 
 def _job_lines(done: subprocess.CompletedProcess[str]) -> list[str]:
     """The script's own printed lines (the job's stdout goes to stderr under watch)."""
-    return [line for line in done.stderr.splitlines() if line.split(":", 1)[0] in (
-        "fit done", "Strategy.training_step", "LitRegressor.training_step")]
+    return [
+        line
+        for line in done.stderr.splitlines()
+        if line.split(":", 1)[0]
+        in ("fit done", "Strategy.training_step", "LitRegressor.training_step")
+    ]
 
 
 def test_epoch_outputs_list_is_named_on_the_lightning_module_and_grows() -> None:
@@ -70,13 +79,19 @@ def test_epoch_outputs_list_is_named_on_the_lightning_module_and_grows() -> None
     line = _line_of("loss = torch.nn.functional.mse_loss(self.net(x), y)")
     assert finding["source"] == {"file": SCRIPT, "line": line, "function": "training_step"}
     # The fix names the list as the user's training_step spells it, not the strategy's private attribute.
-    assert finding["hint"].startswith("growing: keeps a graph of every call (3 of 3 watched calls); ")
+    assert finding["hint"].startswith(
+        "growing: keeps a graph of every call (3 of 3 watched calls); "
+    )
     assert "_lightning_module" not in finding["hint"]
     # Stored at: the user's append, seen while the fit was traced after the first leaky look.
     assert (finding["stored_at"]["file"], finding["stored_at"]["line"], finding["store_op"]) == (
-        "fixtures/watch/lightning_fit.py", 43, "append")
+        "fixtures/watch/lightning_fit.py",
+        43,
+        "append",
+    )
     assert finding["hint"].endswith(
-        "at fixtures/watch/lightning_fit.py:43 in training_step: self.training_step_outputs.append(kept.detach())")
+        "at fixtures/watch/lightning_fit.py:43 in training_step: self.training_step_outputs.append(kept.detach())"
+    )
     assert [c["mode"] for c in doc["watch"]["calls"]] == ["train"] * 3
     assert doc["watch"]["methods"] == [TARGET]
     # --then stop: WatchStop went through Lightning's _call_and_handle_interrupt (which re-raises
@@ -104,13 +119,27 @@ def test_torchmetrics_forward_cache_is_bounded() -> None:
     assert finding["hint"].startswith("bounded: keeps the graph of call 2 only")
     # Stored at: the user's line that fed the metric (torchmetrics' own lines run untraced).
     assert (finding["stored_at"]["file"], finding["stored_at"]["line"], finding["store_op"]) == (
-        "fixtures/watch/lightning_fit.py", 41, "metric")
+        "fixtures/watch/lightning_fit.py",
+        41,
+        "metric",
+    )
     assert finding["hint"].endswith(
         "feed the metric a detached value at fixtures/watch/lightning_fit.py:41 in training_step:"
-        " self.train_loss(kept.detach())")
-    assert finding["source"] == {"file": SCRIPT, "line": _line_of("self.train_loss(kept)"), "function": "training_step"}
-    assert result["growth"]["nodes_by_micro_batch"][:2] == [0, 0] and result["growth"]["nodes_by_micro_batch"][2] > 0
-    assert len(set(result["growth"]["retained_bytes"])) == 1 and result["growth"]["retained_bytes"][0] > 0
+        " self.train_loss(kept.detach())"
+    )
+    assert finding["source"] == {
+        "file": SCRIPT,
+        "line": _line_of("self.train_loss(kept)"),
+        "function": "training_step",
+    }
+    assert (
+        result["growth"]["nodes_by_micro_batch"][:2] == [0, 0]
+        and result["growth"]["nodes_by_micro_batch"][2] > 0
+    )
+    assert (
+        len(set(result["growth"]["retained_bytes"])) == 1
+        and result["growth"]["retained_bytes"][0] > 0
+    )
     assert done.returncode == 1
 
 
@@ -120,8 +149,12 @@ def test_metric_fed_a_detached_loss_is_clean() -> None:
     assert done.returncode == 0
 
 
-@pytest.mark.parametrize(("flags", "verdict", "code"), [((), "leak", 1), (("--detach",), "clean", 0)])
-def test_then_continue_lets_fit_finish_with_nothing_patched(flags: tuple[str, ...], verdict: str, code: int) -> None:
+@pytest.mark.parametrize(
+    ("flags", "verdict", "code"), [((), "leak", 1), (("--detach",), "clean", 0)]
+)
+def test_then_continue_lets_fit_finish_with_nothing_patched(
+    flags: tuple[str, ...], verdict: str, code: int
+) -> None:
     """--then continue: every patch removed after the last look, fit runs its 6 steps, and the
     script finds the original functions on the strategy and on its module."""
     done, doc = _watch("--then", "continue", SCRIPT, *flags)

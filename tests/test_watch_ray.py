@@ -52,20 +52,43 @@ RAY_ENV = {"RAY_worker_register_timeout_seconds": "600", "RAY_health_check_failu
 
 
 def _run(args: list[str], timeout: int = TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, cwd=ROOT, env={**venv_env(), **RAY_ENV}, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        args,
+        cwd=ROOT,
+        env={**venv_env(), **RAY_ENV},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _watch(python: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    done = run_leakscope(python, "watch", "-f", "json", "--method", ACTOR, SCRIPT, *args, env=RAY_ENV, timeout=TIMEOUT_S)
+    done = run_leakscope(
+        python,
+        "watch",
+        "-f",
+        "json",
+        "--method",
+        ACTOR,
+        SCRIPT,
+        *args,
+        env=RAY_ENV,
+        timeout=TIMEOUT_S,
+    )
     try:
         doc: dict[str, Any] = json.loads(done.stdout)
     except json.JSONDecodeError:
-        raise AssertionError(f"no JSON on stdout (rc {done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}") from None
+        raise AssertionError(
+            f"no JSON on stdout (rc {done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
+        ) from None
     return done, doc
 
 
 def _verdicts(doc: dict[str, Any]) -> list[tuple[str, str, str, list[str]]]:
-    return [(r["target"], r["mode"], r["verdict"], [f["path"] for f in r["findings"]]) for r in doc["results"]]
+    return [
+        (r["target"], r["mode"], r["verdict"], [f["path"] for f in r["findings"]])
+        for r in doc["results"]
+    ]
 
 
 def _actor_said(output: str) -> dict[str, Any]:
@@ -73,7 +96,7 @@ def _actor_said(output: str) -> dict[str, Any]:
     prefix = "update done in actor ActorWorker: "
     lines = [line for line in output.splitlines() if line.startswith(prefix)]
     assert len(lines) == 1, output[-4000:]
-    said: dict[str, Any] = ast.literal_eval(lines[0][len(prefix):])
+    said: dict[str, Any] = ast.literal_eval(lines[0][len(prefix) :])
     return said
 
 
@@ -88,13 +111,21 @@ def test_leaky_update_in_a_ray_actor_is_named_caller_side_and_by_actor(python: P
     assert _verdicts(doc) == [(NAMED, "train", "leak", PATHS)]
     entropy = doc["results"][0]["findings"][1]
     assert entropy["holder"] == "caller's frame"
-    assert entropy["source"]["file"].endswith("fixtures/watch/actor_engine.py") and entropy["source"]["line"] == 23
+    assert (
+        entropy["source"]["file"].endswith("fixtures/watch/actor_engine.py")
+        and entropy["source"]["line"] == 23
+    )
     assert entropy["hint"].startswith("growing: keeps a graph of every call (3 of 3 watched calls)")
     # Stored at: the actor's own append, traced inside the Ray worker between two looks.
     assert (entropy["stored_at"]["file"], entropy["stored_at"]["line"], entropy["store_op"]) == (
-        "fixtures/watch/ray_update.py", 53, "append")
+        "fixtures/watch/ray_update.py",
+        53,
+        "append",
+    )
     assert doc["watch"]["processes"] == ["actor ActorWorker"]
-    assert [(c["process"], c["mode"]) for c in doc["watch"]["calls"]] == [("actor ActorWorker", "train")] * 3
+    assert [(c["process"], c["mode"]) for c in doc["watch"]["calls"]] == [
+        ("actor ActorWorker", "train")
+    ] * 3
     assert done.returncode == 1
     said = _actor_said(done.stderr)  # the job's stdout goes to stderr; stdout is the report
     assert said["micro_batches"] == 6  # children detach: the actor's update ran to its end
@@ -111,7 +142,9 @@ def test_detached_update_in_a_ray_actor_is_clean(python: Path) -> None:
     _nothing_left_patched(_actor_said(done.stderr))
 
 
-def test_an_actor_ended_by_ray_shutdown_before_its_last_look_is_named_not_missed(python: Path) -> None:
+def test_an_actor_ended_by_ray_shutdown_before_its_last_look_is_named_not_missed(
+    python: Path,
+) -> None:
     # 3 calls, no 4th: the actor's last look would be at exit, but ray.shutdown() ends it without atexit.
     # The looks it made before its calls #1 and #2 (recorded as it went) are reported, then the error.
     done, doc = _watch(python, "--steps", "3")
@@ -127,13 +160,17 @@ def test_an_actor_ended_by_ray_shutdown_before_its_last_look_is_named_not_missed
     assert done.returncode == 3
 
 
-def test_an_actor_ended_gracefully_reports_at_exit_named_as_at_its_first_watched_call(python: Path) -> None:
+def test_an_actor_ended_gracefully_reports_at_exit_named_as_at_its_first_watched_call(
+    python: Path,
+) -> None:
     # __ray_terminate__ runs the actor's atexit: its last look happens there, after the update returned
     # (so output_lst is gone), when Ray no longer names the actor. The looks before its calls #1 and #2
     # saw output_lst hold every earlier graph: that judges it (NOTE [The look that judges]).
     done, doc = _watch(python, "--steps", "3", "--exit-actor")
     assert _verdicts(doc) == [(NAMED, "train", "leak", PATHS)]
-    assert doc["results"][0]["warnings"][0].startswith("freed by the last look (when the job ended)")
+    assert doc["results"][0]["warnings"][0].startswith(
+        "freed by the last look (when the job ended)"
+    )
     assert doc["watch"]["processes"] == ["actor ActorWorker"]  # named as at its first watched call
     assert done.returncode == 1
 
@@ -161,8 +198,14 @@ def test_remote_cluster_setup_hook_writes_the_actors_report(python: Path, tmp_pa
 def test_the_driver_waits_only_for_announced_children_still_running(tmp_path: Path) -> None:
     # Real processes: one ended and reaped, one ended and not reaped (a zombie), one running, and this one,
     # which made watched calls and wrote its report.
-    ended = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                               capture_output=True, text=True, check=True).stdout)
+    ended = int(
+        subprocess.run(
+            [sys.executable, "-c", "import os; print(os.getpid())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])
     running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
 
@@ -176,10 +219,17 @@ def test_the_driver_waits_only_for_announced_children_still_running(tmp_path: Pa
     try:
         while Path(f"/proc/{zombie.pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
             time.sleep(0.05)
-        for pid, label in ((ended, "actor Gone"), (zombie.pid, "actor Zombie"), (os.getpid(), "actor Done")):
+        for pid, label in (
+            (ended, "actor Gone"),
+            (zombie.pid, "actor Zombie"),
+            (os.getpid(), "actor Done"),
+        ):
             state(pid, label)
         (tmp_path / f"report-{os.getpid()}.json").write_text("{}", encoding="utf-8")
-        gone = [("actor Gone", ended, False, "in watched call #1"), ("actor Zombie", zombie.pid, False, "in watched call #1")]
+        gone = [
+            ("actor Gone", ended, False, "in watched call #1"),
+            ("actor Zombie", zombie.pid, False, "in watched call #1"),
+        ]
         started = time.monotonic()
         assert seen(unreported(str(tmp_path), wait_s=60)) == sorted(gone)
         assert time.monotonic() - started < 10  # nothing alive to wait for
@@ -187,7 +237,9 @@ def test_the_driver_waits_only_for_announced_children_still_running(tmp_path: Pa
         started = time.monotonic()
         missing = unreported(str(tmp_path), wait_s=1.5)
         assert time.monotonic() - started >= 1.5  # waited for the running one, then gave up
-        assert seen(missing) == sorted([*gone, ("actor Busy", running.pid, True, "in watched call #1")])
+        assert seen(missing) == sorted(
+            [*gone, ("actor Busy", running.pid, True, "in watched call #1")]
+        )
         # The job's own process is not one of them: leakscope watch reports it itself.
         assert seen(unreported(str(tmp_path), exclude=[running.pid, ended, zombie.pid])) == []
     finally:

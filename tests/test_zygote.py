@@ -31,11 +31,17 @@ PROBE = "tests/data/launch_probe.py"
 TORCH_IMPORT = re.compile(r"^import time:.*\|\s+torch$", re.M)
 
 
-def _cli(*args: str, env: dict[str, str] | None = None, timeout: float = 300) -> tuple[int, subprocess.CompletedProcess[str]]:
+def _cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 300
+) -> tuple[int, subprocess.CompletedProcess[str]]:
     """Run ``leakscope check ARGS``; its pid and what it printed."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leakscope", "check", *args], cwd=ROOT, env={**os.environ, **(env or {})},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [sys.executable, "-m", "leakscope", "check", *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     out, err = proc.communicate(timeout=timeout)
     return proc.pid, subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
@@ -53,7 +59,10 @@ def _processes_with(token: str) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            if needle in (entry / "environ").read_bytes().split(b"\0") and "zombie" not in (entry / "status").read_text():
+            if (
+                needle in (entry / "environ").read_bytes().split(b"\0")
+                and "zombie" not in (entry / "status").read_text()
+            ):
                 found.append(int(entry.name))
         except OSError:
             continue
@@ -73,10 +82,19 @@ def test_targets_are_forked_from_one_zygote_that_imported_torch_once(tmp_path: P
     runs = {}
     for method in ("fork", "spawn"):
         log = tmp_path / f"{method}.jsonl"
-        pid, out = _cli(*targets, "--mode", "train", "--no-confirm", "-f", "json", env={
-            "LEAKSCOPE_TEST_LAUNCH_LOG": str(log), "PYTHONPROFILEIMPORTTIME": "1",
-            "LEAKSCOPE_START_METHOD": method,
-        })
+        pid, out = _cli(
+            *targets,
+            "--mode",
+            "train",
+            "--no-confirm",
+            "-f",
+            "json",
+            env={
+                "LEAKSCOPE_TEST_LAUNCH_LOG": str(log),
+                "PYTHONPROFILEIMPORTTIME": "1",
+                "LEAKSCOPE_START_METHOD": method,
+            },
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         assert [r["verdict"] for r in json.loads(out.stdout)["results"]] == ["clean"] * 3
         runs[method] = (pid, _launches(log), len(TORCH_IMPORT.findall(out.stderr)))
@@ -86,7 +104,9 @@ def test_targets_are_forked_from_one_zygote_that_imported_torch_once(tmp_path: P
     assert zygote != cli  # ...that is not the CLI: the zygote
     assert imports == 1  # torch imported once, in the zygote
     cli, spawned, imports = runs["spawn"]
-    assert {r["ppid"] for r in spawned} == {cli} and imports == 3  # the fallback: one import per target
+    assert {r["ppid"] for r in spawned} == {
+        cli
+    } and imports == 3  # the fallback: one import per target
     # A forked child starts as a spawned one does (session, streams, signals, GC, seeds, threads, env).
     assert [r["state"] for r in forked] == [r["state"] for r in spawned]
     assert forked[0]["state"]["own_session"] and forked[0]["state"]["frozen"] == 0
@@ -96,34 +116,65 @@ def test_targets_are_forked_from_one_zygote_that_imported_torch_once(tmp_path: P
 
 def test_spawn_fallback_contains_bad_engines() -> None:
     """``LEAKSCOPE_START_METHOD=spawn`` (and --device cuda, non-Linux, torchrun) still isolates."""
-    targets = ["fixtures.bad.exits:OsExit", "fixtures.bad.exits:Segfault", "fixtures/bad/noisy.py:Engine"]
-    _, out = _cli(*targets, "--mode", "train", "-f", "json", env={"LEAKSCOPE_START_METHOD": "spawn"})
+    targets = [
+        "fixtures.bad.exits:OsExit",
+        "fixtures.bad.exits:Segfault",
+        "fixtures/bad/noisy.py:Engine",
+    ]
+    _, out = _cli(
+        *targets, "--mode", "train", "-f", "json", env={"LEAKSCOPE_START_METHOD": "spawn"}
+    )
     assert out.returncode == 3, out.stderr[-3000:]
     by_target = {r["target"]: r for r in json.loads(out.stdout)["results"]}
     assert list(by_target) == targets
-    assert by_target[targets[0]]["error"].startswith("the check process exited with status 7 before reporting")
-    assert by_target[targets[1]]["error"].startswith("the check process died of SIGSEGV before reporting")
+    assert by_target[targets[0]]["error"].startswith(
+        "the check process exited with status 7 before reporting"
+    )
+    assert by_target[targets[1]]["error"].startswith(
+        "the check process died of SIGSEGV before reporting"
+    )
     assert by_target[targets[2]]["verdict"] == "clean" and "noisy: written to fd 1" in out.stderr
 
 
 def test_device_cuda_is_spawned_and_still_a_usage_error_without_a_gpu() -> None:
     _, out = _cli("fixtures.verl_fix:Engine", "--device", "cuda", "-f", "json")
     assert out.returncode == 2
-    assert json.loads(out.stdout)["error"] == "--device cuda: no CUDA device is available here; use --device cpu"
+    assert (
+        json.loads(out.stdout)["error"]
+        == "--device cuda: no CUDA device is available here; use --device cpu"
+    )
 
 
 def test_jobs_2_reports_what_jobs_1_does_in_target_order(tmp_path: Path) -> None:
     targets = [
-        "fixtures.verl_bug:Engine", "fixtures.bad.hangs:Engine", "fixtures.bad.exits:Segfault",
-        "fixtures.verl_fix:Engine", "fixtures.bad.exits:OsExit", "fixtures/bad/noisy.py:Engine",
-        "fixtures.bad.no_such_module:Engine", "fixtures.every_other:Engine",
+        "fixtures.verl_bug:Engine",
+        "fixtures.bad.hangs:Engine",
+        "fixtures.bad.exits:Segfault",
+        "fixtures.verl_fix:Engine",
+        "fixtures.bad.exits:OsExit",
+        "fixtures/bad/noisy.py:Engine",
+        "fixtures.bad.no_such_module:Engine",
+        "fixtures.every_other:Engine",
     ]
     docs = {}
     for jobs in ("1", "2"):
         token = uuid.uuid4().hex
-        _, out = _cli(*targets, "--mode", "train", "--timeout", "20", "-f", "json", "-j", jobs, "--progress", env={
-            "LEAKSCOPE_TEST_TOKEN": token, "LEAKSCOPE_TEST_PIDFILE": str(tmp_path / f"helper{jobs}.pid"),
-        })
+        _, out = _cli(
+            *targets,
+            "--mode",
+            "train",
+            "--timeout",
+            "20",
+            "-f",
+            "json",
+            "-j",
+            jobs,
+            "--progress",
+            env={
+                "LEAKSCOPE_TEST_TOKEN": token,
+                "LEAKSCOPE_TEST_PIDFILE": str(tmp_path / f"helper{jobs}.pid"),
+            },
+        )
         assert out.returncode == 3, out.stderr[-3000:]
         docs[jobs] = json.loads(out.stdout)
         # Progress still reports each target as it finishes (one plain line each off a terminal).
@@ -131,14 +182,18 @@ def test_jobs_2_reports_what_jobs_1_does_in_target_order(tmp_path: Path) -> None
         assert _none_left(token) == []  # the zygote, its children and the hang's helper are gone
 
     def answers(doc: dict[str, Any]) -> list[tuple[Any, ...]]:
-        return [(r["target"], r["mode"], r["verdict"], r["error"], [f["path"] for f in r["findings"]])
-                for r in doc["results"]]
+        return [
+            (r["target"], r["mode"], r["verdict"], r["error"], [f["path"] for f in r["findings"]])
+            for r in doc["results"]
+        ]
 
     assert [a[0] for a in answers(docs["2"])] == targets
     assert answers(docs["2"]) == answers(docs["1"])
     verdicts = [a[2] for a in answers(docs["1"])]
     assert verdicts == ["leak", "error", "error", "clean", "error", "clean", "error", "leak"]
-    assert answers(docs["1"])[1][3].startswith("timed out after 20 s while running the step; the check process was killed")
+    assert answers(docs["1"])[1][3].startswith(
+        "timed out after 20 s while running the step; the check process was killed"
+    )
 
 
 def test_no_process_outlives_an_interrupted_check(tmp_path: Path) -> None:
@@ -146,10 +201,24 @@ def test_no_process_outlives_an_interrupted_check(tmp_path: Path) -> None:
     token = uuid.uuid4().hex
     pidfile = tmp_path / "helper.pid"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "leakscope", "check", "fixtures.bad.hangs:Engine", "fixtures.verl_fix:Engine",
-         "fixtures.bad.hangs:Engine", "-j", "2", "--mode", "train"],
-        cwd=ROOT, env={**os.environ, "LEAKSCOPE_TEST_TOKEN": token, "LEAKSCOPE_TEST_PIDFILE": str(pidfile)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "leakscope",
+            "check",
+            "fixtures.bad.hangs:Engine",
+            "fixtures.verl_fix:Engine",
+            "fixtures.bad.hangs:Engine",
+            "-j",
+            "2",
+            "--mode",
+            "train",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "LEAKSCOPE_TEST_TOKEN": token, "LEAKSCOPE_TEST_PIDFILE": str(pidfile)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 240
@@ -178,7 +247,9 @@ def test_zygote_preloads_every_leakscope_module_a_check_imports() -> None:
         "list(check_target('fixtures.verl_bug:Engine', resolve_device(CheckOptions())))\n"
         "print(sorted(m for m in set(sys.modules) - before if m.startswith('leakscope')))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
@@ -191,15 +262,26 @@ def test_zygote_will_not_fork_with_a_second_thread() -> None:
         "threading.Thread(target=time.sleep, args=(5,), daemon=True).start()\n"
         "print(unsafe_to_fork())\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert done.stdout.splitlines() == ["None", "the zygote runs 2 threads"]
 
 
 def test_hf_lora_libraries_are_imported_once_too() -> None:
     """``--model hf-lora``: the zygote also imports transformers and peft, seconds per target otherwise."""
     targets = [f"{PROBE}:First", f"{PROBE}:Second"]
-    _, out = _cli(*targets, "--model", "hf-lora", "--mode", "train", "--no-confirm", "-f", "json",
-                  env={"PYTHONPROFILEIMPORTTIME": "1"})
+    _, out = _cli(
+        *targets,
+        "--model",
+        "hf-lora",
+        "--mode",
+        "train",
+        "--no-confirm",
+        "-f",
+        "json",
+        env={"PYTHONPROFILEIMPORTTIME": "1"},
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert [r["verdict"] for r in json.loads(out.stdout)["results"]] == ["clean", "clean"]
     assert len(re.findall(r"^import time:.*\|\s+transformers$", out.stderr, re.M)) == 1

@@ -214,7 +214,9 @@ class _Feed:
                 return next(self._own_iter)
             except StopIteration:
                 self._own_iter = None
-        raise EngineError("the module's own data loader yields no batch; give it data or check it with --factory")
+        raise EngineError(
+            "the module's own data loader yields no batch; give it data or check it with --factory"
+        )
 
     def batch_started(self, trainer: Any, module: Any) -> None:
         """From the callback, at a batch's start: count it; after the stop, end the epoch before it runs."""
@@ -238,7 +240,9 @@ class _Loader:
         feed = self.feed
         while True:
             if feed.ahead():
-                if feed.own is not None:  # the module's own data is there at any time: no placeholder
+                if (
+                    feed.own is not None
+                ):  # the module's own data is there at any time: no placeholder
                     ahead = feed.data(None)
                 else:
                     ahead = {}
@@ -304,11 +308,20 @@ def trainer_options(trainer_cls: Any, stage: str, anomaly: bool) -> dict[str, An
     still. Each setting is given under the first name the signature takes.
     """
     parameters = _parameters(trainer_cls.__init__)
-    options: dict[str, Any] = {"max_epochs": 1, "logger": False, "num_sanity_val_steps": 0, "log_every_n_steps": 1}
+    options: dict[str, Any] = {
+        "max_epochs": 1,
+        "logger": False,
+        "num_sanity_val_steps": 0,
+        "log_every_n_steps": 1,
+    }
     if "accelerator" in parameters and "devices" in parameters:
         options.update(accelerator="cpu", devices=1)
-    options.update(_first(parameters, ("enable_checkpointing", False), ("checkpoint_callback", False)))
-    options.update(_first(parameters, ("enable_progress_bar", False), ("progress_bar_refresh_rate", 0)))
+    options.update(
+        _first(parameters, ("enable_checkpointing", False), ("checkpoint_callback", False))
+    )
+    options.update(
+        _first(parameters, ("enable_progress_bar", False), ("progress_bar_refresh_rate", 0))
+    )
     options.update(_first(parameters, ("enable_model_summary", False), ("weights_summary", None)))
     options.update(_first(parameters, ("inference_mode", False)))
     options.update(_first(parameters, ("detect_anomaly", anomaly)))
@@ -325,12 +338,19 @@ def _callback(package: str, feed: _Feed) -> Any:
 
     # `*rest`: pytorch_lightning 1.x passes `dataloader_idx` to every batch hook; Lightning 2 refuses
     # a callback whose on_train_batch_start names it.
-    def on_batch_start(self: Any, trainer: Any, module: Any, batch: Any, batch_idx: Any, *rest: Any) -> None:
+    def on_batch_start(
+        self: Any, trainer: Any, module: Any, batch: Any, batch_idx: Any, *rest: Any
+    ) -> None:
         feed.batch_started(trainer, module)
 
-    return type("LeakscopeBatchStarts", (base,), {
-        "on_train_batch_start": on_batch_start, "on_validation_batch_start": on_batch_start,
-    })()
+    return type(
+        "LeakscopeBatchStarts",
+        (base,),
+        {
+            "on_train_batch_start": on_batch_start,
+            "on_validation_batch_start": on_batch_start,
+        },
+    )()
 
 
 class _Run:
@@ -359,11 +379,17 @@ class _Run:
         options = trainer_options(trainer_cls, self.stage, torch.is_anomaly_enabled())
         trainer = trainer_cls(callbacks=[_callback(self.package, feed)], **options)
         if self.stage == "fit":
-            given = _first(_parameters(trainer.fit), ("train_dataloaders", _Loader(feed)), ("train_dataloader", _Loader(feed)))
+            given = _first(
+                _parameters(trainer.fit),
+                ("train_dataloaders", _Loader(feed)),
+                ("train_dataloader", _Loader(feed)),
+            )
             trainer.fit(self.module, **given)
         else:
             parameters = _parameters(trainer.validate)
-            given = _first(parameters, ("dataloaders", _Loader(feed)), ("val_dataloaders", _Loader(feed)))
+            given = _first(
+                parameters, ("dataloaders", _Loader(feed)), ("val_dataloaders", _Loader(feed))
+            )
             trainer.validate(self.module, **given, **_first(parameters, ("verbose", False)))
         feed.detach()
         del trainer, feed, given
@@ -472,14 +498,21 @@ def _time_series_data_set(dataset_cls: Any) -> Any:
 
     rng = np.random.default_rng(0)
     steps = 64
-    data = pd.DataFrame({
-        "time_idx": np.tile(np.arange(steps), 2),
-        "series": np.repeat(["a", "b"], steps),
-        "value": rng.standard_normal(2 * steps).cumsum().astype("float32"),
-    })
+    data = pd.DataFrame(
+        {
+            "time_idx": np.tile(np.arange(steps), 2),
+            "series": np.repeat(["a", "b"], steps),
+            "value": rng.standard_normal(2 * steps).cumsum().astype("float32"),
+        }
+    )
     return dataset_cls(
-        data, time_idx="time_idx", target="value", group_ids=["series"], max_encoder_length=8,
-        max_prediction_length=4, time_varying_unknown_reals=["value"],
+        data,
+        time_idx="time_idx",
+        target="value",
+        group_ids=["series"],
+        max_encoder_length=8,
+        max_prediction_length=4,
+        time_varying_unknown_reals=["value"],
     )
 
 
@@ -487,7 +520,8 @@ def _time_series_data_set(dataset_cls: Any) -> Any:
 #: name)`` of the data set class or a base of it, with what each makes (for the error lines)
 DATASETS: dict[tuple[str, str], tuple[Any, str]] = {
     ("pytorch_forecasting", "TimeSeriesDataSet"): (
-        _time_series_data_set, "two random-walk series, 'value' their target and one time-varying unknown real",
+        _time_series_data_set,
+        "two random-walk series, 'value' their target and one time-varying unknown real",
     ),
 }
 
@@ -500,7 +534,11 @@ def build_module(cls: Any, model: Any) -> tuple[Any, bool]:
         signature = inspect.signature(cls.__init__)
     except (TypeError, ValueError):
         return cls(model), True
-    parameters = [p for p in list(signature.parameters.values())[1:] if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    parameters = [
+        p
+        for p in list(signature.parameters.values())[1:]
+        if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
     network = parameters[0] if parameters and _takes_network(parameters[0]) else None
     required = [p.name for p in parameters if p.default is p.empty and p is not network]
     if required:
@@ -523,7 +561,11 @@ def _takes_network(parameter: Any) -> bool:
     if parameter.default is not parameter.empty and parameter.default is not None:
         return False
     annotation = parameter.annotation
-    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "") or str(annotation)
+    text = (
+        annotation
+        if isinstance(annotation, str)
+        else getattr(annotation, "__name__", "") or str(annotation)
+    )
     if annotation is not parameter.empty and "Module" in text:
         return True
     name = parameter.name.lower()
@@ -538,7 +580,11 @@ def _first_parameter(function: Any) -> Any:
         parameters = list(inspect.signature(function).parameters.values())
     except (TypeError, ValueError):
         return None
-    return parameters[0] if parameters and parameters[0].kind is not parameters[0].VAR_KEYWORD else None
+    return (
+        parameters[0]
+        if parameters and parameters[0].kind is not parameters[0].VAR_KEYWORD
+        else None
+    )
 
 
 def dataset_parameter(cls: Any) -> tuple[str, Any] | None:
@@ -574,7 +620,11 @@ def build_from_dataset(cls: Any) -> tuple[Any, Any] | None:
     if found is None:
         return None
     name, annotation = found
-    spelled = annotation if isinstance(annotation, str) else getattr(annotation, "__qualname__", None) or "a data set"
+    spelled = (
+        annotation
+        if isinstance(annotation, str)
+        else getattr(annotation, "__qualname__", None) or "a data set"
+    )
     recipe = _dataset_recipe(annotation)
     fix = (
         f"build it with --factory pkg.mod:make_module, a function make_module(net) that returns "
@@ -680,7 +730,11 @@ def own_step(cls: Any, hook: str = "training_step") -> str | None:
         return None
     for klass in safe.mro(cls):
         if hook in safe.class_dict(klass):
-            return None if _is_lightning_class(klass) else f"{safe.type_module(klass)}:{safe.type_qualname(klass)}.{hook}"
+            return (
+                None
+                if _is_lightning_class(klass)
+                else f"{safe.type_module(klass)}:{safe.type_qualname(klass)}.{hook}"
+            )
     return None
 
 
@@ -766,7 +820,11 @@ class LightningAdapter:
     def adopt(self, built: Any, model: Any) -> Any:
         """What ``--factory`` returned, as the module to drive (NOTE [A module's own data]): the
         module, or ``(module, data)``; a module not on leakscope's network is fed its own data."""
-        if isinstance(built, tuple) and len(built) == 2 and lightning_package(type(built[0])) is not None:
+        if (
+            isinstance(built, tuple)
+            and len(built) == 2
+            and lightning_package(type(built[0])) is not None
+        ):
             module, data = built
             self._data[id(module)] = _Data(given=data)
             return module

@@ -64,7 +64,9 @@ class AdapterHooks(Protocol):
         """The ``index``-th micro-batch in the framework's format (``size`` is a ModelSize)."""
         ...
 
-    def loss_function(self, model_output: Any, data: Any, dp_group: Any = None, **kwargs: Any) -> Any:
+    def loss_function(
+        self, model_output: Any, data: Any, dp_group: Any = None, **kwargs: Any
+    ) -> Any:
         """``(loss, metrics)`` from the framework's model_output, as its real losses are called."""
         ...
 
@@ -127,7 +129,9 @@ class AdapterHooks(Protocol):
         ...
 
 
-def spec_for(adapter: Any, resolved: ResolvedTarget, factory: Any = None, settings: tuple[str, ...] = ()) -> Any:
+def spec_for(
+    adapter: Any, resolved: ResolvedTarget, factory: Any = None, settings: tuple[str, ...] = ()
+) -> Any:
     """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``
     (built by ``factory`` when given: adapters that declare ``accepts_factory``), with the adapter
     ``settings`` it was configured with (``key=value``, shown in reports)."""
@@ -293,7 +297,10 @@ class _Match:
                     f"--set {', '.join(given)}: adapter {self.name} takes no settings; drop --set for {resolved.spec}"
                 )
             return [spec_for(self.adapter, resolved, factory)]
-        return [spec_for(adapter, resolved, factory, labels) for adapter, labels in variants(given, every)]
+        return [
+            spec_for(adapter, resolved, factory, labels)
+            for adapter, labels in variants(given, every)
+        ]
 
 
 def target_name(target: Any) -> str:
@@ -340,10 +347,14 @@ def resolve_specs(target: Any, options: Any) -> list[Any]:
     resolved = _resolved(target)
     adapter = find_adapter(resolved)
     factory = resolve(options.factory).obj if options.factory else None
-    if adapter is None or (factory is not None and not getattr(adapter.adapter, "accepts_factory", False)):
+    if adapter is None or (
+        factory is not None and not getattr(adapter.adapter, "accepts_factory", False)
+    ):
         return [from_target(resolved, factory)]
     if factory is not None and not callable(factory):
-        raise TargetError(f"--factory names a {type(factory).__name__}, not a callable taking the model")
+        raise TargetError(
+            f"--factory names a {type(factory).__name__}, not a callable taking the model"
+        )
     given = settings_for(resolved.spec, options.settings)
     return list(adapter.specs(resolved, given, options.every_setting, factory))
 

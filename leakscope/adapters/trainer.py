@@ -49,7 +49,24 @@ KINDS = {GRPO: "grpo", DPO: "dpo", SFT: "sft", TRAINER: "trainer", PPO: "ppo"}
 ACCUMULATION = 4
 #: rows per micro-batch (GRPO: 2 completions of 1 prompt)
 ROWS = 2
-WORDS = ("the", "a", "cat", "dog", "sat", "ran", "on", "mat", "big", "small", "red", "blue", "and", "then", "yes", "no")
+WORDS = (
+    "the",
+    "a",
+    "cat",
+    "dog",
+    "sat",
+    "ran",
+    "on",
+    "mat",
+    "big",
+    "small",
+    "red",
+    "blue",
+    "and",
+    "then",
+    "yes",
+    "no",
+)
 SPECIAL = ("<pad>", "<s>", "</s>", "<unk>")
 
 
@@ -74,7 +91,11 @@ def tokenizer() -> Any:
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok, pad_token="<pad>", bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
     )
     fast.padding_side = "left"
     # A chat template is not needed: every dataset below is in the plain (non-conversational) format.
@@ -92,11 +113,13 @@ def dataset(kind: str, rows: int) -> Any:
     if kind == "grpo":
         return Dataset.from_dict({"prompt": [_sentence(i, 3) for i in range(rows)]})
     if kind == "dpo":
-        return Dataset.from_dict({
-            "prompt": [_sentence(i, 3) for i in range(rows)],
-            "chosen": [_sentence(i + 1, 3) for i in range(rows)],
-            "rejected": [_sentence(i + 2, 2) for i in range(rows)],
-        })
+        return Dataset.from_dict(
+            {
+                "prompt": [_sentence(i, 3) for i in range(rows)],
+                "chosen": [_sentence(i + 1, 3) for i in range(rows)],
+                "rejected": [_sentence(i + 2, 2) for i in range(rows)],
+            }
+        )
     return Dataset.from_dict({"text": [_sentence(i, 6) for i in range(rows)]})
 
 
@@ -145,7 +168,11 @@ def watch_command(kind: str, cls: Any = None) -> str:
 def _fields(config_cls: Any) -> set[str]:
     import dataclasses
 
-    return {f.name for f in dataclasses.fields(config_cls)} if dataclasses.is_dataclass(config_cls) else set()
+    return (
+        {f.name for f in dataclasses.fields(config_cls)}
+        if dataclasses.is_dataclass(config_cls)
+        else set()
+    )
 
 
 def _parameters(function: Any) -> set[str]:
@@ -178,14 +205,20 @@ def _route(
 def missing_api(kind: str, cls: type) -> list[str]:
     """What of the API the adapter drives the installed release lacks (empty when it can be driven)."""
     if kind == "ppo":
-        return ["a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is PPOTrainer.step)"]
-    missing = [f"Trainer.{name}" for name in NEEDED_METHODS if not callable(getattr(cls, name, None))]
+        return [
+            "a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is PPOTrainer.step)"
+        ]
+    missing = [
+        f"Trainer.{name}" for name in NEEDED_METHODS if not callable(getattr(cls, name, None))
+    ]
     try:
         from transformers import TrainingArguments
     except ImportError as exc:  # pragma: no cover - recognised classes come from transformers
         return [f"transformers.TrainingArguments ({exc})"]
     fields = _fields(TrainingArguments)
-    missing.extend(f"TrainingArguments.{names[0]}" for names in NEEDED_FIELDS if not fields.intersection(names))
+    missing.extend(
+        f"TrainingArguments.{names[0]}" for names in NEEDED_FIELDS if not fields.intersection(names)
+    )
     init = _parameters(cls)
     if "args" not in init or not init.intersection(("processing_class", "tokenizer")):
         missing.append("Trainer(args=..., processing_class= or tokenizer=...)")
@@ -214,12 +247,19 @@ def _common_args() -> list[tuple[tuple[str, ...], Any]]:
 def _kind_settings(kind: str) -> list[tuple[tuple[str, ...], Any]]:
     if kind == "grpo":
         return [
-            (("num_generations",), ROWS), (("max_completion_length",), 4), (("temperature",), 1.0),
-            (("num_generations_eval",), ROWS), (("reward_funcs",), [length_reward]),
+            (("num_generations",), ROWS),
+            (("max_completion_length",), 4),
+            (("temperature",), 1.0),
+            (("num_generations_eval",), ROWS),
+            (("reward_funcs",), [length_reward]),
         ]
     if kind == "dpo":
         # TRL 0.8: arguments of DPOTrainer; later: DPOConfig fields
-        return [(("max_length",), 16), (("max_prompt_length",), 8), (("remove_unused_columns",), False)]
+        return [
+            (("max_length",), 16),
+            (("max_prompt_length",), 8),
+            (("remove_unused_columns",), False),
+        ]
     if kind == "sft":
         # TRL 0.8: `max_seq_length` and `dataset_text_field` are SFTTrainer arguments; later SFTConfig fields
         return [(("max_length", "max_seq_length"), 16), (("dataset_text_field",), "text")]
@@ -248,7 +288,9 @@ def _build(kind: str, cls: type, model: Any) -> Any:
     config_cls = _config_class(kind)
     fields = _fields(config_cls)
     init_parameters = _parameters(cls)
-    config_kwargs, init_kwargs = _route(_common_args() + _kind_settings(kind), fields, init_parameters)
+    config_kwargs, init_kwargs = _route(
+        _common_args() + _kind_settings(kind), fields, init_parameters
+    )
     init_kwargs["processing_class" if "processing_class" in init_parameters else "tokenizer"] = tok
     if kind == "trainer":
         from transformers import DataCollatorForLanguageModeling
@@ -258,8 +300,13 @@ def _build(kind: str, cls: type, model: Any) -> Any:
 
         train, evaluation = (d.map(encode, remove_columns=["text"]) for d in (train, evaluation))
         init_kwargs["data_collator"] = DataCollatorForLanguageModeling(tok, mlm=False)
-    return cls(model=model, args=config_cls(**config_kwargs), train_dataset=train, eval_dataset=evaluation,
-               **init_kwargs)
+    return cls(
+        model=model,
+        args=config_cls(**config_kwargs),
+        train_dataset=train,
+        eval_dataset=evaluation,
+        **init_kwargs,
+    )
 
 
 class TrainerAdapter:
@@ -314,7 +361,9 @@ class TrainerAdapter:
         # _inner_training_loop sets these before the first step; training_step reads them.
         trainer.current_gradient_accumulation_steps = ACCUMULATION
         trainer._leakscope_batches = _batches(trainer)
-        trainer._leakscope_counts_items = "num_items_in_batch" in _parameters(type(trainer).training_step)
+        trainer._leakscope_counts_items = "num_items_in_batch" in _parameters(
+            type(trainer).training_step
+        )
         return trainer
 
     def micro_batch(self, size: Any, index: int) -> Any:
@@ -333,12 +382,16 @@ class TrainerAdapter:
         if forward_only:
             model.eval()
             try:
-                return engine.prediction_step(model, evaluation[index % len(evaluation)], prediction_loss_only=True)
+                return engine.prediction_step(
+                    model, evaluation[index % len(evaluation)], prediction_loss_only=True
+                )
             finally:
                 model.train()
         model.train()
         batch = train[index % len(train)]
-        if engine._leakscope_counts_items:  # transformers >= 4.46: training_step(model, inputs, num_items_in_batch)
+        if (
+            engine._leakscope_counts_items
+        ):  # transformers >= 4.46: training_step(model, inputs, num_items_in_batch)
             return engine.training_step(model, batch, None)
         return engine.training_step(model, batch)
 
@@ -387,4 +440,13 @@ def _take(loader: Any, n: int) -> Any:
 
 ADAPTER = TrainerAdapter()
 
-__all__ = ["ADAPTER", "TrainerAdapter", "dataset", "kind_of", "length_reward", "missing_api", "tokenizer", "watch_command"]
+__all__ = [
+    "ADAPTER",
+    "TrainerAdapter",
+    "dataset",
+    "kind_of",
+    "length_reward",
+    "missing_api",
+    "tokenizer",
+    "watch_command",
+]

@@ -211,7 +211,9 @@ def parse_settings(given: Mapping[str, str]) -> tuple[VerlSettings, set[str]]:
             try:
                 values[name] = float(text)
             except ValueError:
-                raise UsageError(f"--set {key}={raw}: expected a number (verl's default is 0)") from None
+                raise UsageError(
+                    f"--set {key}={raw}: expected a number (verl's default is 0)"
+                ) from None
         elif name == "use_fused_kernels":
             if text in ("true", "1"):
                 raise UsageError(
@@ -267,7 +269,9 @@ class VerlFSDPAdapter:
         rows = [padded["input_ids"][i, : int(n)] for i, n in enumerate(lengths)]
         return _verl_batch(rows, self.settings.entropy)
 
-    def loss_function(self, model_output: Any, data: Any, dp_group: Any = None, **_: Any) -> tuple[Any, dict[str, float]]:
+    def loss_function(
+        self, model_output: Any, data: Any, dp_group: Any = None, **_: Any
+    ) -> tuple[Any, dict[str, float]]:
         """Mean negative log-prob (actor) or mean squared value (critic), as verl calls its losses.
 
         ``model_output`` values are jagged nested tensors; ``.values()`` is the
@@ -296,7 +300,9 @@ class VerlFSDPAdapter:
         data = _verl_batch(rows, self.settings.entropy)
         per_micro = micro_batches[0].batch_size[0] if micro_batches else 1
         tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=int(per_micro))
-        return engine.forward_backward_batch(data, loss_function=loss_function, forward_only=forward_only)
+        return engine.forward_backward_batch(
+            data, loss_function=loss_function, forward_only=forward_only
+        )
 
 
 def _verl_batch(rows: Sequence[Any], calculate_entropy: bool) -> Any:

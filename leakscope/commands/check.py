@@ -52,16 +52,26 @@ def check(
             show_default=False,
         ),
     ] = None,
-    mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.both,
+    mode: Annotated[
+        ModeChoice, typer.Option("--mode", help="Which step to drive.")
+    ] = ModeChoice.both,
     fmt: Format = FormatChoice.text,
     output: Output = None,
     factory: Annotated[
         str | None,
-        typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
+        typer.Option(
+            "--factory",
+            help="'pkg.mod:make_engine': builds the engine from the tiny model.",
+            metavar="TARGET",
+        ),
     ] = None,
     model: Model = "peft-checkpoint",
     confirm: Annotated[
-        bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
+        bool,
+        typer.Option(
+            "--confirm/--no-confirm",
+            help="Re-run the step to prove each holder retains on its own.",
+        ),
     ] = True,
     micro_batches: MicroBatches = 3,
     device: Device = DeviceChoice.auto,
@@ -70,46 +80,70 @@ def check(
     config: Annotated[
         Path | None,
         typer.Option(
-            "--config", metavar="FILE",
+            "--config",
+            metavar="FILE",
             help="Read the tool.leakscope table of FILE instead of ./pyproject.toml; flags override it.",
         ),
     ] = None,
     fail_on: Annotated[
         FailOnChoice | None,
-        typer.Option("--fail-on", help="Exit 1 on a leak (default), or also on a warning such as until-gc.",
-                     show_default=False),
+        typer.Option(
+            "--fail-on",
+            help="Exit 1 on a leak (default), or also on a warning such as until-gc.",
+            show_default=False,
+        ),
     ] = None,
     quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Print no report on stdout (--output still writes it); the exit code tells.")
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            help="Print no report on stdout (--output still writes it); the exit code tells.",
+        ),
     ] = False,
     progress: Annotated[
         bool | None,
-        typer.Option("--progress/--no-progress", help="Live status line on stderr. Default: on a terminal, not with --format json.",
-                     show_default=False),
+        typer.Option(
+            "--progress/--no-progress",
+            help="Live status line on stderr. Default: on a terminal, not with --format json.",
+            show_default=False,
+        ),
     ] = None,
     isolate: Annotated[
         bool,
-        typer.Option("--isolate/--no-isolate", help="Check each target in its own process; off: in this one, for debugging."),
+        typer.Option(
+            "--isolate/--no-isolate",
+            help="Check each target in its own process; off: in this one, for debugging.",
+        ),
     ] = True,
     set_values: SetValues = None,
     timeout: Annotated[
         float | None,
         typer.Option(
-            "--timeout", metavar="SECONDS",
+            "--timeout",
+            metavar="SECONDS",
             help=f"Kill a target's check after SECONDS (isolated only; 0: no limit). Default: {DEFAULT_TIMEOUT:g}.",
             show_default=False,
         ),
     ] = None,
     jobs: Annotated[
         int,
-        typer.Option("--jobs", "-j", min=1, metavar="N",
-                     help="Check N targets at once, each in its own process; the report keeps their order."),
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            metavar="N",
+            help="Check N targets at once, each in its own process; the report keeps their order.",
+        ),
     ] = 1,
     fix: Annotated[
         bool,
-        typer.Option("--fix", help="Prove each finding's one-line edit (re-run with it, gradients compared); the "
-                     "report marks it verified, and SARIF, github and html show verified edits. Writes no "
-                     "source file (leakscope fix does)."),
+        typer.Option(
+            "--fix",
+            help="Prove each finding's one-line edit (re-run with it, gradients compared); the "
+            "report marks it verified, and SARIF, github and html show verified edits. Writes no "
+            "source file (leakscope fix does).",
+        ),
     ] = False,
 ) -> None:
     """Check engines for autograd graphs their forward_step leaves reachable.
@@ -117,9 +151,25 @@ def check(
     Exit codes: 0 every target clean, 1 a leak, 2 usage error, 3 a target could not be checked.
     """
     run(
-        explicit_flags(ctx), targets=list(targets or []), mode=mode, fmt=fmt, output=output, factory=factory,
-        model=model, confirm=confirm, micro_batches=micro_batches, device=device, at=at, debug=debug,
-        config=config, quiet=quiet, progress=progress, isolate=isolate, timeout=timeout, jobs=jobs, fix=fix,
+        explicit_flags(ctx),
+        targets=list(targets or []),
+        mode=mode,
+        fmt=fmt,
+        output=output,
+        factory=factory,
+        model=model,
+        confirm=confirm,
+        micro_batches=micro_batches,
+        device=device,
+        at=at,
+        debug=debug,
+        config=config,
+        quiet=quiet,
+        progress=progress,
+        isolate=isolate,
+        timeout=timeout,
+        jobs=jobs,
+        fix=fix,
     )
 
 
@@ -152,16 +202,33 @@ def run(
     ``estimate`` projects the framework's default only.
     """
     targets, options, gate = prepare(
-        flags, targets=targets, mode=mode, fmt=fmt, output=output, factory=factory, model=model, confirm=confirm,
-        micro_batches=micro_batches, device=device, at=at, config=config, isolate=isolate, timeout=timeout,
-        jobs=jobs, every_setting=every_setting,
+        flags,
+        targets=targets,
+        mode=mode,
+        fmt=fmt,
+        output=output,
+        factory=factory,
+        model=model,
+        confirm=confirm,
+        micro_batches=micro_batches,
+        device=device,
+        at=at,
+        config=config,
+        isolate=isolate,
+        timeout=timeout,
+        jobs=jobs,
+        every_setting=every_setting,
     )
     from leakscope.harness.distributed import barrier, is_reporting_rank, session
 
     with session():  # under torchrun: one process group for the check and the merged report
         try:
             # the live status line: on a terminal, unless JSON or --quiet was asked for
-            shown = False if quiet else (False if progress is None and fmt is FormatChoice.json else progress)
+            shown = (
+                False
+                if quiet
+                else (False if progress is None and fmt is FormatChoice.json else progress)
+            )
             report = _check(targets, options, progress=shown, fix=fix)
         except LeakscopeError as exc:
             if debug and exc.detail:
@@ -206,9 +273,13 @@ def prepare(
     from leakscope.options import CheckOptions
     from leakscope.results import Mode
 
-    check_output(output, fmt)  # before anything runs: a report that cannot be written is not run for
+    check_output(
+        output, fmt
+    )  # before anything runs: a report that cannot be written is not run for
     try:
-        settings = project_config.discover(config).override(project_config.parse(flags, "the command line"))
+        settings = project_config.discover(config).override(
+            project_config.parse(flags, "the command line")
+        )
     except ConfigError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
     mode = ModeChoice(settings.mode) if settings.mode else mode
@@ -238,10 +309,18 @@ def prepare(
 
             scale = parse_at(at)
         options = CheckOptions(
-            modes=(Mode.TRAIN, Mode.FORWARD_ONLY) if mode is ModeChoice.both else (Mode(mode.value),),
-            model=model, factory=factory, confirm=confirm, micro_batches=micro_batches,
-            device=None if device is DeviceChoice.auto else device.value, at=scale,
-            isolate=isolate, timeout=limit if isolate else None, jobs=jobs if launcher_env() is None else 1,
+            modes=(Mode.TRAIN, Mode.FORWARD_ONLY)
+            if mode is ModeChoice.both
+            else (Mode(mode.value),),
+            model=model,
+            factory=factory,
+            confirm=confirm,
+            micro_batches=micro_batches,
+            device=None if device is DeviceChoice.auto else device.value,
+            at=scale,
+            isolate=isolate,
+            timeout=limit if isolate else None,
+            jobs=jobs if launcher_env() is None else 1,
             every_setting=every_setting,
         )
     except UsageError as exc:
@@ -259,10 +338,14 @@ def _require_hf() -> None:
 
     missing = missing_hf()
     if missing:
-        raise UsageError(f"--model hf-lora needs {' and '.join(missing)}, which is not installed; {HF_EXTRA_HINT}")
+        raise UsageError(
+            f"--model hf-lora needs {' and '.join(missing)}, which is not installed; {HF_EXTRA_HINT}"
+        )
 
 
-def _check(targets: list[str], options: CheckOptions, progress: bool | None = None, fix: bool = False) -> Report:
+def _check(
+    targets: list[str], options: CheckOptions, progress: bool | None = None, fix: bool = False
+) -> Report:
     """Run the library check with stdout redirected: engines that print cannot corrupt the report.
     ``fix``: and prove each finding's edit (:func:`leakscope.api.fix`, writing nothing)."""
     from leakscope.api import check as run_check
@@ -271,7 +354,9 @@ def _check(targets: list[str], options: CheckOptions, progress: bool | None = No
 
     total = len(targets) * len(options.modes)
     enabled = display.wanted(progress)
-    with display.display(total, enabled, modes=len(options.modes), timeout=options.timeout) as on_result:
+    with display.display(
+        total, enabled, modes=len(options.modes), timeout=options.timeout
+    ) as on_result:
         with contextlib.redirect_stdout(sys.stderr):
             if fix:
                 return run_fix(targets, options, on_result=on_result).report

@@ -49,22 +49,28 @@ class DeviceChoice(str, enum.Enum):
 
 Format = Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")]
 Output = Annotated[
-    Path | None, typer.Option("--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE")
+    Path | None,
+    typer.Option(
+        "--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE"
+    ),
 ]
 MicroBatches = Annotated[
     int,
     typer.Option(
-        "--micro-batches", min=1,
+        "--micro-batches",
+        min=1,
         help="Run N micro-batches the way forward_backward_batch does and report growth (1 disables).",
     ),
 ]
 Device = Annotated[
-    DeviceChoice, typer.Option("--device", help="Where the tiny model runs; auto picks cuda when available.")
+    DeviceChoice,
+    typer.Option("--device", help="Where the tiny model runs; auto picks cuda when available."),
 ]
 SetValues = Annotated[
     list[str] | None,
     typer.Option(
-        "--set", metavar="KEY=VALUE",
+        "--set",
+        metavar="KEY=VALUE",
         help="An adapter setting, e.g. --set calculate_entropy=true for verl (repeatable; see docs/adapters.md).",
         show_default=False,
     ),
@@ -72,7 +78,8 @@ SetValues = Annotated[
 At = Annotated[
     str | None,
     typer.Option(
-        "--at", metavar="SCALE",
+        "--at",
+        metavar="SCALE",
         help="Project leaks to real scale: hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB.",
     ),
 ]
@@ -83,7 +90,9 @@ Model = Annotated[
         help="Tiny model: peft-checkpoint, reentrant-checkpoint, full-finetune, hf-lora (needs transformers and peft).",
     ),
 ]
-Debug = Annotated[bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")]
+Debug = Annotated[
+    bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")
+]
 
 
 def check_output(output: Path | None, fmt: FormatChoice) -> None:
@@ -97,7 +106,12 @@ def check_output(output: Path | None, fmt: FormatChoice) -> None:
         return
     problem = _output_problem(output)
     if problem is not None:
-        fail(f"cannot write the report to {terminal(output)}: {problem}", int(ExitCode.USAGE), fmt, None)
+        fail(
+            f"cannot write the report to {terminal(output)}: {problem}",
+            int(ExitCode.USAGE),
+            fmt,
+            None,
+        )
 
 
 def _output_problem(output: Path) -> str | None:
@@ -112,8 +126,10 @@ def _output_problem(output: Path) -> str | None:
         return f"{exc.strerror or exc}; give another --output FILE"
     if info is not None and stat.S_ISDIR(info.st_mode):
         return "it is a directory; give a file name, e.g. -o report.json"
-    if info is not None and stat.S_ISREG(info.st_mode) and (
-        not info.st_mode & 0o222 or not os.access(output, os.W_OK)
+    if (
+        info is not None
+        and stat.S_ISREG(info.st_mode)
+        and (not info.st_mode & 0o222 or not os.access(output, os.W_OK))
     ):
         return "the file is read-only; make it writable or give another --output FILE"
     if not directory.is_dir():
@@ -143,7 +159,8 @@ def emit(text: str, output: Path | None) -> None:
         write_atomic(output, text.encode("utf-8", "backslashreplace"))
     except OSError as exc:  # the disk filled up, or the directory went away since check_output
         typer.echo(
-            f"leakscope: error: cannot write the report to {terminal(output)}: {exc.strerror or exc}", err=True
+            f"leakscope: error: cannot write the report to {terminal(output)}: {exc.strerror or exc}",
+            err=True,
         )
         raise typer.Exit(int(ExitCode.USAGE)) from None
 
@@ -167,14 +184,23 @@ def fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> NoR
     raise typer.Exit(code)
 
 
-def report_text(report: Report, fmt: FormatChoice, output: Path | None, *, fail_on: str = "leak", debug: bool = False) -> str:
+def report_text(
+    report: Report,
+    fmt: FormatChoice,
+    output: Path | None,
+    *,
+    fail_on: str = "leak",
+    debug: bool = False,
+) -> str:
     """The report in ``fmt``: text coloured and folded to 120 columns only on a terminal, never
     wrapped in a log, a pipe or a file (a path is copied from there whole)."""
     from leakscope.render import render
 
     if fmt is FormatChoice.text:
         terminal_out = output is None and sys.stdout.isatty()
-        return render(report, "text", color=terminal_out, width=120 if terminal_out else None, fail_on=fail_on)
+        return render(
+            report, "text", color=terminal_out, width=120 if terminal_out else None, fail_on=fail_on
+        )
     return render(report, fmt.value, debug=debug, fail_on=fail_on)
 
 
@@ -183,13 +209,21 @@ def print_tracebacks(report: Report) -> None:
     for result in report.results:
         if result.traceback:
             header = f"--- {result.target} [{result.mode.value}]"
-            typer.echo(f"{terminal(header)}\n{terminal(result.traceback.rstrip(), newlines=True)}", err=True)
+            typer.echo(
+                f"{terminal(header)}\n{terminal(result.traceback.rstrip(), newlines=True)}",
+                err=True,
+            )
 
 
 #: options whose command-line value beats ``[tool.leakscope]`` (and their config key)
 CONFIGURABLE = {
-    "mode": "mode", "model": "model", "factory": "factory", "confirm": "confirm",
-    "micro_batches": "micro_batches", "fail_on": "fail_on", "set_values": "set",
+    "mode": "mode",
+    "model": "model",
+    "factory": "factory",
+    "confirm": "confirm",
+    "micro_batches": "micro_batches",
+    "fail_on": "fail_on",
+    "set_values": "set",
 }
 
 
@@ -210,7 +244,24 @@ def explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
 
 
 __all__ = [
-    "DEFAULT_TARGET", "At", "Debug", "Device", "DeviceChoice", "FailOnChoice", "Format", "FormatChoice",
-    "MicroBatches", "Model", "ModeChoice", "Output", "SetValues", "check_output", "emit", "explicit_flags", "fail",
-    "print_tracebacks", "report_text", "write_atomic",
+    "DEFAULT_TARGET",
+    "At",
+    "Debug",
+    "Device",
+    "DeviceChoice",
+    "FailOnChoice",
+    "Format",
+    "FormatChoice",
+    "MicroBatches",
+    "Model",
+    "ModeChoice",
+    "Output",
+    "SetValues",
+    "check_output",
+    "emit",
+    "explicit_flags",
+    "fail",
+    "print_tracebacks",
+    "report_text",
+    "write_atomic",
 ]

@@ -24,15 +24,23 @@ MICRO_BATCHES = 3
 
 def estimate(
     ctx: typer.Context,
-    target: Annotated[str, typer.Argument(metavar="TARGET", help="The engine: 'pkg.module:Name' or 'path/to/file.py:Name'.")],
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="TARGET", help="The engine: 'pkg.module:Name' or 'path/to/file.py:Name'."
+        ),
+    ],
     at: Annotated[
         str,
         typer.Option(
-            "--at", metavar="SCALE",
+            "--at",
+            metavar="SCALE",
             help="hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB (hidden and tokens required).",
         ),
     ],
-    mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.train,
+    mode: Annotated[
+        ModeChoice, typer.Option("--mode", help="Which step to drive.")
+    ] = ModeChoice.train,
     fmt: Format = FormatChoice.text,
     model: Model = "peft-checkpoint",
     set_values: SetValues = None,
@@ -46,8 +54,19 @@ def estimate(
     # its own: the config's micro-batches must not replace it.
     flags = {**explicit_flags(ctx), "micro_batches": MICRO_BATCHES}
     check.run(
-        flags, targets=[target], mode=mode, fmt=fmt, output=None, factory=None, model=model, confirm=True,
-        micro_batches=MICRO_BATCHES, device=DeviceChoice.auto, at=at, debug=debug, every_setting=False,
+        flags,
+        targets=[target],
+        mode=mode,
+        fmt=fmt,
+        output=None,
+        factory=None,
+        model=model,
+        confirm=True,
+        micro_batches=MICRO_BATCHES,
+        device=DeviceChoice.auto,
+        at=at,
+        debug=debug,
+        every_setting=False,
     )
 
 

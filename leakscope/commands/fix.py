@@ -47,40 +47,70 @@ def fix(
             show_default=False,
         ),
     ] = None,
-    diff: Annotated[bool, typer.Option("--diff", help="Print each edit as a unified diff against its file.")] = False,
+    diff: Annotated[
+        bool, typer.Option("--diff", help="Print each edit as a unified diff against its file.")
+    ] = False,
     apply: Annotated[
         bool,
-        typer.Option("--apply", help="Write the verified edits into their files (atomically; refused where the "
-                     "line changed since the check). Unverified edits are never written."),
+        typer.Option(
+            "--apply",
+            help="Write the verified edits into their files (atomically; refused where the "
+            "line changed since the check). Unverified edits are never written.",
+        ),
     ] = False,
-    fmt: Annotated[FixFormat, typer.Option("--format", "-f", help="Report format on stdout.")] = FixFormat.text,
+    fmt: Annotated[
+        FixFormat, typer.Option("--format", "-f", help="Report format on stdout.")
+    ] = FixFormat.text,
     output: Output = None,
-    mode: Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")] = ModeChoice.both,
+    mode: Annotated[
+        ModeChoice, typer.Option("--mode", help="Which step to drive.")
+    ] = ModeChoice.both,
     factory: Annotated[
         str | None,
-        typer.Option("--factory", help="'pkg.mod:make_engine': builds the engine from the tiny model.", metavar="TARGET"),
+        typer.Option(
+            "--factory",
+            help="'pkg.mod:make_engine': builds the engine from the tiny model.",
+            metavar="TARGET",
+        ),
     ] = None,
     model: Model = "peft-checkpoint",
     confirm: Annotated[
-        bool, typer.Option("--confirm/--no-confirm", help="Re-run the step to prove each holder retains on its own.")
+        bool,
+        typer.Option(
+            "--confirm/--no-confirm",
+            help="Re-run the step to prove each holder retains on its own.",
+        ),
     ] = True,
     micro_batches: MicroBatches = 3,
     device: Device = DeviceChoice.auto,
     debug: Debug = False,
     config: Annotated[
         Path | None,
-        typer.Option("--config", metavar="FILE", help="Read the tool.leakscope table of FILE instead of ./pyproject.toml."),
+        typer.Option(
+            "--config",
+            metavar="FILE",
+            help="Read the tool.leakscope table of FILE instead of ./pyproject.toml.",
+        ),
     ] = None,
     set_values: SetValues = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", metavar="SECONDS",
-                     help=f"Kill a target's check, or one proof run, after SECONDS (0: no limit). Default: {DEFAULT_TIMEOUT:g}.",
-                     show_default=False),
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help=f"Kill a target's check, or one proof run, after SECONDS (0: no limit). Default: {DEFAULT_TIMEOUT:g}.",
+            show_default=False,
+        ),
     ] = None,
     jobs: Annotated[
         int,
-        typer.Option("--jobs", "-j", min=1, metavar="N", help="Check N targets at once (the proofs run one at a time)."),
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            metavar="N",
+            help="Check N targets at once (the proofs run one at a time).",
+        ),
     ] = 1,
 ) -> None:
     """Check engines, then prove each finding's one-line fix: re-run with the edit and compare one train
@@ -92,9 +122,21 @@ def fix(
     shown = FormatChoice(fmt.value)
     check_output(output, shown)  # before anything runs (NOTE [Reports are never lost])
     targets_, options, _gate = prepare(
-        explicit_flags(ctx), targets=list(targets or []), mode=mode, fmt=shown, output=output, factory=factory,
-        model=model, confirm=confirm, micro_batches=micro_batches, device=device, at=None, config=config,
-        isolate=True, timeout=timeout, jobs=jobs,
+        explicit_flags(ctx),
+        targets=list(targets or []),
+        mode=mode,
+        fmt=shown,
+        output=output,
+        factory=factory,
+        model=model,
+        confirm=confirm,
+        micro_batches=micro_batches,
+        device=device,
+        at=None,
+        config=config,
+        isolate=True,
+        timeout=timeout,
+        jobs=jobs,
     )
     from leakscope.api import fix as run_fix
     from leakscope.render import fixes as render_fixes

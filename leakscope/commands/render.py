@@ -22,12 +22,17 @@ from leakscope.errors import UsageError
 
 def render_report(
     report_file: Annotated[
-        Path, typer.Argument(metavar="REPORT", help="A JSON report written by: leakscope check --format json -o REPORT.")
+        Path,
+        typer.Argument(
+            metavar="REPORT",
+            help="A JSON report written by: leakscope check --format json -o REPORT.",
+        ),
     ],
     fmt: Format = FormatChoice.text,
     output: Output = None,
     fail_on: Annotated[
-        FailOnChoice, typer.Option("--fail-on", help="As check's --fail-on: what the summary counts as failing.")
+        FailOnChoice,
+        typer.Option("--fail-on", help="As check's --fail-on: what the summary counts as failing."),
     ] = FailOnChoice.leak,
 ) -> None:
     """Render a saved JSON report in any format (html for a page to look at); torch is not needed.
@@ -44,7 +49,9 @@ def render_report(
             with report_file.open(encoding="utf-8") as f:
                 text = f.read(MAX_REPORT_CHARS + 1)
         except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f"cannot read {report_file}: {getattr(exc, 'strerror', None) or exc}") from None
+            raise UsageError(
+                f"cannot read {report_file}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
         report = load(text, str(report_file))
     except UsageError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)

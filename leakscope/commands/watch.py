@@ -33,49 +33,84 @@ class ThenChoice(str, enum.Enum):
 def watch(
     script: Annotated[
         str | None,
-        typer.Argument(metavar="SCRIPT.py", help="The training script, run as __main__ (or -m MODULE).", show_default=False),
+        typer.Argument(
+            metavar="SCRIPT.py",
+            help="The training script, run as __main__ (or -m MODULE).",
+            show_default=False,
+        ),
     ] = None,
     args: Annotated[
-        list[str] | None, typer.Argument(metavar="[ARGS]...", help="The script's own arguments, as given.", show_default=False)
+        list[str] | None,
+        typer.Argument(
+            metavar="[ARGS]...", help="The script's own arguments, as given.", show_default=False
+        ),
     ] = None,
     module: Annotated[
-        str | None, typer.Option("-m", "--module", metavar="MODULE", help="Run a module as __main__, as python -m does.")
+        str | None,
+        typer.Option(
+            "-m", "--module", metavar="MODULE", help="Run a module as __main__, as python -m does."
+        ),
     ] = None,
     method: Annotated[
         list[str] | None,
         typer.Option(
-            "--method", metavar="pkg.mod:Class.method",
+            "--method",
+            metavar="pkg.mod:Class.method",
             help="The step to watch (repeatable). Default: verl engines' forward_step, "
             "transformers Trainer.training_step, Lightning's training_step, when the job imports them.",
             show_default=False,
         ),
     ] = None,
-    micro_batches: Annotated[int, typer.Option("--micro-batches", min=1, help="Watched calls (after --skip).")] = 3,
-    skip: Annotated[int, typer.Option("--skip", min=0, help="Warm-up calls let through unwatched first.")] = 0,
+    micro_batches: Annotated[
+        int, typer.Option("--micro-batches", min=1, help="Watched calls (after --skip).")
+    ] = 3,
+    skip: Annotated[
+        int, typer.Option("--skip", min=0, help="Warm-up calls let through unwatched first.")
+    ] = 0,
     then: Annotated[
-        ThenChoice, typer.Option("--then", help="stop: end the job once the report is made; continue: detach and let it run.")
+        ThenChoice,
+        typer.Option(
+            "--then",
+            help="stop: end the job once the report is made; continue: detach and let it run.",
+        ),
     ] = ThenChoice.stop,
     fmt: Format = FormatChoice.text,
     output: Output = None,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", metavar="SECONDS", help="Interrupt the job after SECONDS; the report covers the calls before.",
-                     show_default=False),
+        typer.Option(
+            "--timeout",
+            metavar="SECONDS",
+            help="Interrupt the job after SECONDS; the report covers the calls before.",
+            show_default=False,
+        ),
     ] = None,
     source: Annotated[
-        bool, typer.Option("--source/--no-source", help="Record where retaining tensors were created (anomaly-mode traces).")
+        bool,
+        typer.Option(
+            "--source/--no-source",
+            help="Record where retaining tensors were created (anomaly-mode traces).",
+        ),
     ] = True,
-    debug: Annotated[bool, typer.Option("--debug", help="Show the job's traceback when it fails.")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="Show the job's traceback when it fails.")
+    ] = False,
     emit_test: Annotated[
         Path | None,
-        typer.Option("--emit-test", metavar="FILE",
-                     help="Write a pytest test (the leakscope fixture) that checks each class whose watched step "
-                     "kept a graph, failing until the leak is fixed (docs/fix.md)."),
+        typer.Option(
+            "--emit-test",
+            metavar="FILE",
+            help="Write a pytest test (the leakscope fixture) that checks each class whose watched step "
+            "kept a graph, failing until the leak is fixed (docs/fix.md).",
+        ),
     ] = None,
     allow: Annotated[
         list[str] | None,
-        typer.Option("--allow", metavar="PATH",
-                     help="With --emit-test: a finding path you confirm is deliberate, allowlisted in the test (repeatable)."),
+        typer.Option(
+            "--allow",
+            metavar="PATH",
+            help="With --emit-test: a finding path you confirm is deliberate, allowlisted in the test (repeatable).",
+        ),
     ] = None,
 ) -> None:
     """Run a training job and find which earlier step's graph it keeps alive, who holds it, and the bytes.
@@ -89,9 +124,16 @@ def watch(
     if emit_test is not None:
         check_output(emit_test, fmt)
     elif allow:
-        fail("--allow names findings for the test --emit-test writes; add --emit-test FILE", 2, fmt, output)
+        fail(
+            "--allow names findings for the test --emit-test writes; add --emit-test FILE",
+            2,
+            fmt,
+            output,
+        )
     argv = list(args or [])
-    if module is not None and script is not None:  # -m MODULE takes the rest as the module's arguments
+    if (
+        module is not None and script is not None
+    ):  # -m MODULE takes the rest as the module's arguments
         argv, script = [script, *argv], None
     try:
         if script is None and module is None:
@@ -99,9 +141,15 @@ def watch(
         for text in method or []:
             parse_method(text)
         if timeout is not None and (timeout < 0 or timeout != timeout):
-            raise UsageError(f"--timeout {timeout:g} is negative; give seconds > 0, or 0 for no limit")
+            raise UsageError(
+                f"--timeout {timeout:g} is negative; give seconds > 0, or 0 for no limit"
+            )
         options = WatchOptions(
-            methods=tuple(method or ()), micro_batches=micro_batches, skip=skip, then=then.value, source=source,
+            methods=tuple(method or ()),
+            micro_batches=micro_batches,
+            skip=skip,
+            then=then.value,
+            source=source,
         )
     except UsageError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
@@ -109,7 +157,13 @@ def watch(
 
     try:
         # The job runs in a process of its own, its stdout on stderr: stdout carries only the report.
-        done = watch_job(module or script or "", argv, options, as_module=module is not None, timeout=timeout or None)
+        done = watch_job(
+            module or script or "",
+            argv,
+            options,
+            as_module=module is not None,
+            timeout=timeout or None,
+        )
     except LeakscopeError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
     if emit_test is not None and done.reporting:
@@ -129,14 +183,23 @@ def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) ->
         return
     seen = {p for paths in found.values() for p in paths}
     for entry in allow:
-        if entry not in seen and not (entry.endswith("*") and any(p.startswith(entry[:-1]) for p in seen)):
-            typer.echo(f"leakscope: warning: --allow {terminal(entry)} matches no finding of this watch", err=True)
+        if entry not in seen and not (
+            entry.endswith("*") and any(p.startswith(entry[:-1]) for p in seen)
+        ):
+            typer.echo(
+                f"leakscope: warning: --allow {terminal(entry)} matches no finding of this watch",
+                err=True,
+            )
     try:
         write_atomic(path, regression.render(report, allow=allow, script=script).encode("utf-8"))
     except OSError as exc:
-        typer.echo(f"leakscope: error: cannot write {terminal(path)}: {exc.strerror or exc}", err=True)
+        typer.echo(
+            f"leakscope: error: cannot write {terminal(path)}: {exc.strerror or exc}", err=True
+        )
         raise typer.Exit(2) from None
-    typer.echo(f"leakscope: wrote {terminal(path)}: it checks {terminal(', '.join(found))}", err=True)
+    typer.echo(
+        f"leakscope: wrote {terminal(path)}: it checks {terminal(', '.join(found))}", err=True
+    )
 
 
 def _output(done: JobResult, fmt: FormatChoice, output: Path | None, debug: bool) -> int:

@@ -55,11 +55,15 @@ def dominant(by_cause: Mapping[str, int]) -> Cause:
     tensors = {c: n for c, n in by_cause.items() if c != Cause.NODES_ONLY.value}
     if not tensors or sum(tensors.values()) == 0:
         return Cause.NODES_ONLY
-    best = max(tensors, key=lambda c: (tensors[c], -CAUSE_ORDER.index(c) if c in CAUSE_ORDER else 0))
+    best = max(
+        tensors, key=lambda c: (tensors[c], -CAUSE_ORDER.index(c) if c in CAUSE_ORDER else 0)
+    )
     return Cause(best)
 
 
-def bytes_by_cause(storages: Mapping[tuple[str, int], tuple[str, int]], nodes: int, node_bytes: int) -> dict[str, int]:
+def bytes_by_cause(
+    storages: Mapping[tuple[str, int], tuple[str, int]], nodes: int, node_bytes: int
+) -> dict[str, int]:
     """Bytes per cause (NOTE [One accounting]): the storages' bytes, plus the nodes' as ``nodes-only``."""
     totals: dict[str, int] = {}
     for cause, nbytes in storages.values():
@@ -88,8 +92,13 @@ def _rank(cause: str) -> int:
 
 
 def held_finding(
-    held: Held, node_bytes: int, *, confirmed: bool = False, adapter: str | None = None,
-    kind: LeakKind | None = None, node_cost: str | None = None,
+    held: Held,
+    node_bytes: int,
+    *,
+    confirmed: bool = False,
+    adapter: str | None = None,
+    kind: LeakKind | None = None,
+    node_cost: str | None = None,
 ) -> Finding:
     """A reference the harness described, holding a judged step's graph; ``node_cost`` says what
     ``node_bytes`` is (NOTE [What a node costs])."""
@@ -163,6 +172,13 @@ def storage_growth_finding(container: HolderPath, rate: int) -> Finding:
 
 
 __all__ = [
-    "CAUSE_ORDER", "bytes_by_cause", "cycle_finding", "dominant", "held_finding", "holder_of",
-    "storage_growth_finding", "union_bytes", "unknown_finding",
+    "CAUSE_ORDER",
+    "bytes_by_cause",
+    "cycle_finding",
+    "dominant",
+    "held_finding",
+    "holder_of",
+    "storage_growth_finding",
+    "union_bytes",
+    "unknown_finding",
 ]

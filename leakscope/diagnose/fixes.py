@@ -33,7 +33,7 @@ def _special_hint(path: HolderPath) -> str | None:
     segments = path.segments
     hook = _named(path, SegmentKind.HOOKS, _TENSOR_HOOK_DICTS)
     if hook is not None:
-        rest = segments[hook + 2:]
+        rest = segments[hook + 2 :]
         captured = str(rest[0].name) if rest and isinstance(rest[0].name, str) else "value"
         return (
             f"a hook registered on {path.prefix(hook).code()} keeps {captured}, a tensor of this "
@@ -62,7 +62,11 @@ def _special_hint(path: HolderPath) -> str | None:
             f"{path.prefix(len(segments) - 1).code()} uses a tensor of this step as a key: key it by "
             "something without a graph (an int, a string, or t.detach())"
         )
-    if segments and segments[-1].kind in (SegmentKind.ATTR, SegmentKind.KEY) and segments[-1].name == "_forward_cache":
+    if (
+        segments
+        and segments[-1].kind in (SegmentKind.ATTR, SegmentKind.KEY)
+        and segments[-1].name == "_forward_cache"
+    ):
         # torchmetrics' Metric.forward (and Lightning's logged copy of a metric) keeps its last result here.
         return (
             f"{path.prefix(len(segments) - 1).code()} is a torchmetrics metric (or Lightning's logged copy of "
@@ -97,7 +101,7 @@ def _hook_hint(path: HolderPath) -> str:
     if hooks is None or hooks + 1 >= len(path.segments):
         return f"detach inside the hook that stores into {path.code()}, or run it under torch.no_grad()"
     hook = path.prefix(hooks + 2).code()
-    rest = path.segments[hooks + 2:]
+    rest = path.segments[hooks + 2 :]
     store = str(rest[0].name) if rest and isinstance(rest[0].name, str) else "its state"
     return (
         f"the hook {hook} stores a tensor of this step in {store}: detach inside the hook before "

@@ -60,7 +60,9 @@ def curve(observations: Sequence[Observation], storage: Sequence[int] = ()) -> G
         nodes_by_micro_batch=last.nodes_by_step if last is not None else (),
         storage_bytes=tuple(storage),
         storage_slope_bytes=round(slope(storage), 1),
-        cuda_allocated=tuple(c or 0 for c in cuda) if cuda and all(c is not None for c in cuda) else None,
+        cuda_allocated=tuple(c or 0 for c in cuda)
+        if cuda and all(c is not None for c in cuda)
+        else None,
         retained_by_cause=tuple(by_cause),
     )
 

@@ -80,7 +80,6 @@ if TYPE_CHECKING:
     from leakscope.options import CheckOptions
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Context:
     """What the judge needs to know beyond an observation: who runs backward, and the adapter."""
@@ -91,31 +90,56 @@ class Context:
 
 # -- the shared rules --------------------------------------------------------------------------
 
+
 def is_finding(held: Held, latest: int) -> bool:
     """NOTE [The loop's latest result]: the loop's own variable holding only the latest result is not."""
     return not (held.loop_local and held.steps <= {latest})
 
 
-def finding(held: Held, obs: Observation, ctx: Context, *, confirmed: bool = False, kind: LeakKind | None = None) -> Finding:
+def finding(
+    held: Held,
+    obs: Observation,
+    ctx: Context,
+    *,
+    confirmed: bool = False,
+    kind: LeakKind | None = None,
+) -> Finding:
     """The finding for one reference (NOTE [One accounting]), its fix planned (NOTE [Fixes that never
     break training])."""
     f = held_finding(
-        held, obs.node_bytes, confirmed=confirmed, adapter=ctx.adapter, kind=kind, node_cost=obs.node_cost_note,
+        held,
+        obs.node_bytes,
+        confirmed=confirmed,
+        adapter=ctx.adapter,
+        kind=kind,
+        node_cost=obs.node_cost_note,
     )
     return with_fix(f, held, None, ctx)
 
 
-def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context, *, promptly: bool = True) -> Finding:
+def with_fix(
+    f: Finding, held: Held | None, site: Site | None, ctx: Context, *, promptly: bool = True
+) -> Finding:
     """``f`` with its stored-at line (when known) and the fix derived from it and from its plan;
     ``promptly``: backward ran through the holder's newest entry within the step that stored it."""
-    store = StoreSite(site.op, site.code, site.where, site.graph_names) if site is not None else None
+    store = (
+        StoreSite(site.op, site.code, site.where, site.graph_names) if site is not None else None
+    )
     changes: dict[str, Any] = {}
     if site is not None:
         changes.update(stored_at=site.where, store_op=site.op)
     if f.severity is Severity.LEAK and f.path not in (UNKNOWN, CYCLE):
         done = site.backward_done if site is not None else None
-        plan = plan_for(held, ctx.backward, backward_done=done, promptly=promptly) if held is not None else Plan.DETACH
-        graph_note = "; if it is only logged, compute it under torch.no_grad()" if f.cause is Cause.ACTIVATIONS else ""
+        plan = (
+            plan_for(held, ctx.backward, backward_done=done, promptly=promptly)
+            if held is not None
+            else Plan.DETACH
+        )
+        graph_note = (
+            "; if it is only logged, compute it under torch.no_grad()"
+            if f.cause is Cause.ACTIVATIONS
+            else ""
+        )
         hint: str | None
         if held is not None and held.node:
             hint = node_fix(f.path, f.grad_fn, store)
@@ -126,8 +150,19 @@ def with_fix(f: Finding, held: Held | None, site: Site | None, ctx: Context, *, 
         else:
             hint = fix_for(store, f.path, f.holder, f.cause, ctx.adapter)
             after = rewrite(store, f.path) if store is not None and site is not None else None
-            if after is not None and site is not None and store is not None and not (held is not None and held.node):
-                changes["edit"] = Edit(site.where.file, site.where.line, site.column, store.code, with_comment(store.code, after))
+            if (
+                after is not None
+                and site is not None
+                and store is not None
+                and not (held is not None and held.node)
+            ):
+                changes["edit"] = Edit(
+                    site.where.file,
+                    site.where.line,
+                    site.column,
+                    store.code,
+                    with_comment(store.code, after),
+                )
         if hint:
             changes["hint"] = hint
     return dataclasses.replace(f, **changes) if changes else f
@@ -143,6 +178,7 @@ def _kind_hint(f: Finding, steps: frozenset[int], watched: int, latest: int) -> 
 
 
 # -- check ---------------------------------------------------------------------------------------
+
 
 def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     """The verdict and findings of ``spec`` in ``mode``: run the step, name and size every holder of its
@@ -199,7 +235,9 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         if not single_step_leak:
             for h in after:
                 by_path.setdefault(h.path, h)
-                findings.append(finding(h, last, ctx, confirmed=True, kind=kinds.get(holder_key(h.path))))
+                findings.append(
+                    finding(h, last, ctx, confirmed=True, kind=kinds.get(holder_key(h.path)))
+                )
         findings.extend(storage_findings(run.storage_bytes, run.storage_paths))
         if run.through_loop:
             kinds = {}
@@ -207,7 +245,11 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         findings = with_kinds(findings, kinds, curve_kind(growth.retained_bytes))
     verdict = Verdict.LEAK if any(f.severity is Severity.LEAK for f in findings) else Verdict.CLEAN
     if verdict is Verdict.LEAK and options.source:  # NOTE [Stored at]: only when a leak was found
-        wanted = [f.path for f in findings if f.severity is Severity.LEAK and f.path not in (UNKNOWN, CYCLE)]
+        wanted = [
+            f.path
+            for f in findings
+            if f.severity is Severity.LEAK and f.path not in (UNKNOWN, CYCLE)
+        ]
         if wanted:
             sites = experiment.store_sites(wanted)
             for path, site in list(sites.items()):
@@ -218,7 +260,8 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
                     if experiment.detach_keeps_gradients(path):
                         sites[path] = dataclasses.replace(site, detach_safe=True)
             findings = [
-                with_fix(f, by_path.get(f.path), sites.get(f.path), ctx) if f.path in sites else f for f in findings
+                with_fix(f, by_path.get(f.path), sites.get(f.path), ctx) if f.path in sites else f
+                for f in findings
             ]
     projection = None
     if options.at is not None and verdict is Verdict.LEAK:
@@ -227,14 +270,24 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         projection = project(experiment, options.at)
     total = 0
     if verdict is Verdict.LEAK:
-        leaking = [by_path[f.path] for f in findings if f.severity is Severity.LEAK and f.path in by_path]
-        total = sum(union_bytes(leaking, node_bytes, one_step=True).values()) + sum(residual.values())
+        leaking = [
+            by_path[f.path] for f in findings if f.severity is Severity.LEAK and f.path in by_path
+        ]
+        total = sum(union_bytes(leaking, node_bytes, one_step=True).values()) + sum(
+            residual.values()
+        )
     inspection = experiment.inspection_warning()
     if inspection is not None:
         warnings.append(inspection)
     return TargetResult(
-        target=spec.name, mode=mode, verdict=verdict, findings=_anchored(findings, spec),
-        retained_bytes=total, warnings=tuple(dict.fromkeys(warnings)), growth=growth, projection=projection,
+        target=spec.name,
+        mode=mode,
+        verdict=verdict,
+        findings=_anchored(findings, spec),
+        retained_bytes=total,
+        warnings=tuple(dict.fromkeys(warnings)),
+        growth=growth,
+        projection=projection,
         kind=result_kind(findings) if verdict is Verdict.LEAK else None,
     )
 
@@ -247,7 +300,10 @@ def _holder_kinds(held: Sequence[Held], latest: int) -> dict[HolderPath, LeakKin
         key = holder_key(h.path)
         reached.setdefault(key, set()).update(h.steps)
         capped[key] = capped.get(key, True) and h.maxlen is not None
-    return {key: BOUNDED if capped[key] else kind_of(frozenset(steps), latest) for key, steps in reached.items()}
+    return {
+        key: BOUNDED if capped[key] else kind_of(frozenset(steps), latest)
+        for key, steps in reached.items()
+    }
 
 
 def _note_walk(obs: Observation, warnings: list[str]) -> None:
@@ -278,7 +334,9 @@ def _anchored(findings: list[Finding], spec: EngineSpec) -> tuple[Finding, ...]:
     from leakscope.harness.source import anchor_source
 
     anchor = anchor_source(spec)
-    return tuple(f if f.source is not None else dataclasses.replace(f, source=anchor) for f in findings)
+    return tuple(
+        f if f.source is not None else dataclasses.replace(f, source=anchor) for f in findings
+    )
 
 
 # -- watch ----------------------------------------------------------------------------------------
@@ -310,8 +368,14 @@ class Look:
 
 
 def look_findings(
-    obs: Observation, calls: Sequence[Call], ctx: Context, *, sites: Mapping[HolderPath, Site] = {},
-    sources: Mapping[HolderPath, Source] = {}, unknown: Mapping[int, Mapping[str, int]] = {}, final: bool = False,
+    obs: Observation,
+    calls: Sequence[Call],
+    ctx: Context,
+    *,
+    sites: Mapping[HolderPath, Site] = {},
+    sources: Mapping[HolderPath, Source] = {},
+    unknown: Mapping[int, Mapping[str, int]] = {},
+    final: bool = False,
 ) -> Look:
     """What one look found, per watched method and grad mode (NOTE [When watch looks]).
 
@@ -331,12 +395,19 @@ def look_findings(
         first = min(members, key=lambda h: (min(h.steps), str(h.path)))
         steps = frozenset().union(*(h.steps for h in members))
         call = calls[min(first.steps)] if min(first.steps) < len(calls) else calls[-1]
-        kind = kind_of(steps, latest, first.maxlen if all(h.maxlen is not None for h in members) else None)
+        kind = kind_of(
+            steps, latest, first.maxlen if all(h.maxlen is not None for h in members) else None
+        )
         source = first.source or sources.get(shape)
         if source is not None and first.source is None:
             first = dataclasses.replace(first, source=source)
         f = held_finding(
-            first, obs.node_bytes, confirmed=True, adapter=ctx.adapter, kind=kind, node_cost=obs.node_cost_note,
+            first,
+            obs.node_bytes,
+            confirmed=True,
+            adapter=ctx.adapter,
+            kind=kind,
+            node_cost=obs.node_cost_note,
         )
         newest = max(members, key=lambda h: (max(h.steps), str(h.path)))
         f = with_fix(f, first, sites.get(shape), ctx, promptly=newest.backward_ran)
@@ -364,7 +435,11 @@ def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetRe
         warnings: list[str] = []
         if leak and last is not None and last is not looks[-1]:
             end = looks[-1]
-            when = "when the job ended" if end.final else f"at the start of call #{end.observation.latest + 1}"
+            when = (
+                "when the job ended"
+                if end.final
+                else f"at the start of call #{end.observation.latest + 1}"
+            )
             warnings.append(
                 f"freed by the last look ({when}): the loop held these graphs across calls (seen at the "
                 f"start of call #{last.observation.latest + 1}) and released them later; memory grows per call until it does"
@@ -373,13 +448,21 @@ def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetRe
         if stopped is not None:
             warnings.append(_stopped(stopped, "at its object limit"))
         unknown = sum(f.retained_bytes for f in findings if f.path == UNKNOWN)
-        out.append(TargetResult(
-            target=target, mode=mode, verdict=Verdict.LEAK if leak else Verdict.CLEAN,
-            findings=findings, kind=result_kind(findings) if leak else None,
-            retained_bytes=(last.per_call_bytes + unknown) if leak and last else 0,
-            growth=growth, warnings=tuple(warnings),
-            seconds=round(sum(c.seconds for c in calls if (c.target, c.mode) == (target, mode)), 3),
-        ))
+        out.append(
+            TargetResult(
+                target=target,
+                mode=mode,
+                verdict=Verdict.LEAK if leak else Verdict.CLEAN,
+                findings=findings,
+                kind=result_kind(findings) if leak else None,
+                retained_bytes=(last.per_call_bytes + unknown) if leak and last else 0,
+                growth=growth,
+                warnings=tuple(warnings),
+                seconds=round(
+                    sum(c.seconds for c in calls if (c.target, c.mode) == (target, mode)), 3
+                ),
+            )
+        )
     return out
 
 
@@ -413,5 +496,14 @@ def _look_growth(looks: Sequence[Look]) -> Growth:
 
 
 __all__ = [
-    "WATCH", "Call", "Context", "Look", "finding", "is_finding", "judge", "look_findings", "watch_results", "with_fix",
+    "WATCH",
+    "Call",
+    "Context",
+    "Look",
+    "finding",
+    "is_finding",
+    "judge",
+    "look_findings",
+    "watch_results",
+    "with_fix",
 ]

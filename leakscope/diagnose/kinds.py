@@ -37,6 +37,7 @@ GROWING = LeakKind.GROWING
 BOUNDED = LeakKind.BOUNDED
 KINDS = tuple(LeakKind)
 
+
 def holder_key(path: HolderPath) -> HolderPath:
     """The same holder in a single step and in a growth run.
 
@@ -56,7 +57,9 @@ def kind_of(steps: frozenset[int], latest: int, maxlen: int | None = None) -> Le
     return BOUNDED if steps <= {latest} or maxlen is not None else GROWING
 
 
-def holder_kinds(held: Iterable[tuple[HolderPath, frozenset[int], int | None]], last: int) -> dict[HolderPath, LeakKind]:
+def holder_kinds(
+    held: Iterable[tuple[HolderPath, frozenset[int], int | None]], last: int
+) -> dict[HolderPath, LeakKind]:
     """``{holder_key: kind}`` from (path, micro-batches reached, deque maxlen) per held reference.
 
     ``last`` is the index of the last micro-batch; see NOTE [Leak kinds].
@@ -81,7 +84,9 @@ def curve_kind(retained: Sequence[int]) -> LeakKind | None:
     return GROWING if retained[-1] > retained[0] else BOUNDED
 
 
-def with_kinds(findings: Iterable[Finding], kinds: Mapping[HolderPath, LeakKind], default: LeakKind | None) -> list[Finding]:
+def with_kinds(
+    findings: Iterable[Finding], kinds: Mapping[HolderPath, LeakKind], default: LeakKind | None
+) -> list[Finding]:
     """Each leak finding with its kind: its holder's in the growth run, else the curve's."""
     out = []
     for f in findings:
@@ -102,6 +107,13 @@ def result_kind(findings: Iterable[Finding]) -> LeakKind | None:
 
 
 __all__ = [
-    "BOUNDED", "GROWING", "KINDS", "curve_kind", "holder_key", "holder_kinds", "kind_of", "result_kind",
+    "BOUNDED",
+    "GROWING",
+    "KINDS",
+    "curve_kind",
+    "holder_key",
+    "holder_kinds",
+    "kind_of",
+    "result_kind",
     "with_kinds",
 ]

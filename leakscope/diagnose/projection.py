@@ -44,12 +44,32 @@ if TYPE_CHECKING:
     from leakscope.harness.experiment import Experiment
 
 DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2, "fp8": 1}
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 2**10,
+    "m": 2**20,
+    "g": 2**30,
+    "t": 2**40,
+}
 #: the sizes the fit runs the tiny engine at: (seq, hidden, vocab, layers), batch from ModelSize
 SAMPLES = (
-    (8, 32, 64, 2), (16, 32, 64, 2), (8, 64, 64, 2), (16, 64, 64, 2),
-    (8, 32, 128, 2), (16, 32, 128, 2), (8, 32, 64, 3), (16, 64, 64, 3),
+    (8, 32, 64, 2),
+    (16, 32, 64, 2),
+    (8, 64, 64, 2),
+    (16, 64, 64, 2),
+    (8, 32, 128, 2),
+    (16, 32, 128, 2),
+    (8, 32, 64, 3),
+    (16, 64, 64, 3),
 )
 #: the fitted terms: name, and how to evaluate it from (T, H, V, L)
 #: the cause whose bytes are graph nodes, not tensors: their count grows with layers, never with
@@ -162,7 +182,9 @@ def parse_at(text: str) -> Scale:
                 fields[key.replace("-", "_")] = int(value.replace("_", ""))
             elif key == "dtype":
                 if value.lower() not in DTYPE_BYTES:
-                    raise UsageError(f"--at dtype={value!r}: use one of {', '.join(sorted(DTYPE_BYTES))}")
+                    raise UsageError(
+                        f"--at dtype={value!r}: use one of {', '.join(sorted(DTYPE_BYTES))}"
+                    )
                 fields["dtype"] = value.lower()
             elif key == "gpu-memory":
                 fields["gpu_memory"] = parse_bytes(value)
@@ -175,8 +197,20 @@ def parse_at(text: str) -> Scale:
     if missing:
         raise UsageError(f"--at needs {' and '.join(missing)} (e.g. hidden=4096,tokens=17700)")
     scale = Scale(**fields, given=tuple(given))
-    if min(scale.hidden, scale.tokens, scale.micro_batches, scale.vocab or 1, scale.layers or 1, scale.batch or 1) <= 0:
-        raise UsageError("--at: hidden, tokens, vocab, layers, batch and micro-batches must be positive")
+    if (
+        min(
+            scale.hidden,
+            scale.tokens,
+            scale.micro_batches,
+            scale.vocab or 1,
+            scale.layers or 1,
+            scale.batch or 1,
+        )
+        <= 0
+    ):
+        raise UsageError(
+            "--at: hidden, tokens, vocab, layers, batch and micro-batches must be positive"
+        )
     return scale
 
 
@@ -242,7 +276,9 @@ def _measure(experiment: Experiment, size: ModelSize) -> tuple[dict[str, int], d
 def _fp32_shares(experiment: Experiment, base: dict[str, int]) -> dict[str, float] | None:
     """Per cause, the share of bytes that stays fp32 when the model runs in bf16 (None: could not run)."""
     try:
-        growing, bounded, _ = _measure(experiment, dataclasses.replace(experiment.options.size, dtype="bf16"))
+        growing, bounded, _ = _measure(
+            experiment, dataclasses.replace(experiment.options.size, dtype="bf16")
+        )
     except Exception:
         return None
     shares = {}
@@ -265,7 +301,9 @@ def project(experiment: Experiment, scale: Scale) -> Projection:
     per_node = 0
     for seq, hidden, vocab, layers in SAMPLES:
         report(f"projecting: size {len(samples) + 1} of {len(SAMPLES)}")
-        size = dataclasses.replace(base, seq=seq, hidden=hidden, vocab=vocab, layers=layers, dtype="fp32")
+        size = dataclasses.replace(
+            base, seq=seq, hidden=hidden, vocab=vocab, layers=layers, dtype="fp32"
+        )
         grows, holds, node_bytes = _measure(experiment, size)
         per_node = max(per_node, node_bytes)
         measured.append((grows, holds))
@@ -275,7 +313,9 @@ def project(experiment: Experiment, scale: Scale) -> Projection:
     for part, index in (("growing", 0), ("bounded", 1)):
         for cause in causes:
             per_cause[part][cause] = [float(m[index].get(cause, 0)) for m in measured]
-    base_size = dataclasses.replace(base, seq=SAMPLES[0][0], hidden=SAMPLES[0][1], vocab=SAMPLES[0][2], layers=SAMPLES[0][3])
+    base_size = dataclasses.replace(
+        base, seq=SAMPLES[0][0], hidden=SAMPLES[0][1], vocab=SAMPLES[0][2], layers=SAMPLES[0][3]
+    )
     base_bytes = {c: measured[0][0].get(c, 0) + measured[0][1].get(c, 0) for c in causes}
     shares = _fp32_shares(experiment, base_bytes) if any(base_bytes.values()) else {}
     width = DTYPE_BYTES[scale.dtype]
@@ -286,7 +326,10 @@ def project(experiment: Experiment, scale: Scale) -> Projection:
     totals = {"growing": 0.0, "bounded": 0.0}
     growing_coefficients = [0.0] * len(TERMS)
     node_coefficients: dict[str, float] = {}
-    node_rows = [tuple(float(fn(0, 0, 0, layers_at)) for _, fn in NODE_TERMS) for _, _, _, layers_at in SAMPLES]
+    node_rows = [
+        tuple(float(fn(0, 0, 0, layers_at)) for _, fn in NODE_TERMS)
+        for _, _, _, layers_at in SAMPLES
+    ]
     for part in ("growing", "bounded"):
         for cause in causes:
             values = per_cause[part][cause]
@@ -300,7 +343,16 @@ def project(experiment: Experiment, scale: Scale) -> Projection:
                         node_coefficients[name] = node_coefficients.get(name, 0.0) + c
                     nbytes = c * fn(t, h, vocab, layers)
                     totals[part] += nbytes
-                    terms.append(Term(cause, part, name, c / (per_node or 1), per_node or 1, max(0, int(round(nbytes)))))
+                    terms.append(
+                        Term(
+                            cause,
+                            part,
+                            name,
+                            c / (per_node or 1),
+                            per_node or 1,
+                            max(0, int(round(nbytes))),
+                        )
+                    )
                 continue
             coefficients = solve(rows, values)
             kept = (shares or {}).get(cause, 0.0)
@@ -313,7 +365,9 @@ def project(experiment: Experiment, scale: Scale) -> Projection:
                 elements = c / 4  # fitted on an fp32 model: 4 B per element
                 nbytes = elements * element_bytes * fn(t, h, vocab, layers)
                 totals[part] += nbytes
-                terms.append(Term(cause, part, name, elements, element_bytes, max(0, int(round(nbytes)))))
+                terms.append(
+                    Term(cause, part, name, elements, element_bytes, max(0, int(round(nbytes))))
+                )
     per = max(0, int(round(totals["growing"])))
     bounded = max(0, int(round(totals["bounded"])))
     oom = None
@@ -331,11 +385,15 @@ def project(experiment: Experiment, scale: Scale) -> Projection:
         terms=tuple(terms),
         assumptions=assumptions(scale, terms, base_size, shares),
         fp32_share=tuple(sorted((shares or {}).items())),
-        bounded_fits=None if scale.gpu_memory is None or not bounded else bounded < scale.gpu_memory,
+        bounded_fits=None
+        if scale.gpu_memory is None or not bounded
+        else bounded < scale.gpu_memory,
     )
 
 
-def assumptions(scale: Scale, terms: list[Term], base: ModelSize, shares: dict[str, float] | None) -> tuple[str, ...]:
+def assumptions(
+    scale: Scale, terms: list[Term], base: ModelSize, shares: dict[str, float] | None
+) -> tuple[str, ...]:
     """What the projection assumed for every dimension the user did not give, and the model's own."""
     used = {dim for term in terms for dim in _DIMS if dim in term.monomial.split(" x ")}
     out = []
@@ -350,12 +408,26 @@ def assumptions(scale: Scale, terms: list[Term], base: ModelSize, shares: dict[s
     if "gpu-memory" not in scale.given:
         out.append("no gpu-memory given: no out-of-memory point (pass gpu-memory=80GiB)")
     if shares is None:
-        out.append("every term scaled by dtype (the bf16 run failed, so what stays fp32 was not measured)")
+        out.append(
+            "every term scaled by dtype (the bf16 run failed, so what stays fp32 was not measured)"
+        )
     if "batch" in scale.given:
-        out.append(f"batch {scale.batch} is folded into tokens: retention is fitted per token, not per sequence")
+        out.append(
+            f"batch {scale.batch} is folded into tokens: retention is fitted per token, not per sequence"
+        )
     out.append("tokens = all tokens of one micro-batch (batch x sequence length)")
     out.append("the engine runs the same code path at scale as on the tiny model")
     return tuple(out)
 
 
-__all__ = ["ModelSize", "Projection", "Scale", "Term", "assumptions", "evaluate", "parse_at", "parse_bytes", "project"]
+__all__ = [
+    "ModelSize",
+    "Projection",
+    "Scale",
+    "Term",
+    "assumptions",
+    "evaluate",
+    "parse_at",
+    "parse_bytes",
+    "project",
+]

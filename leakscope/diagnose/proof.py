@@ -50,8 +50,13 @@ def edit_groups(report: Report) -> list[EditGroup]:
     for result in report.results:
         for finding in leaking(result):
             if finding.edit is not None and in_project(finding.edit.file):
-                groups.setdefault((result.target, _bare(finding.edit)), []).append((result.mode.value, str(finding.path)))
-    return [EditGroup(target, edit, tuple(dict.fromkeys(found))) for (target, edit), found in groups.items()]
+                groups.setdefault((result.target, _bare(finding.edit)), []).append(
+                    (result.mode.value, str(finding.path))
+                )
+    return [
+        EditGroup(target, edit, tuple(dict.fromkeys(found)))
+        for (target, edit), found in groups.items()
+    ]
 
 
 def _bare(edit: Edit) -> Edit:
@@ -62,25 +67,36 @@ def _number(x: float) -> str:
     return f"{x:.3g}"
 
 
-def decide(group: EditGroup, proof: EditProof, original: Mapping[str, Sequence[str]]) -> tuple[bool, str]:
+def decide(
+    group: EditGroup, proof: EditProof, original: Mapping[str, Sequence[str]]
+) -> tuple[bool, str]:
     """``(verified, reason)`` for one edit group. ``original``: the leak paths of the check, by mode."""
     if proof.error is not None:
         return False, f"cannot verify: {proof.error}"
     by_mode = {r.mode.value: r for r in proof.results}
     for result in proof.results:
         if result.verdict is Verdict.ERROR:
-            return False, f"cannot verify: the edited code could not be checked ({result.mode.value}): {result.error}"
+            return (
+                False,
+                f"cannot verify: the edited code could not be checked ({result.mode.value}): {result.error}",
+            )
     for mode, path in group.findings:
         rerun = by_mode.get(mode)
         if rerun is None:
             return False, f"cannot verify: the re-run has no {mode} result"
         if any(str(f.path) == path for f in leaking(rerun)):
-            return False, f"not verified: with the edit the re-run still finds a graph at {path} ({mode}, {rerun.verdict.value})"
+            return (
+                False,
+                f"not verified: with the edit the re-run still finds a graph at {path} ({mode}, {rerun.verdict.value})",
+            )
     for result in proof.results:
         known = set(original.get(result.mode.value, ()))
         new = [str(f.path) for f in leaking(result) if str(f.path) not in known]
         if new:
-            return False, f"not verified: with the edit the re-run finds a new holder, {new[0]} ({result.mode.value})"
+            return (
+                False,
+                f"not verified: with the edit the re-run finds a new holder, {new[0]} ({result.mode.value})",
+            )
     grads = proof.gradients
     if grads is None:
         return False, "cannot verify: no train step was compared"
@@ -89,7 +105,10 @@ def decide(group: EditGroup, proof: EditProof, original: Mapping[str, Sequence[s
         return False, f"cannot verify: {grads.error}"
     if grads.changed is not None:
         if grads.changed_by is None:
-            return False, f"not verified: the edit changes the {grads.changed} (it is there on one side only)"
+            return (
+                False,
+                f"not verified: the edit changes the {grads.changed} (it is there on one side only)",
+            )
         return False, (
             f"not verified: the edit changes the {grads.changed} (max |diff| {_number(grads.changed_by)},"
             f" beyond {tolerance})"

@@ -50,11 +50,18 @@ class Plan(str, enum.Enum):
     RELEASE_AFTER_BACKWARD = "release-after-backward"
 
 
-def plan_for(held: Held, backward: Backward, *, backward_done: bool | None = None, promptly: bool = True) -> Plan:
+def plan_for(
+    held: Held, backward: Backward, *, backward_done: bool | None = None, promptly: bool = True
+) -> Plan:
     """NOTE [Fixes that never break training]. ``backward_done``: whether backward had already
     run through the tensor when the stored-at line stored it (None: not known). ``promptly``:
     backward ran through the container's newest entry within the step that stored it."""
-    if held.backward_ran and backward is not Backward.CALLER and held.path.root != "output" and not backward_done:
+    if (
+        held.backward_ran
+        and backward is not Backward.CALLER
+        and held.path.root != "output"
+        and not backward_done
+    ):
         # Backward ran through what it holds, not through a loss leakscope holds, and not before
         # it was stored. A list that gets each step's loss appended and backward run on the step's
         # own loss, within the step (Lightning's ``training_step_outputs``), can keep a detached

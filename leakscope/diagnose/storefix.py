@@ -93,10 +93,10 @@ def _call_detached(code: str) -> str | None:
     opening = max((i for i, ch, depth in _structure(code) if ch == "(" and depth == 0), default=-1)
     if opening <= 0 or not re.search(r"[\w)\]]$", code[:opening]):
         return None  # a parenthesised expression, not a call
-    *head, last = _top_level_split(code[opening + 1:-1], ",")
+    *head, last = _top_level_split(code[opening + 1 : -1], ",")
     if not last.strip():
         return None
-    return f"{code[:opening + 1]}{','.join(head)}{', ' if head else ''}{_detached(last)})"
+    return f"{code[: opening + 1]}{','.join(head)}{', ' if head else ''}{_detached(last)})"
 
 
 def _assignment_detached(code: str, accumulate: bool) -> str | None:
@@ -126,12 +126,14 @@ def _names_detached(code: str, names: tuple[str, ...]) -> str | None:
         head, body = code[: m.start("rhs")], m.group("rhs")
     changed = False
     for name in names:
-        pattern = re.compile(rf"(?<![\w.]){re.escape(name)}(?![\w])(?!\s*\.(?:detach|item|tolist)\()(?!\s*=[^=])")
+        pattern = re.compile(
+            rf"(?<![\w.]){re.escape(name)}(?![\w])(?!\s*\.(?:detach|item|tolist)\()(?!\s*=[^=])"
+        )
         code_at = {i for i, _, _ in _structure(body)}  # positions outside string literals
         out, last = [], 0
         for m in pattern.finditer(body):
             if m.start() in code_at:
-                out.append(body[last:m.end()] + ".detach()")
+                out.append(body[last : m.end()] + ".detach()")
                 last = m.end()
                 changed = True
         body = "".join(out) + body[last:]
@@ -148,29 +150,24 @@ def _complete(code: str) -> bool:
 
 def _detaches_a_container(code: str) -> bool:
     """A rewrite that would call ``.detach()`` on a container literal or constructor: an error, not a fix."""
-    return bool(re.search(r"(?:[\]}]\)?|\b(?:dict|list|tuple|set)\([^()]*\))\)?\.detach\(\)", code)) or bool(
-        re.search(r"\((?:\{|\[)[^()]*(?:\}|\])\)\.detach\(\)", code)
-    )
+    return bool(
+        re.search(r"(?:[\]}]\)?|\b(?:dict|list|tuple|set)\([^()]*\))\)?\.detach\(\)", code)
+    ) or bool(re.search(r"\((?:\{|\[)[^()]*(?:\}|\])\)\.detach\(\)", code))
 
 
 def returned_keys(path: HolderPath) -> str:
     """A returned holder as the code indexes it: ``output.model_output.log_probs`` ->
     ``output["model_output"]["log_probs"]``."""
-    out = path.root
-    for segment in path.segments:
-        name = segment.name
-        if segment.kind is SegmentKind.KEY and isinstance(name, str) and name.isidentifier():
-            out += f'["{name}"]'
-        else:
-            out += str(segment)
-    return shorten(out)
+    return shorten(path.root + "".join(segment.code() for segment in path.segments))
 
 
 def _stored_expr(code: str, op: str) -> tuple[str, str] | None:
     """``(holder name, stored expression)`` of a storing line: ``output_lst.append(output)`` ->
     ``("output_lst", "output")``, ``self.last = out`` -> ``("last", "out")``."""
     if op == "append":
-        m = re.fullmatch(r"(?:[\w.]+\.)?(?P<name>\w+)\.\w+\((?:.*,\s*)?(?P<expr>[^,()]+?)\s*\)", code)
+        m = re.fullmatch(
+            r"(?:[\w.]+\.)?(?P<name>\w+)\.\w+\((?:.*,\s*)?(?P<expr>[^,()]+?)\s*\)", code
+        )
     elif op in ("attribute", "item", "assignment"):
         m = re.fullmatch(r"(?:[\w.]+\.)?(?P<name>\w+)(?:\[[^\]]*\])?\s*=\s*(?P<expr>.+)", code)
     else:
@@ -188,28 +185,32 @@ def _inner_tensor(path: HolderPath, name: str, op: str) -> str | None:
     segments = path.segments
     for i, segment in enumerate(segments):
         if segment.name == name and segment.kind in (SegmentKind.ATTR, SegmentKind.KEY):
-            rest = segments[i + 1:]
-            if rest and op in ("append", "item") and rest[0].kind in (SegmentKind.INDEX, SegmentKind.KEY):
+            rest = segments[i + 1 :]
+            if (
+                rest
+                and op in ("append", "item")
+                and rest[0].kind in (SegmentKind.INDEX, SegmentKind.KEY)
+            ):
                 rest = rest[1:]
-            if not rest or any(s.kind not in (SegmentKind.ATTR, SegmentKind.KEY, SegmentKind.INDEX) for s in rest):
+            if not rest or any(
+                s.kind not in (SegmentKind.ATTR, SegmentKind.KEY, SegmentKind.INDEX) for s in rest
+            ):
                 return None
-            out = ""
-            for s in rest:
-                if s.kind is SegmentKind.KEY:
-                    out += f'["{s.name}"]' if isinstance(s.name, str) and s.name.isidentifier() else str(s)
-                else:
-                    out += str(s)
-            return out
+            return "".join(s.code() for s in rest)
     return None
 
 
-def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Cause, adapter: str | None) -> str | None:
+def fix_for(
+    store: StoreSite | None, path: HolderPath, holder: Holder, cause: Cause, adapter: str | None
+) -> str | None:
     """One sentence: the change at the stored-at line that stops the caller holding this step's graph.
 
     None when nothing specific can be derived (the caller keeps its generic hint).
     """
     graph_note = (
-        "; if it is only logged, compute it under torch.no_grad()" if cause is Cause.ACTIVATIONS else ""
+        "; if it is only logged, compute it under torch.no_grad()"
+        if cause is Cause.ACTIVATIONS
+        else ""
     )
     if holder is Holder.RETURNED:
         where = f" at {store.where}" if store is not None else ""
@@ -226,7 +227,9 @@ def fix_for(store: StoreSite | None, path: HolderPath, holder: Holder, cause: Ca
     if rewritten is None:
         stored = _stored_expr(code, store.op)
         inner = _inner_tensor(path, stored[0], store.op) if stored is not None else None
-        if stored is not None and inner is not None:  # a container is stored; the graph is inside it
+        if (
+            stored is not None and inner is not None
+        ):  # a container is stored; the graph is inside it
             tensor = f"{stored[1]}{inner}"
             return (
                 f"at {at}: {code} keeps {tensor} with its graph: detach it before it is stored"
@@ -263,7 +266,8 @@ def rewrite(store: StoreSite, path: HolderPath) -> str | None:
         rewritten = _call_detached(code) if "(" in code else _assignment_detached(code, False)
     elif store.op in ("attribute", "item", "assignment"):
         kept_in_call = any(  # kept inside a partial's arguments or a closure
-            (s.kind is SegmentKind.ATTR and s.name in ("args", "keywords")) or s.kind is SegmentKind.CELL
+            (s.kind is SegmentKind.ATTR and s.name in ("args", "keywords"))
+            or s.kind is SegmentKind.CELL
             for s in path.segments
         )
         if kept_in_call:
@@ -274,7 +278,11 @@ def rewrite(store: StoreSite, path: HolderPath) -> str | None:
             rewritten = _assignment_detached(code, False)
     elif store.op == "accumulate":
         rewritten = _assignment_detached(code, True)
-    if rewritten is None or _detaches_a_container(rewritten) or re.search(r"\blambda\b[^)]*\)\.detach\(\)", rewritten):
+    if (
+        rewritten is None
+        or _detaches_a_container(rewritten)
+        or re.search(r"\blambda\b[^)]*\)\.detach\(\)", rewritten)
+    ):
         return None  # never .detach() a container, or a lambda
     return rewritten
 
@@ -282,7 +290,7 @@ def rewrite(store: StoreSite, path: HolderPath) -> str | None:
 def with_comment(before: str, after: str) -> str:
     """``after`` with the trailing comment ``before`` had, so an edit keeps it."""
     code = _without_comment(before)
-    comment = before[len(code):]
+    comment = before[len(code) :]
     return after + comment if comment.strip().startswith("#") else after
 
 
@@ -303,7 +311,9 @@ def release_fix(path: HolderPath, store: StoreSite | None) -> str:
         release = f"{container.code()}.clear() once the update's backward has run"
     else:
         release = f"{path.code()} = None once backward has run"
-    where = f" (stored at {store.where}: {_without_comment(store.code)})" if store is not None else ""
+    where = (
+        f" (stored at {store.where}: {_without_comment(store.code)})" if store is not None else ""
+    )
     return (
         f"backward runs through the graph {path.code()} keeps{where}: release it after use, {release};"
         " for logging keep .item() or a detached copy taken after backward. Detaching it before backward"
@@ -314,7 +324,9 @@ def release_fix(path: HolderPath, store: StoreSite | None) -> str:
 def node_fix(path: HolderPath, grad_fn: str, store: StoreSite | None) -> str:
     """The fix for a holder of a graph node itself (``self.nodes.append(t.grad_fn)``, a
     ``GradientEdge``): no detach on its line removes it, the node is what keeps the graph."""
-    where = f" (stored at {store.where}: {_without_comment(store.code)})" if store is not None else ""
+    where = (
+        f" (stored at {store.where}: {_without_comment(store.code)})" if store is not None else ""
+    )
     return (
         f"{path.code()} keeps a graph node of this step ({grad_fn}){where}, and a node keeps its whole graph:"
         " keep what you need from it instead (its name(), a detached tensor), or drop it once the step is done"
@@ -332,5 +344,12 @@ def after_loss_fix(path: HolderPath, store: StoreSite | None, graph_note: str = 
 
 
 __all__ = [
-    "StoreSite", "VERL_ADAPTER", "after_loss_fix", "fix_for", "node_fix", "release_fix", "rewrite", "with_comment",
+    "StoreSite",
+    "VERL_ADAPTER",
+    "after_loss_fix",
+    "fix_for",
+    "node_fix",
+    "release_fix",
+    "rewrite",
+    "with_comment",
 ]

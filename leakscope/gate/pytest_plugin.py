@@ -52,7 +52,9 @@ class _Session:
 _SESSION = pytest.StashKey[_Session]()
 
 
-def _settings(options: Mapping[str, Any], where: str, project: project_config.Settings | None) -> project_config.Settings:
+def _settings(
+    options: Mapping[str, Any], where: str, project: project_config.Settings | None
+) -> project_config.Settings:
     given = project_config.parse(options, where)
     return (project or project_config.Settings()).override(given)
 
@@ -86,11 +88,18 @@ def assert_no_graph_retention(
         pytest.fail(f"leakscope: error: {exc.message}", pytrace=False)
     code = exit_code(report, settings.effective_fail_on)
     if item is not None:
-        item.add_report_section("call", MARKER, render(report, "text", fail_on=settings.effective_fail_on))
-    if code != 0:  # the words of the CI formats, under the same gate; engine strings shown, not sent
+        item.add_report_section(
+            "call", MARKER, render(report, "text", fail_on=settings.effective_fail_on)
+        )
+    if (
+        code != 0
+    ):  # the words of the CI formats, under the same gate; engine strings shown, not sent
         fail_on = settings.effective_fail_on
         details = "\n".join(result_detail(r, fail_on) for r in report.results)
-        pytest.fail(terminal(f"{report_line(report, code, fail_on)}\n{details}", newlines=True), pytrace=False)
+        pytest.fail(
+            terminal(f"{report_line(report, code, fail_on)}\n{details}", newlines=True),
+            pytrace=False,
+        )
     return report
 
 

@@ -63,7 +63,9 @@ def session() -> Iterator[None]:
     if _session_depth == 0 and dist.is_available() and not dist.is_initialized():
         import datetime
 
-        dist.init_process_group("gloo", init_method="env://", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S))
+        dist.init_process_group(
+            "gloo", init_method="env://", timeout=datetime.timedelta(seconds=GROUP_TIMEOUT_S)
+        )
         created = True
     _session_depth += 1
     try:
@@ -183,7 +185,10 @@ def _comparable(result: TargetResult) -> TargetResult:
 
 
 def merge_reports(
-    reports: Sequence[Report], labels: Sequence[str] | None = None, *, ranks: Sequence[int] | None = None
+    reports: Sequence[Report],
+    labels: Sequence[str] | None = None,
+    *,
+    ranks: Sequence[int] | None = None,
 ) -> Report:
     """One report from one per rank (or per process: ``leakscope watch``).
 
@@ -201,14 +206,26 @@ def merge_reports(
             keys.setdefault((r.target, r.mode), None)
     merged: list[TargetResult] = []
     for key in keys:
-        per_rank = [(i, r) for i, report in enumerate(reports) for r in report.results if (r.target, r.mode) == key]
+        per_rank = [
+            (i, r)
+            for i, report in enumerate(reports)
+            for r in report.results
+            if (r.target, r.mode) == key
+        ]
         result = per_rank[0][1]
-        if len(per_rank) == len(reports) and all(_comparable(r) == _comparable(result) for _, r in per_rank[1:]):
+        if len(per_rank) == len(reports) and all(
+            _comparable(r) == _comparable(result) for _, r in per_rank[1:]
+        ):
             merged.append(dataclasses.replace(result, seconds=max(r.seconds for _, r in per_rank)))
         elif labels is None:
-            merged.extend(dataclasses.replace(r, rank=ranks[i] if ranks is not None else i) for i, r in per_rank)
+            merged.extend(
+                dataclasses.replace(r, rank=ranks[i] if ranks is not None else i)
+                for i, r in per_rank
+            )
         else:
-            merged.extend(dataclasses.replace(r, target=f"{r.target} @ {labels[i]}") for i, r in per_rank)
+            merged.extend(
+                dataclasses.replace(r, target=f"{r.target} @ {labels[i]}") for i, r in per_rank
+            )
     return dataclasses.replace(first, results=tuple(merged))
 
 

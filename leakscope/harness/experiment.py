@@ -100,29 +100,50 @@ class Experiment:
         finally:
             trial.close()
 
-    def _observe(self, trial: Trial, *, generic: bool = False, describe_all: bool = True) -> Observation:
+    def _observe(
+        self, trial: Trial, *, generic: bool = False, describe_all: bool = True
+    ) -> Observation:
         settle()
         found = trial.collect(self.options, generic=generic)
         try:
             excluded = _excluded(trial, found)
-            held = [self._describe(trial, hit, node, reached, excluded) for hit, node, reached in found.holders] \
-                if describe_all else []
+            held = (
+                [
+                    self._describe(trial, hit, node, reached, excluded)
+                    for hit, node, reached in found.holders
+                ]
+                if describe_all
+                else []
+            )
             plain_ids = {id(hit.obj) for hit in found.plain}
             alive = evidence_alive([trial.evidence], plain_ids, excluded)
             nodes_by_step, total = trial.steps.nodes_by_step(found.nodes())
             INSPECTION.add(found.stats)
             return observation(
-                held, latest=len(trial.steps.ranges) - 1, unexplained=alive if not found.holders else {},
-                alive=alive, nodes_by_step=nodes_by_step, graph_nodes=total, stats=found.stats,
+                held,
+                latest=len(trial.steps.ranges) - 1,
+                unexplained=alive if not found.holders else {},
+                alive=alive,
+                nodes_by_step=nodes_by_step,
+                graph_nodes=total,
+                stats=found.stats,
                 cuda=self.options.device == "cuda",
             )
         finally:
             found.clear()
 
-    def _describe(self, trial: Trial, hit: Hit, node: Any, reached: frozenset[int], excluded: set[Any]) -> Held:
+    def _describe(
+        self, trial: Trial, hit: Hit, node: Any, reached: frozenset[int], excluded: set[Any]
+    ) -> Held:
         return describe(
-            hit, node, reached, trial.steps, excluded=excluded, modules=trial.modules,
-            target_modules=self.spec.modules, loss_nodes=trial.loss_nodes,
+            hit,
+            node,
+            reached,
+            trial.steps,
+            excluded=excluded,
+            modules=trial.modules,
+            target_modules=self.spec.modules,
+            loss_nodes=trial.loss_nodes,
         )
 
     # -- confirmation and release ---------------------------------------------------------
@@ -144,7 +165,11 @@ class Experiment:
                 found.clear()
                 return False
             my_paths = {h.path for h in mine}
-            others = [h for h, _, _ in found.holders if h.path not in my_paths and all(h.obj is not m.obj for m in mine)]
+            others = [
+                h
+                for h, _, _ in found.holders
+                if h.path not in my_paths and all(h.obj is not m.obj for m in mine)
+            ]
             released = _release_all(others)
             mine.clear()
             others.clear()
@@ -158,7 +183,9 @@ class Experiment:
             found.clear()
             if nodes_only:
                 return still_held
-            return still_held and bool(evidence_alive([trial.evidence], plain_ids, trial.excluded_storages))
+            return still_held and bool(
+                evidence_alive([trial.evidence], plain_ids, trial.excluded_storages)
+            )
         finally:
             trial.close()
 
@@ -192,7 +219,8 @@ class Experiment:
             excluded = _excluded(trial, found)
             more = [
                 self._describe(trial, hit, node, reached, excluded)
-                for hit, node, reached in found.holders if hit.path not in known
+                for hit, node, reached in found.holders
+                if hit.path not in known
             ]
             released = _release_all([h for h, _, _ in found.holders])
             found.clear()
@@ -247,7 +275,9 @@ class Experiment:
             trial.close()
             del model
 
-    def _after_micro_batch(self, trial: Trial, loss: Any, *, describe_all: bool) -> tuple[Observation, int, tuple[HolderPath, ...]]:
+    def _after_micro_batch(
+        self, trial: Trial, loss: Any, *, describe_all: bool
+    ) -> tuple[Observation, int, tuple[HolderPath, ...]]:
         """Settle and observe after a micro-batch (NOTE [Held after the last micro-batch]): every walked
         reference to a graph of the run is a holder; the caller keeps only the latest loss (a local
         of the loop, never walked), whose graph counts in the curve but names no holder."""
@@ -257,9 +287,14 @@ class Experiment:
         found = trial.collect(self.options)
         try:
             excluded = _excluded(trial, found)
-            held = [
-                self._describe(trial, hit, node, reached, excluded) for hit, node, reached in found.holders
-            ] if describe_all else []
+            held = (
+                [
+                    self._describe(trial, hit, node, reached, excluded)
+                    for hit, node, reached in found.holders
+                ]
+                if describe_all
+                else []
+            )
             plain_ids = {id(hit.obj) for hit in found.plain}
             alive = evidence_alive([trial.evidence], plain_ids, excluded)
             roots = found.nodes()
@@ -271,19 +306,31 @@ class Experiment:
             nodes_by_step, total = trial.steps.nodes_by_step(roots)
             roots.clear()
             stored = [
-                ("storage", hit.obj) for hit in found.plain
-                if hit.root.kind in STORAGE_ROOTS and not trial.is_preexisting(hit.obj) and _maxlen(hit) is None
+                ("storage", hit.obj)
+                for hit in found.plain
+                if hit.root.kind in STORAGE_ROOTS
+                and not trial.is_preexisting(hit.obj)
+                and _maxlen(hit) is None
             ]
             paths = tuple(
-                hit.path for hit in found.plain
-                if hit.root.kind in STORAGE_ROOTS and not trial.is_preexisting(hit.obj) and _maxlen(hit) is None
+                hit.path
+                for hit in found.plain
+                if hit.root.kind in STORAGE_ROOTS
+                and not trial.is_preexisting(hit.obj)
+                and _maxlen(hit) is None
             )
             storage = sum(n for _, n in storage_map(stored, trial.excluded_storages).values())
             stored.clear()
             INSPECTION.add(found.stats)
             obs = observation(
-                held, latest=len(trial.steps.ranges) - 1, alive=alive, nodes_by_step=nodes_by_step,
-                graph_nodes=total, held_nodes=held_nodes, stats=found.stats, cuda=self.options.device == "cuda",
+                held,
+                latest=len(trial.steps.ranges) - 1,
+                alive=alive,
+                nodes_by_step=nodes_by_step,
+                graph_nodes=total,
+                held_nodes=held_nodes,
+                stats=found.stats,
+                cuda=self.options.device == "cuda",
             )
             return obs, storage, paths
         finally:
@@ -311,21 +358,32 @@ class Experiment:
         storage: list[int] = []
         paths: tuple[HolderPath, ...] = ()
         for k in range(1, options.micro_batches + 1):
-            report(step=f"{spec.adapter or 'framework'} loop over micro-batches 1-{k} of {options.micro_batches}")
+            report(
+                step=f"{spec.adapter or 'framework'} loop over micro-batches 1-{k} of {options.micro_batches}"
+            )
             model, engine = build_subject(spec, options)
             batches = [make_micro_batch(spec, options, i) for i in range(k)]
             trial = new_trial(spec, mode, options, model, engine, batches)
             del engine
             try:
-                grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
+                grad_mode = (
+                    torch.no_grad()
+                    if (forward_only and spec.caller_no_grad_forward_only)
+                    else torch.enable_grad()
+                )
                 trial.steps.begin()
                 try:
                     with grad_mode, seeded(0):
                         result = spec.run_micro_batches(
-                            trial.roots["engine"], batches, spec.loss_function or default_loss, forward_only
+                            trial.roots["engine"],
+                            batches,
+                            spec.loss_function or default_loss,
+                            forward_only,
                         )
                 except Exception as exc:
-                    raise EngineError(describe_exception(exc, f"{spec.adapter or 'the framework'} loop")) from None
+                    raise EngineError(
+                        describe_exception(exc, f"{spec.adapter or 'the framework'} loop")
+                    ) from None
                 trial.roots["output"] = result
                 del result
                 record_step(trial, model, None, options)
@@ -353,12 +411,18 @@ class Experiment:
         # An installed package's line is traced only when it defines the engine (a framework
         # trainer a user subclasses); a library the engine calls (torchmetrics storing into its own
         # cache) runs untraced, so the stored-at line is the user's line that called it.
-        owners = [sys.modules.get(safe.type_module(k)) for k in safe.mro(type(engine))] + list(self.spec.modules)
+        owners = [sys.modules.get(safe.type_module(k)) for k in safe.mro(type(engine))] + list(
+            self.spec.modules
+        )
 
         def is_user_file(file: str) -> bool:
             return is_user_file_of(file, owners)
 
-        roots = {"engine": engine, "module": model, "micro_batch": make_micro_batch(self.spec, self.options, 0)}
+        roots = {
+            "engine": engine,
+            "module": model,
+            "micro_batch": make_micro_batch(self.spec, self.options, 0),
+        }
         del model, engine
         result: list[Any] = []
 
@@ -377,13 +441,17 @@ class Experiment:
             # NOTE [Fixes that never break training]: stored after this run's loss was computed?
             return {
                 path: dc.replace(site, detach_safe=True)
-                if site.seq is not None and loss_seq is not None and site.seq > loss_seq else site
-                if site.seq is not None and loss_seq is not None else site
+                if site.seq is not None and loss_seq is not None and site.seq > loss_seq
+                else site
+                if site.seq is not None and loss_seq is not None
+                else site
                 for path, site in sites.items()
             }
         finally:
             result.clear()
-            if self.spec.close_engine is not None:  # end what the adapter started (a paused framework loop)
+            if (
+                self.spec.close_engine is not None
+            ):  # end what the adapter started (a paused framework loop)
                 self.spec.close_engine(roots["engine"])
             roots.clear()
 
@@ -408,7 +476,11 @@ class Experiment:
     # -- at other sizes (the projection) ---------------------------------------------------
     def at_size(self, size: ModelSize, micro_batches: int) -> Experiment:
         """The same experiment on a tiny model of another size."""
-        return Experiment(self.spec, self.mode, dataclasses.replace(self.options, size=size, micro_batches=micro_batches))
+        return Experiment(
+            self.spec,
+            self.mode,
+            dataclasses.replace(self.options, size=size, micro_batches=micro_batches),
+        )
 
     # -- the graph one holder keeps -------------------------------------------------------
     def graph(self, path: str | None, max_nodes: int) -> tuple[GraphView | None, tuple[str, ...]]:
@@ -428,17 +500,25 @@ class Experiment:
             chosen.clear()
             obj, view_path = hit.obj, str(hit.path)
             del hit
-            view = view_of(obj, target=self.spec.name, mode=self.mode.value, path=view_path, max_nodes=max_nodes)
+            view = view_of(
+                obj,
+                target=self.spec.name,
+                mode=self.mode.value,
+                path=view_path,
+                max_nodes=max_nodes,
+            )
             del obj
             if view is None:
-                return GraphView(self.spec.name, self.mode.value, view_path, None, (), 0, False, paths), paths
+                return GraphView(
+                    self.spec.name, self.mode.value, view_path, None, (), 0, False, paths
+                ), paths
             return dataclasses.replace(view, paths=paths), paths
         finally:
             trial.close()
 
     @staticmethod
     def inspection_warning() -> str | None:
-        """"3 objects could not be inspected; first: ..." for everything this process's experiments
+        """ "3 objects could not be inspected; first: ..." for everything this process's experiments
         could not read since the last :meth:`step`."""
         return INSPECTION.warning()
 

@@ -78,7 +78,11 @@ class TorchState:
         changed = []
         if now.hooks != self.hooks:
             extra = len(now.hooks) - len(self.hooks)
-            what = f"{extra} saved_tensors_hooks context(s) entered and never exited" if extra > 0 else "the saved_tensors_hooks stack changed"
+            what = (
+                f"{extra} saved_tensors_hooks context(s) entered and never exited"
+                if extra > 0
+                else "the saved_tensors_hooks stack changed"
+            )
             changed.append(what)
             _set_hook_stack(self.hooks)
         if now.default_dtype != self.default_dtype:
@@ -95,7 +99,9 @@ class TorchState:
             torch.set_grad_enabled(self.grad_enabled)
         if now.deterministic != self.deterministic:
             changed.append("deterministic algorithms switched")
-            torch.use_deterministic_algorithms(self.deterministic[0], warn_only=self.deterministic[1])
+            torch.use_deterministic_algorithms(
+                self.deterministic[0], warn_only=self.deterministic[1]
+            )
         return changed
 
 
@@ -112,7 +118,8 @@ def torch_state(changed: list[str]) -> Iterator[None]:
 def warning_for(changed: list[str]) -> str:
     """The one-line warning for a result whose engine left state changed."""
     return (
-        "the engine left process-wide torch state changed: " + ", ".join(changed)
+        "the engine left process-wide torch state changed: "
+        + ", ".join(changed)
         + "; leakscope restored it, but the engine's other callers will run under it: "
         "use context managers (with torch.autograd.graph.saved_tensors_hooks(...):) and restore settings"
     )

@@ -39,7 +39,7 @@ from leakscope.probe.cost import node_cost
 from leakscope.probe.liveness import Evidence, alive_bytes
 from leakscope.probe.steps import BEFORE, StepGraphs
 from leakscope.probe.view import FINDING_GRAPH_NODES, view_of
-from leakscope.probe.walk import ITEM, SET, Hit, Link, Root, WalkStats, kinds, walk
+from leakscope.probe.walk import Hit, Link, LinkKind, Root, WalkStats, kinds, walk
 from leakscope.results import GraphView, Source
 
 
@@ -59,7 +59,9 @@ class Held:
     #: identities of those nodes, to count shared ones once across references
     node_keys: frozenset[int]
     #: what one step's graph behind it keeps (its earliest step's; NOTE [One accounting]): a finding's bytes
-    step_storages: Mapping[tuple[str, int], tuple[str, int]] = dataclasses.field(default_factory=dict)
+    step_storages: Mapping[tuple[str, int], tuple[str, int]] = dataclasses.field(
+        default_factory=dict
+    )
     step_node_keys: frozenset[int] = frozenset()
     #: the ``maxlen`` of the deque it sits in (a bounded holder), if it does
     maxlen: int | None = None
@@ -134,8 +136,12 @@ class Collection:
 
 
 def collect(
-    roots: Sequence[Root], steps: StepGraphs, *, skip_ids: Iterable[int] = (),
-    max_objects: int = 2_000_000, generic: bool = False,
+    roots: Sequence[Root],
+    steps: StepGraphs,
+    *,
+    skip_ids: Iterable[int] = (),
+    max_objects: int = 2_000_000,
+    generic: bool = False,
 ) -> Collection:
     """Walk ``roots`` and sort what they reach: references into the judged steps' graphs, and
     plain tensors."""
@@ -143,7 +149,9 @@ def collect(
     holders: list[tuple[Hit, Any, frozenset[int]]] = []
     plain: list[Hit] = []
     reached: dict[int, frozenset[int]] = {}
-    for hit in walk(roots, skip_ids=skip_ids, max_objects=max_objects, stats=stats, generic=generic):
+    for hit in walk(
+        roots, skip_ids=skip_ids, max_objects=max_objects, stats=stats, generic=generic
+    ):
         obj = hit.obj
         if safe.is_tensor(obj):
             node = safe.grad_fn(obj)
@@ -191,7 +199,8 @@ def _only_extends_older(node: Any, steps: StepGraphs) -> bool:
             older = True
             continue
         if step is not None and (
-            next(saved_values(current), None) is not None or next(ctx_values(current), None) is not None
+            next(saved_values(current), None) is not None
+            or next(ctx_values(current), None) is not None
         ):
             return False  # a step's own nodes keep tensors
     return older
@@ -214,9 +223,17 @@ def caller_storages(found: Collection) -> set[tuple[str, int]]:
 
 
 def describe(
-    hit: Hit, node: Any, reached: frozenset[int], steps: StepGraphs, *, excluded: set[tuple[str, int]],
-    modules: Sequence[Any] = (), target_modules: Sequence[Any] = (), loop_roots: frozenset[str] = frozenset(),
-    loss_nodes: frozenset[int] = frozenset(), graph: bool = True,
+    hit: Hit,
+    node: Any,
+    reached: frozenset[int],
+    steps: StepGraphs,
+    *,
+    excluded: set[tuple[str, int]],
+    modules: Sequence[Any] = (),
+    target_modules: Sequence[Any] = (),
+    loop_roots: frozenset[str] = frozenset(),
+    loss_nodes: frozenset[int] = frozenset(),
+    graph: bool = True,
 ) -> Held:
     """The description of one reference (:class:`Held`); ``node`` is None for a held leaf.
 
@@ -255,9 +272,13 @@ def describe(
         storages = storage_map([(g.cause, t) for g in found for t in g.tensors], excluded | own)
         found.clear()
         _, found = graph_tensors([node], stop=steps.is_before, count=one_step)
-        step_storages = storage_map([(g.cause, t) for g in found for t in g.tensors], excluded | own)
+        step_storages = storage_map(
+            [(g.cause, t) for g in found for t in g.tensors], excluded | own
+        )
         found.clear()
-        below = [n for n in iter_nodes([node], stop=steps.is_before) if sequence_nr(n) != UINT64_MAX]
+        below = [
+            n for n in iter_nodes([node], stop=steps.is_before) if sequence_nr(n) != UINT64_MAX
+        ]
         keys = frozenset(node_key(n) for n in below)
         step_keys = frozenset(node_key(n) for n in below if one_step(n))
         below.clear()
@@ -276,7 +297,9 @@ def describe(
         loop_local=_loop_local(hit, loop_roots),
         source=source,
         called_from=called_from(obj, source, target_modules) if source is not None else (),
-        graph=view_of(obj, path=str(hit.path), max_nodes=FINDING_GRAPH_NODES) if graph and node is not None else None,
+        graph=view_of(obj, path=str(hit.path), max_nodes=FINDING_GRAPH_NODES)
+        if graph and node is not None
+        else None,
         backward_ran=stats.freed > 0 and stats.intact == 0,
         partly_freed=stats.freed > 0 and stats.intact > 0,
         feeds_loss=node is not None and node_key(node) in loss_nodes,
@@ -292,7 +315,9 @@ def loss_graph(loss_node: Any, steps: StepGraphs) -> frozenset[int]:
     if loss_node is None:
         return frozenset()
     root = node_key(loss_node)
-    return frozenset(k for k in (node_key(n) for n in iter_nodes([loss_node], stop=steps.is_before)) if k != root)
+    return frozenset(
+        k for k in (node_key(n) for n in iter_nodes([loss_node], stop=steps.is_before)) if k != root
+    )
 
 
 def live_step_nodes(steps: StepGraphs) -> dict[int, set[int]]:
@@ -326,7 +351,9 @@ def unexplained_nodes(steps: StepGraphs, held: Iterable[Held]) -> dict[int, int]
     reached: set[int] = set()
     for h in held:
         reached |= h.node_keys
-    return {step: len(keys - reached) for step, keys in live_step_nodes(steps).items() if keys - reached}
+    return {
+        step: len(keys - reached) for step, keys in live_step_nodes(steps).items() if keys - reached
+    }
 
 
 def module_roots(skip: Iterable[str] = ()) -> list[Root]:
@@ -364,9 +391,9 @@ def _accumulates(link: Link) -> bool:
     """A step of the path into a container that grows: a list, a deque or a set entry, or a
     mapping value under a key that is not a name (``history[step]``)."""
     container = link.container
-    if link.kind == SET:
+    if link.kind is LinkKind.SET:
         return True
-    if link.kind != ITEM:
+    if link.kind is not LinkKind.ITEM:
         return False
     if safe.is_instance(container, (list, deque)):
         return True
@@ -392,20 +419,34 @@ def _loop_local(hit: Hit, loop_roots: frozenset[str]) -> bool:
 
 
 def observation(
-    held: list[Held], *, latest: int, unexplained: Mapping[str, int] | None = None,
-    alive: Mapping[str, int] | None = None, nodes_by_step: tuple[int, ...] = (), graph_nodes: int = 0,
-    held_nodes: int | None = None, stats: WalkStats | None = None, cuda: bool = False,
+    held: list[Held],
+    *,
+    latest: int,
+    unexplained: Mapping[str, int] | None = None,
+    alive: Mapping[str, int] | None = None,
+    nodes_by_step: tuple[int, ...] = (),
+    graph_nodes: int = 0,
+    held_nodes: int | None = None,
+    stats: WalkStats | None = None,
+    cuda: bool = False,
 ) -> Observation:
     """An :class:`Observation`, with the node cost (when a graph is held) and the CUDA figure filled in."""
     if held_nodes is None:
         held_nodes = len(frozenset().union(*(h.node_keys for h in held))) if held else 0
     cost = node_cost() if held or held_nodes else None
     return Observation(
-        held=tuple(held), latest=latest, unexplained=dict(unexplained or {}), alive=dict(alive or {}),
-        nodes_by_step=nodes_by_step, graph_nodes=graph_nodes, held_nodes=held_nodes,
+        held=tuple(held),
+        latest=latest,
+        unexplained=dict(unexplained or {}),
+        alive=dict(alive or {}),
+        nodes_by_step=nodes_by_step,
+        graph_nodes=graph_nodes,
+        held_nodes=held_nodes,
         node_bytes=cost.bytes_per_node if cost else 0,
-        node_cost_note=cost.describe() if cost else "", walk_errors=stats.errors if stats else 0,
-        first_walk_error=stats.first_error if stats else None, truncated=stats.truncated if stats else False,
+        node_cost_note=cost.describe() if cost else "",
+        walk_errors=stats.errors if stats else 0,
+        first_walk_error=stats.first_error if stats else None,
+        truncated=stats.truncated if stats else False,
         walk_stopped_after=stats.stopped_after if stats else None,
         cuda_allocated=_cuda_allocated() if cuda else None,
     )
@@ -432,6 +473,16 @@ def evidence_alive(
 
 
 __all__ = [
-    "Collection", "Held", "Observation", "collect", "describe", "evidence_alive", "live_step_nodes", "loss_graph",
-    "module_roots", "observation", "caller_storages", "unexplained_nodes",
+    "Collection",
+    "Held",
+    "Observation",
+    "collect",
+    "describe",
+    "evidence_alive",
+    "live_step_nodes",
+    "loss_graph",
+    "module_roots",
+    "observation",
+    "caller_storages",
+    "unexplained_nodes",
 ]

@@ -46,8 +46,14 @@ def applied(text: str, edits: Sequence[Edit], *, name: str = "the file") -> str:
     by_line: dict[int, Edit] = {}
     for edit in edits:
         other = by_line.get(edit.line)
-        if other is not None and (other.column, other.before, other.after) != (edit.column, edit.before, edit.after):
-            raise UsageError(f"two different edits of {name}:{edit.line}; apply one, check again, then the other")
+        if other is not None and (other.column, other.before, other.after) != (
+            edit.column,
+            edit.before,
+            edit.after,
+        ):
+            raise UsageError(
+                f"two different edits of {name}:{edit.line}; apply one, check again, then the other"
+            )
         by_line[edit.line] = edit
     for number, edit in sorted(by_line.items()):
         if not 1 <= number <= len(lines):
@@ -57,8 +63,8 @@ def applied(text: str, edits: Sequence[Edit], *, name: str = "the file") -> str:
             )
         line = lines[number - 1]
         body = line.rstrip("\r\n")
-        ending = line[len(body):]
-        indent, code = body[: edit.column - 1], body[edit.column - 1:].rstrip()
+        ending = line[len(body) :]
+        indent, code = body[: edit.column - 1], body[edit.column - 1 :].rstrip()
         if indent.strip() or code != edit.before:
             raise StaleEdit(
                 f"{name}:{number} reads {body.strip()!r}, not {edit.before!r} as when it was checked:"
@@ -71,7 +77,11 @@ def applied(text: str, edits: Sequence[Edit], *, name: str = "the file") -> str:
 def unified_diff(file: str, before: str, after: str) -> str:
     """``git diff`` style: ``--- a/FILE``, ``+++ b/FILE``, three lines of context."""
     diff = difflib.unified_diff(
-        before.splitlines(keepends=True), after.splitlines(keepends=True), f"a/{file}", f"b/{file}", n=3
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        f"a/{file}",
+        f"b/{file}",
+        n=3,
     )
     out = []
     for line in diff:

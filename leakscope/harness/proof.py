@@ -89,7 +89,9 @@ class _EditedFinder(importlib.abc.MetaPathFinder):
             if text is None or spec.origin is None:
                 return None  # the next finder (the one that found it) loads it as usual
             return importlib.util.spec_from_file_location(
-                fullname, spec.origin, loader=_EditedLoader(fullname, spec.origin, text),
+                fullname,
+                spec.origin,
+                loader=_EditedLoader(fullname, spec.origin, text),
                 submodule_search_locations=spec.submodule_search_locations,
             )
         return None
@@ -140,13 +142,16 @@ def forget(names: Sequence[str]) -> None:
 
 def _edited_names(texts: Mapping[str, str]) -> list[str]:
     return [
-        name for name, module in list(sys.modules.items())
+        name
+        for name, module in list(sys.modules.items())
         if _resolved(getattr(module, "__file__", None)) in texts
     ]
 
 
 @contextlib.contextmanager
-def edited_modules(texts: Mapping[Path, str], *, since: set[str], target: str | None = None) -> Iterator[None]:
+def edited_modules(
+    texts: Mapping[Path, str], *, since: set[str], target: str | None = None
+) -> Iterator[None]:
     """Within the block, importing a module whose file is a key of ``texts`` runs the edited text
     instead (NOTE [A fix is proven, not worded]). User modules loaded since ``since``, and the edited
     ones, are forgotten before and after, so each variant imports afresh. ``target``: a
@@ -179,7 +184,9 @@ def _load_file_target(target: str, texts: Mapping[str, str]) -> None:
     text = texts.get(str(path))
     if text is None:
         return
-    name = path.stem if path.stem.isidentifier() else "leakscope_target"  # as leakscope.harness.target names it
+    name = (
+        path.stem if path.stem.isidentifier() else "leakscope_target"
+    )  # as leakscope.harness.target names it
     loader = _EditedLoader(name, str(path), text)
     spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     assert spec is not None
@@ -192,7 +199,9 @@ def _load_file_target(target: str, texts: Mapping[str, str]) -> None:
         loader.exec_module(module)
     except BaseException as exc:
         sys.modules.pop(name, None)
-        raise TargetError(f"the edited {module_part} does not import: {type(exc).__name__}: {exc}") from None
+        raise TargetError(
+            f"the edited {module_part} does not import: {type(exc).__name__}: {exc}"
+        ) from None
     finally:
         if added:
             sys.path.remove(str(path.parent))
@@ -249,10 +258,14 @@ def _parameters(model: Any, engine: Any) -> list[tuple[str, Any]]:
     if isinstance(model, torch.nn.Module):
         for name, p in model.named_parameters():
             add(f"module.{name}", p)
-    if safe.is_instance(engine, torch.nn.Module):  # a LightningModule: its own parameters (and the model's again)
+    if safe.is_instance(
+        engine, torch.nn.Module
+    ):  # a LightningModule: its own parameters (and the model's again)
         for name, p in engine.named_parameters():
             add(f"engine.{name}", p)
-    attrs = dict(safe.instance_dict(engine) or {})  # read as the walk reads (NOTE [Reads that run no user code])
+    attrs = dict(
+        safe.instance_dict(engine) or {}
+    )  # read as the walk reads (NOTE [Reads that run no user code])
     for attr, value in attrs.items():
         if safe.is_instance(value, torch.nn.Module):
             for name, p in value.named_parameters():
@@ -262,7 +275,9 @@ def _parameters(model: Any, engine: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def capture(spec: EngineSpec, options: CheckOptions, *, detach_stores: Sequence[Any] = ()) -> StepTensors:
+def capture(
+    spec: EngineSpec, options: CheckOptions, *, detach_stores: Sequence[Any] = ()
+) -> StepTensors:
     """Run one train step on a fresh tiny model (seed 0, micro-batch 0) and keep every parameter's
     gradient and value; raises :class:`~leakscope.errors.LeakscopeError` when the step fails.
 
@@ -276,7 +291,9 @@ def capture(spec: EngineSpec, options: CheckOptions, *, detach_stores: Sequence[
     from leakscope.harness.run import build_subject, make_micro_batch, step_once
     from leakscope.harness.runtime import single_threaded
 
-    changed: list[str] = []  # torch state the engine left changed: restored, and no concern of a proof
+    changed: list[
+        str
+    ] = []  # torch state the engine left changed: restored, and no concern of a proof
     with torch_state(changed), process_group(options.device), single_threaded():
         model, engine = build_subject(spec, options)
         try:
@@ -287,7 +304,9 @@ def capture(spec: EngineSpec, options: CheckOptions, *, detach_stores: Sequence[
                 from leakscope.probe.library import is_library_file
 
                 roots = {"engine": engine, "module": model, "micro_batch": micro_batch}
-                tracer = StoreTracer(list(detach_stores), roots, lambda f: not is_library_file(f), detach=True)
+                tracer = StoreTracer(
+                    list(detach_stores), roots, lambda f: not is_library_file(f), detach=True
+                )
                 tracer.install()
                 try:
                     step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
@@ -299,10 +318,14 @@ def capture(spec: EngineSpec, options: CheckOptions, *, detach_stores: Sequence[
             else:
                 step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
             tensors: dict[str, Any] = {}
-            with_grad = 0  # tensors that tell something: a gradient, or a value the step's update moved
+            with_grad = (
+                0  # tensors that tell something: a gradient, or a value the step's update moved
+            )
             for name, p in _parameters(model, engine):
                 before = initial.get(id(p))
-                moved = before is None or before.shape != p.shape or not torch.equal(before, p.detach())
+                moved = (
+                    before is None or before.shape != p.shape or not torch.equal(before, p.detach())
+                )
                 if p.grad is not None or moved:
                     with_grad += 1
                 tensors[f"gradient of {name}"] = None if p.grad is None else p.grad.detach().clone()
@@ -316,12 +339,16 @@ def capture(spec: EngineSpec, options: CheckOptions, *, detach_stores: Sequence[
     return StepTensors(tensors, with_grad)
 
 
-def compare(before: StepTensors, after: StepTensors, *, what: str = "the edited step") -> GradientCheck:
+def compare(
+    before: StepTensors, after: StepTensors, *, what: str = "the edited step"
+) -> GradientCheck:
     """Every tensor of ``before`` against ``after`` (NOTE [A fix is proven, not worded])."""
     import torch
 
     if before.with_grad == 0:
-        return GradientCheck(error="the train step leaves no parameter gradient (nor an updated parameter) to compare")
+        return GradientCheck(
+            error="the train step leaves no parameter gradient (nor an updated parameter) to compare"
+        )
     worst, compared = 0.0, 0
     changed: str | None = None
     changed_by: float | None = None
@@ -354,6 +381,16 @@ def step_error(exc: LeakscopeError) -> GradientCheck:
 
 
 __all__ = [
-    "ATOL", "RTOL", "GradientCheck", "StepTensors", "capture", "compare", "edited_modules", "forget", "in_project",
-    "step_error", "tolerance", "user_modules",
+    "ATOL",
+    "RTOL",
+    "GradientCheck",
+    "StepTensors",
+    "capture",
+    "compare",
+    "edited_modules",
+    "forget",
+    "in_project",
+    "step_error",
+    "tolerance",
+    "user_modules",
 ]

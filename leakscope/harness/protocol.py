@@ -71,7 +71,9 @@ def describe_exception(exc: BaseException, action: str) -> str:
     return f"{action} raised {type(exc).__name__}: {message}{location}"
 
 
-def _call_forward_step(engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
+def _call_forward_step(
+    engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool
+) -> Any:
     return engine.forward_step(micro_batch, loss_function=loss_function, forward_only=forward_only)
 
 
@@ -80,7 +82,9 @@ def check_forward_step(engine: Any, spec_name: str) -> None:
     # Looked up as the walk reads (never a ``__dict__`` property or a metaclass hook); then called
     # as the real caller calls it.
     name = safe.type_name(type(engine))
-    method = (safe.instance_dict(engine) or {}).get("forward_step", safe.class_attr(type(engine), "forward_step", _MISSING))
+    method = (safe.instance_dict(engine) or {}).get(
+        "forward_step", safe.class_attr(type(engine), "forward_step", _MISSING)
+    )
     if method is _MISSING:
         raise EngineError(
             f"{name} (from {spec_name}) has no forward_step; "
@@ -129,22 +133,32 @@ def from_target(resolved: ResolvedTarget, factory: Any = None) -> EngineSpec:
     modules = [resolved.module]
     if factory is not None:
         if not callable(factory):
-            raise TargetError(f"--factory names a {type(factory).__name__}, not a callable taking the model")
+            raise TargetError(
+                f"--factory names a {type(factory).__name__}, not a callable taking the model"
+            )
         fmod = _module_of(factory)
         if fmod is not None:
             modules.append(fmod)
-        return EngineSpec(resolved.spec, factory, _call_forward_step, modules=tuple(modules), anchor=factory)
+        return EngineSpec(
+            resolved.spec, factory, _call_forward_step, modules=tuple(modules), anchor=factory
+        )
     if inspect.isclass(obj):
-        return EngineSpec(resolved.spec, obj, _call_forward_step, modules=tuple(modules), anchor=obj)
+        return EngineSpec(
+            resolved.spec, obj, _call_forward_step, modules=tuple(modules), anchor=obj
+        )
     if _is_step_function(obj):
         step = obj
 
         def call_step(model: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
             return step(model, micro_batch, loss_function, forward_only)
 
-        return EngineSpec(resolved.spec, lambda model: model, call_step, modules=tuple(modules), anchor=obj)
+        return EngineSpec(
+            resolved.spec, lambda model: model, call_step, modules=tuple(modules), anchor=obj
+        )
     if callable(obj):
-        return EngineSpec(resolved.spec, obj, _call_forward_step, modules=tuple(modules), anchor=obj)
+        return EngineSpec(
+            resolved.spec, obj, _call_forward_step, modules=tuple(modules), anchor=obj
+        )
     raise TargetError(
         f"{resolved.spec} is a {type(obj).__name__}, not an engine class, factory or step function; "
         "point the target at a class built as Name(model) or a callable returning an engine"

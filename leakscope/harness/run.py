@@ -22,11 +22,15 @@ from leakscope.results import Mode
 def _validate(result: Any, mode: Mode) -> tuple[Any, Any]:
     # Read as the walk reads (NOTE [Reads that run no user code] in leakscope/probe/safe.py):
     # the pair by its builtin type's own iteration, the loss by torch's getters.
-    pair = list(tuple.__iter__(result)) if safe.is_instance(result, tuple) else (
-        list(list.__iter__(result)) if safe.is_instance(result, list) else None
+    pair = (
+        list(tuple.__iter__(result))
+        if safe.is_instance(result, tuple)
+        else (list(list.__iter__(result)) if safe.is_instance(result, list) else None)
     )
     if pair is None or len(pair) != 2:
-        shape = f"a {safe.type_name(type(result))}" + (f" of length {len(pair)}" if pair is not None else "")
+        shape = f"a {safe.type_name(type(result))}" + (
+            f" of length {len(pair)}" if pair is not None else ""
+        )
         raise EngineError(
             f"forward_step returned {shape}; expected a (loss, output) pair: end it with `return loss, output`"
         )
@@ -56,7 +60,9 @@ def make_micro_batch(spec: EngineSpec, options: CheckOptions, index: int) -> Any
 
     if spec.make_micro_batch is not None:
         return spec.make_micro_batch(options.size, index)
-    return build_micro_batch(options.size, index, options.device or "cpu", keys=options.micro_batch_keys)
+    return build_micro_batch(
+        options.size, index, options.device or "cpu", keys=options.micro_batch_keys
+    )
 
 
 def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
@@ -68,7 +74,13 @@ def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
 
 
 def step_once(
-    spec: EngineSpec, engine: Any, micro_batch: Any, mode: Mode, *, anomaly: bool = False, seed: int = 0
+    spec: EngineSpec,
+    engine: Any,
+    micro_batch: Any,
+    mode: Mode,
+    *,
+    anomaly: bool = False,
+    seed: int = 0,
 ) -> tuple[Any, Any]:
     """Call the step as its real caller does (and backward in train mode); validate what it returns.
 
@@ -81,14 +93,22 @@ def step_once(
     from leakscope.models.tiny import loss_function
 
     forward_only = mode is Mode.FORWARD_ONLY
-    grad_mode = torch.no_grad() if (forward_only and spec.caller_no_grad_forward_only) else torch.enable_grad()
+    grad_mode = (
+        torch.no_grad()
+        if (forward_only and spec.caller_no_grad_forward_only)
+        else torch.enable_grad()
+    )
     anomaly_mode = (
-        torch.autograd.set_detect_anomaly(True, check_nan=False) if anomaly else contextlib.nullcontext()
+        torch.autograd.set_detect_anomaly(True, check_nan=False)
+        if anomaly
+        else contextlib.nullcontext()
     )
     action = f"the {spec.adapter} step" if spec.runs_backward else "forward_step"
     try:
         with grad_mode, anomaly_mode, seeded(seed), recording():
-            result = spec.call_step(engine, micro_batch, spec.loss_function or loss_function, forward_only)
+            result = spec.call_step(
+                engine, micro_batch, spec.loss_function or loss_function, forward_only
+            )
     except LeakscopeError:
         raise  # an adapter's own one-line error (e.g. the factory built the wrong kind of object)
     except Exception as exc:
@@ -96,7 +116,8 @@ def step_once(
         if missing is not None:  # leakscope's micro-batch lacks a key: not the engine's fault
             raise EngineError(missing.message, detail=traceback.format_exc()) from None
         raise EngineError(
-            describe_exception(exc, action) + "; fix the engine (run with --debug for the traceback)",
+            describe_exception(exc, action)
+            + "; fix the engine (run with --debug for the traceback)",
             detail=traceback.format_exc(),
         ) from None
     except SystemExit as exc:
@@ -116,7 +137,8 @@ def step_once(
             loss.backward()
         except Exception as exc:
             raise EngineError(
-                describe_exception(exc, "loss.backward()") + "; the returned loss must be differentiable",
+                describe_exception(exc, "loss.backward()")
+                + "; the returned loss must be differentiable",
                 detail=traceback.format_exc(),
             ) from None
     return loss, output

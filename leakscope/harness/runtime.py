@@ -57,6 +57,7 @@ def prepare_exit() -> None:
     if "torch" in sys.modules:
         gc.freeze()
 
+
 def resolve_device(options: CheckOptions) -> CheckOptions:
     """``device=None`` means CUDA when available, else CPU."""
     import torch

@@ -166,9 +166,11 @@ def called_from(obj: Any, source: Source | None, modules: Any) -> tuple[Source, 
     frames = user_frames_in_stack_text(text)
     if source not in frames:
         return ()
-    outer = frames[frames.index(source) + 1:]
+    outer = frames[frames.index(source) + 1 :]
     files = engine_files(modules)
-    if os.path.abspath(source.file) in files and not any(f.function == source.function for f in outer):
+    if os.path.abspath(source.file) in files and not any(
+        f.function == source.function for f in outer
+    ):
         return ()
     out = []
     for frame in outer[:MAX_CALLED_FROM]:

@@ -137,7 +137,9 @@ def _entry(obj: Any, key: Any) -> Any:
     if d is not None:
         if type(key) is str and key in d:
             return d[key]
-        entries = d.get("_tensordict")  # a TensorDict's (or a tensorclass's) entries, as the walk reads them
+        entries = d.get(
+            "_tensordict"
+        )  # a TensorDict's (or a tensorclass's) entries, as the walk reads them
         if type(entries) is dict and key in entries:
             return entries[key]
     tp = type(obj)
@@ -184,7 +186,9 @@ def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | Non
     return resolve
 
 
-def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callable[[], tuple[int, ...]] | None:
+def _signature(
+    path: HolderPath, roots: dict[str, Any], growth: bool
+) -> Callable[[], tuple[int, ...]] | None:
     """A function returning what changes when something is stored at ``path``: the identity of the
     object there and, with ``growth``, the length of every list the path indexes (an append to
     ``output_lst`` changes ``len(output_lst)``, not ``output_lst[0]``)."""
@@ -193,7 +197,8 @@ def _signature(path: HolderPath, roots: dict[str, Any], growth: bool) -> Callabl
         return None
     prefixes = [
         resolver(HolderPath(path.root, path.segments[:i], path.kind), roots)
-        for i, s in enumerate(path.segments) if growth and s.kind is SegmentKind.INDEX
+        for i, s in enumerate(path.segments)
+        if growth and s.kind is SegmentKind.INDEX
     ]
 
     def signature() -> tuple[int, ...]:
@@ -318,7 +323,9 @@ def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
     [Fixes that never break training]: does storing a detached copy change a gradient?). Only a
     trial's own objects are ever changed, through the builtin containers' own methods (NOTE [Reads
     that run no user code]); False when the slot cannot be set."""
-    segments = tuple(Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments)
+    segments = tuple(
+        Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments
+    )
     if not segments:
         return False
     parent_of = resolver(HolderPath(path.root, segments[:-1], path.kind), roots)
@@ -353,7 +360,9 @@ def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
 
 def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
     """A resolver of ``path`` with every list index at the list's end: what an append just stored."""
-    segments = tuple(Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments)
+    segments = tuple(
+        Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments
+    )
     return resolver(HolderPath(path.root, segments, path.kind), roots)
 
 
@@ -386,8 +395,13 @@ class StoreTracer:
     """
 
     def __init__(
-        self, paths: Sequence[HolderPath], roots: dict[str, Any], is_user_file: Callable[[str], bool],
-        *, growth: bool = False, detach: bool = False,
+        self,
+        paths: Sequence[HolderPath],
+        roots: dict[str, Any],
+        is_user_file: Callable[[str], bool],
+        *,
+        growth: bool = False,
+        detach: bool = False,
     ) -> None:
         from leakscope.harness.source import display_path
 
@@ -400,10 +414,14 @@ class StoreTracer:
         self.watches = []
         for path in paths:
             signature = None if path.root == "output" else _signature(path, roots, growth)
-            self.watches.append(_Watch(
-                path, signature, signature() if signature is not None else (),
-                newest=_newest(path, roots) if signature is not None else None,
-            ))
+            self.watches.append(
+                _Watch(
+                    path,
+                    signature,
+                    signature() if signature is not None else (),
+                    newest=_newest(path, roots) if signature is not None else None,
+                )
+            )
         self.is_user_file = is_user_file
         self.last_line: Source | None = None
         #: the frame that ran ``last_line`` (while the job is traced only)
@@ -438,7 +456,9 @@ class StoreTracer:
     def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
         if event in ("line", "return"):
             self._check()
-            where = Source(self._display(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name)
+            where = Source(
+                self._display(frame.f_code.co_filename), frame.f_lineno, frame.f_code.co_name
+            )
             if event == "line":
                 self.last_line = where
                 self.last_frame = frame
@@ -447,14 +467,20 @@ class StoreTracer:
                     self._returns[id(frame)] = where
             else:
                 self.depth -= 1
-                if self.depth == 0 and self.outer_return is None:  # the step's own return, not a later hook's
+                if (
+                    self.depth == 0 and self.outer_return is None
+                ):  # the step's own return, not a later hook's
                     self.outer_return = self._returns.get(id(frame), where)
                 self._returns.pop(id(frame), None)
                 caller = frame.f_back
                 if caller is not None and self._is_user(caller):
                     # What happens next runs on the caller's line (``self.losses.append(self.logged(x))``
                     # stores after ``logged`` returned): a store seen now is that line's.
-                    self.last_line = Source(self._display(caller.f_code.co_filename), caller.f_lineno, caller.f_code.co_name)
+                    self.last_line = Source(
+                        self._display(caller.f_code.co_filename),
+                        caller.f_lineno,
+                        caller.f_code.co_name,
+                    )
                     self.last_frame = caller
         return self._local
 
@@ -499,13 +525,18 @@ class StoreTracer:
             raw = linecache.getline(_absolute(site.file), site.line).rstrip("\r\n")
             code = raw.strip()
             column = len(raw) - len(raw.lstrip()) + 1
-            out[w.path] = Stored(site, store_op(w.path, code), code, w.backward_done, w.graph_names, w.seq, column)
+            out[w.path] = Stored(
+                site, store_op(w.path, code), code, w.backward_done, w.graph_names, w.seq, column
+            )
         self.watches.clear()
         return out
 
 
 def trace_stores(
-    paths: Sequence[HolderPath], roots: dict[str, Any], is_user_file: Callable[[str], bool], run: Callable[[], Any]
+    paths: Sequence[HolderPath],
+    roots: dict[str, Any],
+    is_user_file: Callable[[str], bool],
+    run: Callable[[], Any],
 ) -> dict[HolderPath, Stored]:
     """Run ``run()`` traced; ``{holder path: (stored-at line, store op, code)}`` (NOTE [Stored at])."""
     tracer = StoreTracer(paths, roots, is_user_file)

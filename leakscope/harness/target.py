@@ -144,7 +144,9 @@ def _import_module(name: str) -> types.ModuleType:
 def resolve(spec: str) -> ResolvedTarget:
     """Import the module of ``spec`` and return the object it names."""
     module_part, attr = split_target(spec)
-    module = _import_file(module_part) if _looks_like_path(module_part) else _import_module(module_part)
+    module = (
+        _import_file(module_part) if _looks_like_path(module_part) else _import_module(module_part)
+    )
     obj: Any = module
     for part in attr.split("."):
         try:
@@ -190,4 +192,6 @@ def target_directory(target: Any) -> Path | None:
             return None
         search = list(spec.submodule_search_locations or []) or None
     origin = spec.origin if spec is not None else None
-    return Path(origin).resolve().parent if origin and origin not in ("built-in", "frozen") else None
+    return (
+        Path(origin).resolve().parent if origin and origin not in ("built-in", "frozen") else None
+    )

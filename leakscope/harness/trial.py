@@ -72,7 +72,11 @@ class Trial:
         return live
 
     def root_list(self) -> list[Root]:
-        out = [Root(name, self.roots[name], name, self.roots) for name in ROOT_ORDER if name in self.roots]
+        out = [
+            Root(name, self.roots[name], name, self.roots)
+            for name in ROOT_ORDER
+            if name in self.roots
+        ]
         seen: set[str] = set()
         for module in self.walked_modules:
             if module.__name__ in seen:
@@ -96,10 +100,15 @@ class Trial:
         self.steps.forget_dead()
         roots = self.root_list()
         if generic:
-            roots.extend(module_roots(skip=[r.name.partition(":")[2] for r in roots if r.kind == "global"]))
+            roots.extend(
+                module_roots(skip=[r.name.partition(":")[2] for r in roots if r.kind == "global"])
+            )
         return collect(
-            roots, self.steps, skip_ids=self.reserved_ids(),
-            max_objects=options.max_objects, generic=generic,
+            roots,
+            self.steps,
+            skip_ids=self.reserved_ids(),
+            max_objects=options.max_objects,
+            generic=generic,
         )
 
     def close(self) -> None:
@@ -114,7 +123,9 @@ class Trial:
         self.preexisting_storages.clear()
 
 
-def run_trial(spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: bool = False) -> Trial:
+def run_trial(
+    spec: EngineSpec, mode: Mode, options: CheckOptions, *, anomaly: bool = False
+) -> Trial:
     """Build, step (and backward in train mode), and return what a caller keeps."""
     report(step="building")
     model, engine = build_subject(spec, options)
@@ -140,10 +151,20 @@ def new_trial(
     # ``modules`` are the engine's own (their frames are what ``source`` prefers); the
     # walk also covers the project modules they import (a registry in a helper module).
     trial = Trial(
-        spec, mode, roots, modules, StepGraphs(), Evidence(), {}, {}, tuple(_with_project_imports(modules)),
+        spec,
+        mode,
+        roots,
+        modules,
+        StepGraphs(),
+        Evidence(),
+        {},
+        {},
+        tuple(_with_project_imports(modules)),
     )
     older: list[Any] = []
-    for hit in walk(trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects):
+    for hit in walk(
+        trial.root_list(), skip_ids=trial.reserved_ids(), max_objects=options.max_objects
+    ):
         t = hit.obj
         if not safe.is_tensor(t):
             older.append(t)  # a graph node held before any step
@@ -218,7 +239,9 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
             if safe.is_instance(value, types.ModuleType):
                 imported: Any = value
             elif type(value) is types.FunctionType:
-                imported = sys.modules.get(value.__module__ if type(value.__module__) is str else "")
+                imported = sys.modules.get(
+                    value.__module__ if type(value.__module__) is str else ""
+                )
             elif safe.is_instance(value, type):
                 imported = sys.modules.get(safe.type_module(value))
             else:
@@ -260,7 +283,11 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
 
     trial.steps.begin()
     loss, output = step_once(
-        trial.spec, trial.roots["engine"], trial.roots["micro_batch"], trial.mode, anomaly=anomaly,
+        trial.spec,
+        trial.roots["engine"],
+        trial.roots["micro_batch"],
+        trial.mode,
+        anomaly=anomaly,
         seed=options.size.seed,
     )
     trial.roots["output"] = output
@@ -290,7 +317,9 @@ def record_step(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> i
     probes = list(getattr(model, "leakscope_probes", ()))
     if hasattr(model, "leakscope_probes"):
         model.leakscope_probes.clear()
-    more = collect_evidence(roots, probes, is_preexisting=trial.is_preexisting, stop=trial.steps.is_before)
+    more = collect_evidence(
+        roots, probes, is_preexisting=trial.is_preexisting, stop=trial.steps.is_before
+    )
     roots.clear()
     known = {id(item.ref()) for item in trial.evidence.items if item.ref() is not None}
     for item in more.items:
@@ -304,6 +333,14 @@ def record_step(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> i
 
 
 __all__ = [
-    "ROOT_ORDER", "Trial", "build_engine", "build_subject", "heap_graph_nodes", "make_micro_batch", "new_trial",
-    "record_step", "run_trial", "step_once",
+    "ROOT_ORDER",
+    "Trial",
+    "build_engine",
+    "build_subject",
+    "heap_graph_nodes",
+    "make_micro_batch",
+    "new_trial",
+    "record_step",
+    "run_trial",
+    "step_once",
 ]

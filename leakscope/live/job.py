@@ -59,7 +59,12 @@ class JobResult:
 
 
 def watch_job(
-    target: str, argv: Sequence[str], options: WatchOptions, *, as_module: bool = False, timeout: float | None = None,
+    target: str,
+    argv: Sequence[str],
+    options: WatchOptions,
+    *,
+    as_module: bool = False,
+    timeout: float | None = None,
 ) -> JobResult:
     """Run ``target`` as ``__main__`` under a watch in a process of its own; merge the reports of every process
     of the job (and under torchrun, of every rank)."""
@@ -76,13 +81,23 @@ def watch_job(
     if ranks is not None and ranks[1] > 1:
         from leakscope.live.ranks import RankExchange
 
-        exchange = RankExchange.join(*ranks)  # before the job: rank 0 may host the store its env:// joins
+        exchange = RankExchange.join(
+            *ranks
+        )  # before the job: rank 0 may host the store its env:// joins
     with _Stopping() as stopping:
         try:
             # A process of the job still writing into it must not turn its removal into an error.
-            with tempfile.TemporaryDirectory(prefix="leakscope-watch-", ignore_cleanup_errors=True) as directory:
+            with tempfile.TemporaryDirectory(
+                prefix="leakscope-watch-", ignore_cleanup_errors=True
+            ) as directory:
                 report, label, code = _supervise(
-                    target, argv, options, as_module, timeout, directory, exchange.job_env() if exchange else {},
+                    target,
+                    argv,
+                    options,
+                    as_module,
+                    timeout,
+                    directory,
+                    exchange.job_env() if exchange else {},
                     stopping,
                 )
         except LeakscopeError as exc:
@@ -102,35 +117,54 @@ def watch_job(
 
 
 def _supervise(
-    target: str, argv: Sequence[str], options: WatchOptions, as_module: bool, timeout: float | None,
-    directory: str, env: dict[str, str], stopping: _Stopping,
+    target: str,
+    argv: Sequence[str],
+    options: WatchOptions,
+    as_module: bool,
+    timeout: float | None,
+    directory: str,
+    env: dict[str, str],
+    stopping: _Stopping,
 ) -> tuple[Report, str, int]:
     """Run the job's process, wait for it and for the processes it started; the merged report, its label,
     the job's exit status."""
     from leakscope.live.processes import merged, read_json, read_reports, unreported, write_json
 
     config = {
-        "target": target, "argv": list(argv), "as_module": as_module, "options": options.to_json(),
-        "timeout": timeout, "launched": time.time(), "path": list(sys.path), "parent": os.getpid(),
+        "target": target,
+        "argv": list(argv),
+        "as_module": as_module,
+        "options": options.to_json(),
+        "timeout": timeout,
+        "launched": time.time(),
+        "path": list(sys.path),
+        "parent": os.getpid(),
     }
     write_json(Path(directory, _CONFIG), config)
     launched = time.monotonic()
     try:
         job = subprocess.Popen(
             [sys.executable, *_interpreter_flags(), "-c", _JOB_MAIN, str(Path(directory, _CONFIG))],
-            stdout=_stderr_fd(), env={**os.environ, **env},
+            stdout=_stderr_fd(),
+            env={**os.environ, **env},
         )
     except OSError as exc:
         raise TargetError(f"cannot start the job's process ({sys.executable}): {exc}") from None
     stopping.job = job
-    killed = _wait(job, launched + timeout + STUCK_GRACE_S + KILL_GRACE_S if timeout else None, stopping)
+    killed = _wait(
+        job, launched + timeout + STUCK_GRACE_S + KILL_GRACE_S if timeout else None, stopping
+    )
     result = read_json(Path(directory, _RESULT))
     if result is not None and isinstance(result.get("error"), dict):
         _raise(result["error"])
-    own, label, code, stopped = _job_report(result, job, killed, target, options, timeout, directory)
+    own, label, code, stopped = _job_report(
+        result, job, killed, target, options, timeout, directory
+    )
     label = label or _job_label(job.pid)
     # NOTE [A process that ends before its report]: the processes the job started
-    missing = unreported(directory, wait_s=0.0 if stopping.is_set() else CHILD_WAIT_S, exclude=[job.pid])
+    missing = unreported(
+        directory, wait_s=0.0 if stopping.is_set() else CHILD_WAIT_S, exclude=[job.pid]
+    )
     others = read_reports(directory, exclude=[job.pid])
     others += [(m.label, m.report) for m in missing if m.report is not None]
     if (others or missing) and not (own.watch and own.watch.calls):
@@ -138,7 +172,9 @@ def _supervise(
         own = dataclasses.replace(own, results=tuple(r for r in own.results if r.target == target))
     report = merged(own, label, others)
     if missing:
-        report = dataclasses.replace(report, results=(*report.results, *_unreported_results(options, missing)))
+        report = dataclasses.replace(
+            report, results=(*report.results, *_unreported_results(options, missing))
+        )
     return report, label, 0 if stopped else code
 
 
@@ -153,14 +189,23 @@ def _job_label(pid: int) -> str:
 def _raise(error: dict[str, Any]) -> None:
     """The job's process could not start the job (a usage or target error): the same error here."""
     message = str(error.get("message", "the job's process failed"))
-    exc: LeakscopeError = UsageError(message) if error.get("exit_code") == int(ExitCode.USAGE) else TargetError(message)
+    exc: LeakscopeError = (
+        UsageError(message)
+        if error.get("exit_code") == int(ExitCode.USAGE)
+        else TargetError(message)
+    )
     exc.detail = error.get("detail")
     raise exc
 
 
 def _job_report(
-    result: dict[str, Any] | None, job: subprocess.Popen[bytes], killed: bool, target: str, options: WatchOptions,
-    timeout: float | None, directory: str,
+    result: dict[str, Any] | None,
+    job: subprocess.Popen[bytes],
+    killed: bool,
+    target: str,
+    options: WatchOptions,
+    timeout: float | None,
+    directory: str,
 ) -> tuple[Report, str, int, bool]:
     """The job process's report, label, exit status and whether the watch stopped it: from its result file, or,
     when it ended without one, from its state file and how it ended (NOTE [The job in a process of its own])."""
@@ -170,7 +215,12 @@ def _job_report(
     report = report_of(result)
     if result is not None and report is not None:
         code = result.get("job_exit_code")
-        return report, str(result.get("label", "")), code if isinstance(code, int) else 1, result.get("stopped") is True
+        return (
+            report,
+            str(result.get("label", "")),
+            code if isinstance(code, int) else 1,
+            result.get("stopped") is True,
+        )
     state = read_json(Path(directory, f"state-{job.pid}.json")) or {}
     partial = report_of(state)
     phase = str(state.get("phase") or "starting")
@@ -188,7 +238,8 @@ def _job_report(
         name = _signal_name(-returncode)
         cause = (
             "a crash in native code (an extension or torch; its Python stack is on stderr)"
-            if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT") else "a signal from outside (out of memory?)"
+            if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
+            else "a signal from outside (out of memory?)"
         )
         error = f"the job's process died of {name} while {phase}: {cause}{covers}"
     else:
@@ -196,13 +247,19 @@ def _job_report(
             f"the job's process ended with exit status {returncode} while {phase}, before leakscope wrote its report "
             f"(os._exit({returncode}), or an exit from C){covers}"
         )
-    results = (*(partial.results if partial is not None else ()),
-               TargetResult(target=target, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=error))
+    results = (
+        *(partial.results if partial is not None else ()),
+        TargetResult(target=target, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=error),
+    )
     if partial is None:
         partial = Report(
-            results=(), leakscope_version=_version(), torch_version=_installed_torch(),
+            results=(),
+            leakscope_version=_version(),
+            torch_version=_installed_torch(),
             python_version=_python_version(),
-            watch=WatchSummary(methods=options.methods, skip=options.skip, micro_batches=options.micro_batches),
+            watch=WatchSummary(
+                methods=options.methods, skip=options.skip, micro_batches=options.micro_batches
+            ),
         )
     return dataclasses.replace(partial, results=results), label, code, False
 
@@ -216,13 +273,15 @@ def _unreported_results(options: WatchOptions, missing: Sequence[Any]) -> list[T
     )
     return [
         TargetResult(
-            target=f"{methods} @ {m.label}", mode=Mode.TRAIN, verdict=Verdict.ERROR,
+            target=f"{methods} @ {m.label}",
+            mode=Mode.TRAIN,
+            verdict=Verdict.ERROR,
             error=(
                 f"{m.label} (pid {m.pid}) made watched calls and was still running {CHILD_WAIT_S:g}s after the job "
                 f"ended, without a report (last {m.phase}): its last look is at its call after the last watched one, "
                 f"or at its exit; {fix}"
-                if m.alive else
-                f"{m.label} (pid {m.pid}) made watched calls but ended {m.phase and f'while {m.phase}, '}before its "
+                if m.alive
+                else f"{m.label} (pid {m.pid}) made watched calls but ended {m.phase and f'while {m.phase}, '}before its "
                 f"last look, without running atexit (as ray.shutdown() ends actors), so it wrote no report; {fix}"
             ),
         )
@@ -278,7 +337,9 @@ def _wait(job: subprocess.Popen[bytes], deadline: float | None, stopping: _Stopp
         now = time.monotonic()
         if stopping.forwarded and stopped_at is None:
             stopped_at = now
-        if (deadline is not None and now > deadline) or (stopped_at is not None and now - stopped_at > KILL_GRACE_S):
+        if (deadline is not None and now > deadline) or (
+            stopped_at is not None and now - stopped_at > KILL_GRACE_S
+        ):
             with contextlib.suppress(OSError):
                 job.kill()
             job.wait()
@@ -345,16 +406,30 @@ def job_process() -> None:
     sys.path[:] = [str(p) for p in config["path"]]
     timeout = float(config["timeout"]) if config.get("timeout") else None
     # The clock counts from the launch, in leakscope watch's process.
-    remaining = None if timeout is None else max(0.001, timeout - (time.time() - float(config["launched"])))
+    remaining = (
+        None if timeout is None else max(0.001, timeout - (time.time() - float(config["launched"])))
+    )
     try:
         _run_here(
-            str(config["target"]), [str(a) for a in config["argv"]], WatchOptions.from_json(str(config["options"])),
-            as_module=bool(config["as_module"]), timeout=timeout, remaining=remaining, directory=directory,
+            str(config["target"]),
+            [str(a) for a in config["argv"]],
+            WatchOptions.from_json(str(config["options"])),
+            as_module=bool(config["as_module"]),
+            timeout=timeout,
+            remaining=remaining,
+            directory=directory,
         )
     except LeakscopeError as exc:
-        write_json(Path(directory, _RESULT), {
-            "error": {"message": exc.message, "exit_code": int(exc.exit_code), "detail": exc.detail},
-        })
+        write_json(
+            Path(directory, _RESULT),
+            {
+                "error": {
+                    "message": exc.message,
+                    "exit_code": int(exc.exit_code),
+                    "detail": exc.detail,
+                },
+            },
+        )
 
 
 def _die_with_parent(parent: int) -> None:
@@ -371,8 +446,14 @@ def _die_with_parent(parent: int) -> None:
 
 
 def _run_here(
-    target: str, argv: Sequence[str], options: WatchOptions, *, as_module: bool, timeout: float | None,
-    remaining: float | None, directory: str,
+    target: str,
+    argv: Sequence[str],
+    options: WatchOptions,
+    *,
+    as_module: bool,
+    timeout: float | None,
+    remaining: float | None,
+    directory: str,
 ) -> None:
     """Run the job in this process under a watch; write ``job-result.json``."""
     from leakscope import phase
@@ -382,7 +463,9 @@ def _run_here(
 
     session = Watch(options)  # usage errors raise here, before the job starts
     session.job_name = target
-    progress = Progress(session, directory, begun=True)  # the job's process keeps its state from the start
+    progress = Progress(
+        session, directory, begun=True
+    )  # the job's process keeps its state from the start
     session.on_report = progress.complete
 
     def finish(report: Report, code: int, stopped: bool) -> None:
@@ -390,9 +473,15 @@ def _run_here(
         from leakscope.serialize import to_data
 
         phase.report("writing the report")
-        write_json(Path(directory, _RESULT), {
-            "label": process_label(), "report": to_data(report), "job_exit_code": code, "stopped": stopped,
-        })
+        write_json(
+            Path(directory, _RESULT),
+            {
+                "label": process_label(),
+                "report": to_data(report),
+                "job_exit_code": code,
+                "stopped": stopped,
+            },
+        )
         progress.end()
 
     def stuck() -> None:
@@ -430,7 +519,9 @@ def _run_here(
         # A look the job was interrupted in is not made again (it may be what hangs).
         again = not (outcome.interrupted and progress.phase.startswith("looking"))
         own = session.stop(
-            extra_modules=[outcome.module] if outcome.module is not None else [], frames=outcome.frames, look=again,
+            extra_modules=[outcome.module] if outcome.module is not None else [],
+            frames=outcome.frames,
+            look=again,
         )
         outcome.module = None
         outcome.frames.clear()
@@ -455,7 +546,10 @@ class _Timeout:
     """
 
     def __init__(
-        self, seconds: float | None, phase: Callable[[], str], on_stuck: Callable[[], None] | None = None,
+        self,
+        seconds: float | None,
+        phase: Callable[[], str],
+        on_stuck: Callable[[], None] | None = None,
     ) -> None:
         self.seconds = seconds
         self.on_stuck = on_stuck
@@ -478,7 +572,9 @@ class _Timeout:
 
     def __enter__(self) -> _Timeout:
         if self.seconds:
-            self._timer = threading.Thread(target=self._run, name="leakscope-watch-timeout", daemon=True)
+            self._timer = threading.Thread(
+                target=self._run, name="leakscope-watch-timeout", daemon=True
+            )
             self._timer.start()
         return self
 

@@ -49,7 +49,9 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
             mod_name, spec, code = runpy._get_module_details(target)  # type: ignore[attr-defined]
         except ImportError as exc:
             sys.path[:] = saved_path
-            raise UsageError(f"cannot run module {target!r}: {exc}; check the name, or run its file instead") from None
+            raise UsageError(
+                f"cannot run module {target!r}: {exc}; check the name, or run its file instead"
+            ) from None
         except Exception as exc:
             sys.path[:] = saved_path
             raise UsageError(f"cannot run module {target!r}: {type(exc).__name__}: {exc}") from None
@@ -67,7 +69,9 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
         spec = None
         path0 = os.path.dirname(file)
     module = types.ModuleType("__main__")
-    module.__dict__.update({"__file__": file, "__builtins__": __builtins__, "__spec__": spec, "__loader__": None})
+    module.__dict__.update(
+        {"__file__": file, "__builtins__": __builtins__, "__spec__": spec, "__loader__": None}
+    )
     if spec is not None:
         module.__dict__["__loader__"] = spec.loader
         module.__dict__["__package__"] = spec.parent
@@ -101,7 +105,9 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
 
         where = user_frame(exc.__traceback__)
         outcome.exit_code = 1
-        outcome.error = f"the job raised {type(exc).__name__}: {exc}" + (f" at {where}" if where else "")
+        outcome.error = f"the job raised {type(exc).__name__}: {exc}" + (
+            f" at {where}" if where else ""
+        )
         outcome.traceback = traceback.format_exc()
         _keep_frames(outcome, exc)
         del exc

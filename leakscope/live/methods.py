@@ -38,8 +38,7 @@ DEFAULT_METHODS = (
 ENGINE_ATTRIBUTES = {
     "lightning.pytorch.strategies.strategy:Strategy.training_step": "lightning_module",
     "pytorch_lightning.strategies.strategy:Strategy.training_step": "lightning_module",
-    "pytorch_lightning.plugins.training_type.training_type_plugin:TrainingTypePlugin.training_step":
-        "lightning_module",
+    "pytorch_lightning.plugins.training_type.training_type_plugin:TrainingTypePlugin.training_step": "lightning_module",
 }
 
 
@@ -122,8 +121,12 @@ def parse_method(text: str) -> MethodSpec:
     """Parse ``pkg.mod:Class.method`` or ``pkg.mod:function``; a usage error names the expected shape."""
     module, sep, qualname = text.partition(":")
     parts = qualname.split(".") if qualname else []
-    if not sep or not module or not parts or not all(p.isidentifier() for p in parts) or not all(
-        p.isidentifier() for p in module.split(".")
+    if (
+        not sep
+        or not module
+        or not parts
+        or not all(p.isidentifier() for p in parts)
+        or not all(p.isidentifier() for p in module.split("."))
     ):
         raise UsageError(
             f"--method {text!r} is not 'pkg.module:Class.method' or 'pkg.module:function'; name the step by "
@@ -154,4 +157,11 @@ def engine_of(spec: MethodSpec, self_: Any) -> Any:
     return self_
 
 
-__all__ = ["DEFAULT_METHODS", "ENGINE_ATTRIBUTES", "MethodSpec", "engine_of", "parse_method", "uncovered_step"]
+__all__ = [
+    "DEFAULT_METHODS",
+    "ENGINE_ATTRIBUTES",
+    "MethodSpec",
+    "engine_of",
+    "parse_method",
+    "uncovered_step",
+]

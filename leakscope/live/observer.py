@@ -106,14 +106,20 @@ class ObserverOptions:
 
 def _caller_root_name(frame: types.FrameType) -> str:
     code = frame.f_code
-    return f"caller:{os.path.basename(code.co_filename)}:{getattr(code, 'co_qualname', code.co_name)}"
+    return (
+        f"caller:{os.path.basename(code.co_filename)}:{getattr(code, 'co_qualname', code.co_name)}"
+    )
 
 
 def _is_leakscope_or_library(frame: types.FrameType) -> bool:
     from leakscope.probe.library import is_library_module
 
     name = str(frame.f_globals.get("__name__", ""))
-    return is_library_module(name) or name in ("runpy", "__mp_main__") and frame.f_code.co_name.startswith("_run")
+    return (
+        is_library_module(name)
+        or name in ("runpy", "__mp_main__")
+        and frame.f_code.co_name.startswith("_run")
+    )
 
 
 class Observer:
@@ -153,8 +159,18 @@ class Observer:
         self.on_first_call: Callable[[], None] | None = None
 
     # -- the call -----------------------------------------------------------------
-    def call(self, spec: MethodSpec, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if self.done or self.depth or (self.thread is not None and threading.get_ident() != self.thread):
+    def call(
+        self,
+        spec: MethodSpec,
+        original: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
+        if (
+            self.done
+            or self.depth
+            or (self.thread is not None and threading.get_ident() != self.thread)
+        ):
             return original(*args, **kwargs)
         n = self.seen
         self.seen += 1
@@ -163,7 +179,11 @@ class Observer:
         frame = sys._getframe(2)  # the caller of the patched method (wrapper -> call)
         # The engine first, then the step's arguments (NOTE [The engine of a framework's step]); a
         # module-level function has no engine: its arguments are all arguments.
-        holders = (engine_of(spec, args[0]), *args[1:]) if args and not spec.is_function else (None, *args)
+        holders = (
+            (engine_of(spec, args[0]), *args[1:])
+            if args and not spec.is_function
+            else (None, *args)
+        )
         try:
             if len(self.calls) >= self.options.micro_batches:
                 self.look(frame, holders, final=True)
@@ -221,7 +241,13 @@ class Observer:
             roots.clear()
             frame = None  # type: ignore[assignment]
 
-    def _watched_call(self, spec: MethodSpec, original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _watched_call(
+        self,
+        spec: MethodSpec,
+        original: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Any:
         import contextlib
 
         import torch
@@ -230,9 +256,15 @@ class Observer:
         mode = Mode.TRAIN if torch.is_grad_enabled() else Mode.FORWARD_ONLY
         record = self.options.source and self.anomaly_next
         self.anomaly_next = False
-        anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False) if record else contextlib.nullcontext()
+        anomaly = (
+            torch.autograd.set_detect_anomaly(True, check_nan=False)
+            if record
+            else contextlib.nullcontext()
+        )
         started = time.perf_counter()
-        self._before = _tensor_refs()  # what the call did not make (NOTE [Frozen heap, in a running job])
+        self._before = (
+            _tensor_refs()
+        )  # what the call did not make (NOTE [Frozen heap, in a running job])
         self.steps.begin()
         self.depth += 1
         try:
@@ -241,7 +273,11 @@ class Observer:
         finally:
             self.depth -= 1
             evidence = self._end_call(locals().get("result"))
-            self.calls.append(CallRecord(len(self.calls), str(spec), mode, evidence, time.perf_counter() - started))
+            self.calls.append(
+                CallRecord(
+                    len(self.calls), str(spec), mode, evidence, time.perf_counter() - started
+                )
+            )
         return result
 
     def _end_call(self, result: Any) -> Any:
@@ -299,20 +335,32 @@ class Observer:
 
     # -- the look -----------------------------------------------------------------
     def look(
-        self, frame: types.FrameType | None, args: tuple[Any, ...] = (), *, final: bool = False,
-        extra_modules: Sequence[types.ModuleType] = (), extra_frames: Sequence[types.FrameType] = (),
+        self,
+        frame: types.FrameType | None,
+        args: tuple[Any, ...] = (),
+        *,
+        final: bool = False,
+        extra_modules: Sequence[types.ModuleType] = (),
+        extra_frames: Sequence[types.FrameType] = (),
     ) -> None:
         """Settle, walk the holders, and let the judge say which earlier call's graph each one keeps."""
         from leakscope.diagnose.judge import look_findings
         from leakscope.harness.observe import collect, module_roots, observation
         from leakscope.probe.liveness import settle
 
-        report_phase("looking for held graphs " + ("for the last time" if final else f"before watched call #{len(self.calls)}"))
+        report_phase(
+            "looking for held graphs "
+            + ("for the last time" if final else f"before watched call #{len(self.calls)}")
+        )
         self._stop_tracing()
         settle()
         self.steps.forget_dead()
         roots = self._roots(frame, args, extra_modules, extra_frames)
-        loop_roots = frozenset(r.name for r in roots if getattr(r, "kind", "") == "global" and r.name in self._loop_globals)
+        loop_roots = frozenset(
+            r.name
+            for r in roots
+            if getattr(r, "kind", "") == "global" and r.name in self._loop_globals
+        )
         latest = len(self.calls) - 1
         found = collect(roots, self.steps, max_objects=self.options.max_objects)
         held = self._describe(found, loop_roots)
@@ -322,7 +370,10 @@ class Observer:
             skip = [r.name.partition(":")[2] for r in roots if r.kind == "global"]
             found.clear()
             found = collect(
-                [*roots, *module_roots(skip=skip)], self.steps, max_objects=self.options.max_objects, generic=True,
+                [*roots, *module_roots(skip=skip)],
+                self.steps,
+                max_objects=self.options.max_objects,
+                generic=True,
             )
             held = self._describe(found, loop_roots)
         roots.clear()
@@ -333,10 +384,20 @@ class Observer:
         stats = found.stats
         found.clear()
         obs = observation(
-            held, latest=latest, nodes_by_step=nodes_by_step, graph_nodes=total, stats=stats, cuda=True,
+            held,
+            latest=latest,
+            nodes_by_step=nodes_by_step,
+            graph_nodes=total,
+            stats=stats,
+            cuda=True,
         )
         look = look_findings(
-            obs, self._judge_calls(), self._context(), sites=self.sites, sources=self.sources, unknown=unknown,
+            obs,
+            self._judge_calls(),
+            self._context(),
+            sites=self.sites,
+            sources=self.sources,
+            unknown=unknown,
             final=final,
         )
         self.looks.append(look)
@@ -355,7 +416,13 @@ class Observer:
         excluded = self._excluded(found)
         return [
             describe(
-                hit, node, reached, self.steps, excluded=excluded, modules=self._modules(), loop_roots=loop_roots,
+                hit,
+                node,
+                reached,
+                self.steps,
+                excluded=excluded,
+                modules=self._modules(),
+                loop_roots=loop_roots,
             )
             for hit, node, reached in found.holders
         ]
@@ -371,7 +438,8 @@ class Observer:
         plain_ids = {id(hit.obj) for hit in found.plain}
         return any(
             evidence_alive([c.evidence], plain_ids, self._excluded(found))
-            for c in self.calls if c.index not in touched and c.evidence is not None
+            for c in self.calls
+            if c.index not in touched and c.evidence is not None
         )
 
     def _unknown(self, found: Any, held: list[Any]) -> dict[int, dict[str, int]]:
@@ -391,7 +459,9 @@ class Observer:
         for step, count in unexplained_nodes(self.steps, held).items():
             if step not in touched:
                 entry = out.setdefault(step, {})
-                entry["nodes-only"] = entry.get("nodes-only", 0) + count * node_cost().bytes_per_node
+                entry["nodes-only"] = (
+                    entry.get("nodes-only", 0) + count * node_cost().bytes_per_node
+                )
         return out
 
     @property
@@ -414,16 +484,18 @@ class Observer:
 
         return [Call(c.index, c.target, c.mode, c.seconds) for c in self.calls]
 
-    def _start_tracing(
-        self, findings: Any, frame: types.FrameType, args: tuple[Any, ...]
-    ) -> None:
+    def _start_tracing(self, findings: Any, frame: types.FrameType, args: tuple[Any, ...]) -> None:
         """Trace the job until the next look, for the leaks whose stored-at line is not known yet."""
         from leakscope.harness.stored import StoreTracer
         from leakscope.probe.library import is_installed_file, is_library_file
 
         wanted = [
-            f for found in findings.values() for f in found
-            if f.severity is Severity.LEAK and f.path.shape() not in self.sites and f.path not in (UNKNOWN, CYCLE)
+            f
+            for found in findings.values()
+            for f in found
+            if f.severity is Severity.LEAK
+            and f.path.shape() not in self.sites
+            and f.path not in (UNKNOWN, CYCLE)
         ]
         if not wanted:
             return
@@ -457,8 +529,13 @@ class Observer:
         return [m for m in (sys.modules.get(name) for name in self.modules) if m is not None]
 
     def _roots(
-        self, frame: types.FrameType | None, args: tuple[Any, ...], extra_modules: Sequence[types.ModuleType] = (),
-        extra_frames: Sequence[types.FrameType] = (), *, live: bool = False,
+        self,
+        frame: types.FrameType | None,
+        args: tuple[Any, ...],
+        extra_modules: Sequence[types.ModuleType] = (),
+        extra_frames: Sequence[types.FrameType] = (),
+        *,
+        live: bool = False,
     ) -> list[Any]:
         """The holders a look walks, named as reports show them (NOTE [When watch looks]).
 
@@ -470,7 +547,9 @@ class Observer:
         from leakscope.probe.walk import Root
 
         roots: list[Any] = []
-        engines = [args[0]] if args else [e for e in (ref() for ref in self.engines) if e is not None]
+        engines = (
+            [args[0]] if args else [e for e in (ref() for ref in self.engines) if e is not None]
+        )
         for engine in engines[:1]:
             if engine is not None:
                 roots.append(Root("engine", engine, "engine"))
@@ -496,7 +575,9 @@ class Observer:
         frames.clear()
         frame = None
         self._loop_global_names = loop_globals
-        for module in extra_modules:  # the job's own script, once it has ended: its globals were its loop's
+        for (
+            module
+        ) in extra_modules:  # the job's own script, once it has ended: its globals were its loop's
             loop_globals.add(f"global:{_module_label(module)}")
         for module in [*extra_modules, *self._modules()]:
             if module.__name__ not in seen_modules:
@@ -537,10 +618,15 @@ class Observer:
         out = []
         for c in self.calls:
             start, end = self.steps.ranges[c.index] if c.index < len(self.steps.ranges) else (0, 1)
-            out.append({
-                "call": c.index, "method": c.target, "mode": c.mode.value,
-                "graph_nodes_created": max(0, end - start - 1), "seconds": round(c.seconds, 4),
-            })
+            out.append(
+                {
+                    "call": c.index,
+                    "method": c.target,
+                    "mode": c.mode.value,
+                    "graph_nodes_created": max(0, end - start - 1),
+                    "seconds": round(c.seconds, 4),
+                }
+            )
         return out
 
 
@@ -581,16 +667,17 @@ def _locals_of(frame: types.FrameType) -> dict[str, Any]:
     return out
 
 
-
-
-def _owner_files(findings: Sequence[Finding], frames: Sequence[types.FrameType], args: tuple[Any, ...]) -> set[str]:
+def _owner_files(
+    findings: Sequence[Finding], frames: Sequence[types.FrameType], args: tuple[Any, ...]
+) -> set[str]:
     """The installed files whose lines can be the one to change: those of a caller frame that holds
     a finding (verl's own loop keeping ``output_lst``) and those of the engine's classes (a TRL
     trainer's ``self._metrics``). Other installed code (torchmetrics storing into its own
     ``_forward_cache``) runs untraced, so the stored-at line is the job's line that called it."""
     roots = {f.path.root for f in findings}
     files = {
-        os.path.realpath(frame.f_code.co_filename) for frame in frames
+        os.path.realpath(frame.f_code.co_filename)
+        for frame in frames
         if frame.f_code.co_name != "<module>" and _caller_root_name(frame) in roots
     }
     if args and any(f.path.root == "engine" for f in findings):

@@ -104,7 +104,9 @@ class Patcher:
             return
         original = getattr(owner, spec.name, None)
         own = owner.__dict__.get(spec.name)
-        if not isinstance(original, types.FunctionType) or isinstance(own, (staticmethod, classmethod)):
+        if not isinstance(original, types.FunctionType) or isinstance(
+            own, (staticmethod, classmethod)
+        ):
             self.errors.append(f"{spec} is not a plain method")
             return
         setattr(owner, spec.name, self.wrap(spec, original))
@@ -141,7 +143,9 @@ class Patcher:
                 namespace = getattr(module, "__dict__", None)
                 if isinstance(namespace, dict):
                     for name, value in list(namespace.items()):
-                        if id(value) in originals and any(value is g.wrapper for g in self.patched_globals):
+                        if id(value) in originals and any(
+                            value is g.wrapper for g in self.patched_globals
+                        ):
                             namespace[name] = originals[id(value)]
         self.patched_globals.clear()
         for p in reversed(self.patched):

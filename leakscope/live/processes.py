@@ -158,8 +158,12 @@ class Progress:
             if not self._complete and seen != self._seen:
                 self._seen = seen
                 self._report = to_data(self.watch.partial_report()) if seen[0] else None
-            state = {"label": self.label or process_label(), "phase": self.phase, "report": self._report,
-                     "complete": self._complete}
+            state = {
+                "label": self.label or process_label(),
+                "phase": self.phase,
+                "report": self._report,
+                "complete": self._complete,
+            }
             write_json(self.path, state)
 
     def end(self) -> None:
@@ -235,7 +239,10 @@ def write_report(report: Report, directory: str, label: str) -> None:
     from leakscope.serialize import to_data
 
     if directory:
-        write_json(Path(directory, f"report-{os.getpid()}.json"), {"label": label, "report": to_data(report)})
+        write_json(
+            Path(directory, f"report-{os.getpid()}.json"),
+            {"label": label, "report": to_data(report)},
+        )
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -263,7 +270,7 @@ def read_reports(directory: str, *, exclude: Sequence[int] = ()) -> list[tuple[s
     """The reports the processes of the job wrote to ``directory`` (not those of the pids in ``exclude``)."""
     out = []
     for file in sorted(Path(directory).glob("report-*.json")) if os.path.isdir(directory) else []:
-        pid = file.name[len("report-"):-len(".json")]
+        pid = file.name[len("report-") : -len(".json")]
         if pid.isdigit() and int(pid) in exclude:
             continue
         data = read_json(file)
@@ -273,7 +280,9 @@ def read_reports(directory: str, *, exclude: Sequence[int] = ()) -> list[tuple[s
     return out
 
 
-def unreported(directory: str, *, wait_s: float = 0.0, exclude: Sequence[int] = ()) -> list[Unreported]:
+def unreported(
+    directory: str, *, wait_s: float = 0.0, exclude: Sequence[int] = ()
+) -> list[Unreported]:
     """The processes that made watched calls and wrote no report (NOTE [A process that ends before its report]).
 
     Waits up to ``wait_s`` while any of them is still alive (it may be writing
@@ -291,10 +300,15 @@ def unreported(directory: str, *, wait_s: float = 0.0, exclude: Sequence[int] = 
         data = read_json(Path(directory, f"state-{pid}.json"))
         if data is None:  # it wrote its report and removed the file in between
             continue
-        out.append(Unreported(
-            label=str(data.get("label") or f"pid {pid}"), pid=pid, alive=_alive(pid),
-            phase=str(data.get("phase") or ""), report=report_of(data),
-        ))
+        out.append(
+            Unreported(
+                label=str(data.get("label") or f"pid {pid}"),
+                pid=pid,
+                alive=_alive(pid),
+                phase=str(data.get("phase") or ""),
+                report=report_of(data),
+            )
+        )
     return out
 
 
@@ -316,8 +330,12 @@ def _without_report(directory: str, exclude: Sequence[int]) -> list[int]:
     states = sorted(Path(directory).glob("state-*.json")) if os.path.isdir(directory) else []
     out = []
     for state in states:
-        pid_text = state.name[len("state-"):-len(".json")]
-        if pid_text.isdigit() and int(pid_text) not in exclude and not Path(directory, f"report-{pid_text}.json").exists():
+        pid_text = state.name[len("state-") : -len(".json")]
+        if (
+            pid_text.isdigit()
+            and int(pid_text) not in exclude
+            and not Path(directory, f"report-{pid_text}.json").exists()
+        ):
             out.append(int(pid_text))
     return out
 
@@ -349,13 +367,25 @@ def merged(own: Report, own_label: str, others: Sequence[tuple[str, Report]]) ->
         report = merge_reports([r for _, r in parts], labels)
     elif parts[0][1] is not own:
         # One other process did all the watched calls: name it, the job's process did not make them.
-        report = dataclasses.replace(parts[0][1], results=tuple(
-            dataclasses.replace(r, target=f"{r.target} @ {labels[0]}") for r in parts[0][1].results
-        ))
+        report = dataclasses.replace(
+            parts[0][1],
+            results=tuple(
+                dataclasses.replace(r, target=f"{r.target} @ {labels[0]}")
+                for r in parts[0][1].results
+            ),
+        )
     else:
         report = own
-    calls = [{**call, "process": label} for label, r in parts for call in (r.watch.calls if r.watch else ())]
-    summary = own.watch or next((r.watch for _, r in parts if r.watch is not None), None) or WatchSummary()
+    calls = [
+        {**call, "process": label}
+        for label, r in parts
+        for call in (r.watch.calls if r.watch else ())
+    ]
+    summary = (
+        own.watch
+        or next((r.watch for _, r in parts if r.watch is not None), None)
+        or WatchSummary()
+    )
     return dataclasses.replace(
         report, watch=dataclasses.replace(summary, calls=tuple(calls), processes=tuple(labels))
     )

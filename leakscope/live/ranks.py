@@ -77,7 +77,9 @@ class RankExchange:
         )
         self._lock = threading.Lock()
         self._beating = threading.Event()
-        self._beat = threading.Thread(target=self._heartbeat, name="leakscope-watch-heartbeat", daemon=True)
+        self._beat = threading.Thread(
+            target=self._heartbeat, name="leakscope-watch-heartbeat", daemon=True
+        )
 
     @classmethod
     def join(cls, rank: int, world: int) -> RankExchange:
@@ -94,8 +96,12 @@ class RankExchange:
         hosted = rank == 0 and not agent
         try:
             store = dist.TCPStore(  # type: ignore[attr-defined]
-                host, int(port), is_master=hosted, timeout=datetime.timedelta(seconds=rank_wait_s()),
-                wait_for_workers=False, multi_tenant=hosted,
+                host,
+                int(port),
+                is_master=hosted,
+                timeout=datetime.timedelta(seconds=rank_wait_s()),
+                wait_for_workers=False,
+                multi_tenant=hosted,
             )
         except Exception as exc:
             what = "host" if hosted else "reach"
@@ -160,8 +166,12 @@ class RankExchange:
         from leakscope import __version__
 
         report = Report(
-            results=(TargetResult(target=job, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=message),),
-            leakscope_version=__version__, torch_version="", python_version=platform.python_version(),
+            results=(
+                TargetResult(target=job, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=message),
+            ),
+            leakscope_version=__version__,
+            torch_version="",
+            python_version=platform.python_version(),
         )
         self.send(process_label(), report, lambda: True)
 
@@ -231,20 +241,29 @@ class RankExchange:
                         missing[rank] = f"rank {rank} had sent no report when rank 0 was stopped"
                     break
                 time.sleep(_POLL_S if pending else 0)
-        except Exception as exc:  # the store went away under rank 0: the ranks not heard from are missing
+        except (
+            Exception
+        ) as exc:  # the store went away under rank 0: the ranks not heard from are missing
             for rank in pending:
-                missing[rank] = f"rank {rank}'s report was lost: the launch's store failed: {type(exc).__name__}: {exc}"
+                missing[rank] = (
+                    f"rank {rank}'s report was lost: the launch's store failed: {type(exc).__name__}: {exc}"
+                )
         ranks = sorted(parts)
         merged = merge_reports([parts[r][1] for r in ranks], ranks=ranks)
         summaries = [s for s in (parts[r][1].watch for r in ranks) if s is not None]
         if merged.watch is not None:
-            merged = dataclasses.replace(merged, watch=dataclasses.replace(
-                merged.watch,
-                processes=tuple(p for s in summaries for p in s.processes),
-                calls=tuple(c for s in summaries for c in s.calls),
-            ))
+            merged = dataclasses.replace(
+                merged,
+                watch=dataclasses.replace(
+                    merged.watch,
+                    processes=tuple(p for s in summaries for p in s.processes),
+                    calls=tuple(c for s in summaries for c in s.calls),
+                ),
+            )
         errors = tuple(
-            TargetResult(target=job, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=missing[rank], rank=rank)
+            TargetResult(
+                target=job, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=missing[rank], rank=rank
+            )
             for rank in sorted(missing)
         )
         try:

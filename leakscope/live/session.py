@@ -71,11 +71,15 @@ class Watch:
 
         self.options = options
         specs = options.specs()
-        self.observer = Observer(ObserverOptions(
-            micro_batches=options.micro_batches, skip=options.skip,
-            stop=options.then == "stop" and stop_in_this_process, source=options.source,
-            max_objects=options.max_objects,
-        ))
+        self.observer = Observer(
+            ObserverOptions(
+                micro_batches=options.micro_batches,
+                skip=options.skip,
+                stop=options.then == "stop" and stop_in_this_process,
+                source=options.source,
+                max_objects=options.max_objects,
+            )
+        )
         self.observer.on_done = self._detach
         self.patcher = Patcher(specs, self._wrap)
         self.report: Report | None = None
@@ -110,7 +114,8 @@ class Watch:
             # NOTE [Threads calling the step]
             watching = observer.thread
             if (
-                observer.done or (watching is not None and watching != threading.get_ident())
+                observer.done
+                or (watching is not None and watching != threading.get_ident())
                 or not busy.acquire(blocking=False)
             ):
                 return original(*args, **kwargs)
@@ -167,7 +172,10 @@ class Watch:
         return tp is not None and issubclass(tp, WatchStop)
 
     def stop(
-        self, extra_modules: Sequence[types.ModuleType] = (), frames: Sequence[types.FrameType] = (), *,
+        self,
+        extra_modules: Sequence[types.ModuleType] = (),
+        frames: Sequence[types.FrameType] = (),
+        *,
         look: bool = True,
     ) -> Report:
         """Look once more (when the job ended before the call after the last watched one), restore, report.
@@ -205,7 +213,10 @@ class Watch:
         from leakscope.harness.target import target_directory
         from leakscope.snippets import capture
 
-        named = [f"{self.job_name}:main", *map(str, self.patcher.specs)]  # the script (or -m module), the methods
+        named = [
+            f"{self.job_name}:main",
+            *map(str, self.patcher.specs),
+        ]  # the script (or -m module), the methods
         return capture(report, [Path.cwd(), *filter(None, map(target_directory, named))])
 
     def _make_report(self) -> Report:
@@ -214,21 +225,29 @@ class Watch:
         from leakscope import __version__
 
         results = self.observer.results()
-        name = ", ".join(str(s) for s in self.patcher.specs) if self._explicit else "the built-in step methods"
+        name = (
+            ", ".join(str(s) for s in self.patcher.specs)
+            if self._explicit
+            else "the built-in step methods"
+        )
         if not self.observer.calls:
             if self.patcher.errors:
                 message = "; ".join(self.patcher.errors) + "; check --method"
             elif self.job_error is not None:
                 # The job's own result says why it stopped; guessing at --method would mislead.
                 verb = "called" if self.patcher.history else "imported"
-                message = f"the job stopped before it {verb} {', '.join(self.patcher.found()) or name}"
+                message = (
+                    f"the job stopped before it {verb} {', '.join(self.patcher.found()) or name}"
+                )
             elif not self.patcher.history:
                 message = (None if self._explicit else uncovered_step()) or (
                     f"the job never imported {name}; name the step to watch with --method pkg.module:Class.method"
                 )
             else:
                 message = f"the job never called {', '.join(self.patcher.found())}; is it the step the loop calls?"
-            results = [TargetResult(target=name, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=message)]
+            results = [
+                TargetResult(target=name, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=message)
+            ]
         elif len(self.observer.calls) < self.options.micro_batches:
             note = (
                 f"the job made {len(self.observer.calls)} watched calls of the {self.options.micro_batches} asked "
@@ -236,10 +255,15 @@ class Watch:
             )
             results = [dataclasses.replace(r, warnings=(*r.warnings, note)) for r in results]
         if self.job_error is not None:
-            results.append(TargetResult(
-                target=self.job_name, mode=Mode.TRAIN, verdict=Verdict.ERROR, error=self.job_error,
-                traceback=self.job_traceback,
-            ))
+            results.append(
+                TargetResult(
+                    target=self.job_name,
+                    mode=Mode.TRAIN,
+                    verdict=Verdict.ERROR,
+                    error=self.job_error,
+                    traceback=self.job_traceback,
+                )
+            )
         return Report(
             results=tuple(results),
             leakscope_version=__version__,
@@ -262,7 +286,11 @@ def _torch_version() -> str:
 
 
 def watch(
-    methods: str | Sequence[str] = (), *, micro_batches: int = 3, skip: int = 0, then: str = "stop",
+    methods: str | Sequence[str] = (),
+    *,
+    micro_batches: int = 3,
+    skip: int = 0,
+    then: str = "stop",
     source: bool = True,
 ) -> Watch:
     """Watch a job's step method in this process: ``with leakscope.watch("pkg.mod:Class.method") as w: train()``.

@@ -31,20 +31,41 @@ from leakscope.options import MicroBatchKey
 #: bound stands for the model's vocabulary size.
 VOCAB = -1.0
 CONVENTION: tuple[tuple[str, str, MicroBatchKey], ...] = (
-    (r"(^|_)mask$", "masks: int64 [B, S], 1 on tokens, 0 on the padding (attention_mask's)",
-     MicroBatchKey("", "batch,seq", "int64", 0, 2)),
-    (r"(^|_)(ids|responses|prompts|labels|tokens)$", "token ids: int64 [B, S] in [0, vocab)",
-     MicroBatchKey("", "batch,seq", "int64", 0, VOCAB)),
-    (r"log_?probs?$|logprobs?$|(^|_)logp$", "log-probs: float32 [B, S] in [-5, 0)",
-     MicroBatchKey("", "batch,seq", "float32", -5.0, 0.0)),
-    (r"(^|_)(advantages|returns|values)$", "advantages, returns, values: float32 [B, S] in [-1, 1)",
-     MicroBatchKey("", "batch,seq", "float32", -1.0, 1.0)),
-    (r"(^|_)(rewards|scores)$", "per-token rewards and scores: float32 [B, S] in [0, 1)",
-     MicroBatchKey("", "batch,seq", "float32", 0.0, 1.0)),
-    (r"(^|_)(reward|score)$", "per-sequence reward or score: float32 [B] in [0, 1)",
-     MicroBatchKey("", "batch", "float32", 0.0, 1.0)),
-    (r"(^|_)entrop(y|ies|ys)$", "entropies: float32 [B, S] in [0, ln vocab)",
-     MicroBatchKey("", "batch,seq", "float32", 0.0, VOCAB)),
+    (
+        r"(^|_)mask$",
+        "masks: int64 [B, S], 1 on tokens, 0 on the padding (attention_mask's)",
+        MicroBatchKey("", "batch,seq", "int64", 0, 2),
+    ),
+    (
+        r"(^|_)(ids|responses|prompts|labels|tokens)$",
+        "token ids: int64 [B, S] in [0, vocab)",
+        MicroBatchKey("", "batch,seq", "int64", 0, VOCAB),
+    ),
+    (
+        r"log_?probs?$|logprobs?$|(^|_)logp$",
+        "log-probs: float32 [B, S] in [-5, 0)",
+        MicroBatchKey("", "batch,seq", "float32", -5.0, 0.0),
+    ),
+    (
+        r"(^|_)(advantages|returns|values)$",
+        "advantages, returns, values: float32 [B, S] in [-1, 1)",
+        MicroBatchKey("", "batch,seq", "float32", -1.0, 1.0),
+    ),
+    (
+        r"(^|_)(rewards|scores)$",
+        "per-token rewards and scores: float32 [B, S] in [0, 1)",
+        MicroBatchKey("", "batch,seq", "float32", 0.0, 1.0),
+    ),
+    (
+        r"(^|_)(reward|score)$",
+        "per-sequence reward or score: float32 [B] in [0, 1)",
+        MicroBatchKey("", "batch", "float32", 0.0, 1.0),
+    ),
+    (
+        r"(^|_)entrop(y|ies|ys)$",
+        "entropies: float32 [B, S] in [0, ln vocab)",
+        MicroBatchKey("", "batch,seq", "float32", 0.0, VOCAB),
+    ),
 )
 
 _READ: dict[str, None] = {}
@@ -113,14 +134,21 @@ def synthesise(key: MicroBatchKey, batch: Any, vocab: int) -> torch.Tensor:
         high = math.log(max(vocab, 2))
     seed = (zlib.crc32(key.name.encode()) + int(ids.sum())) % (2**31)
     gen = torch.Generator().manual_seed(seed)
-    if key.name.endswith("mask") and key.dtype == "int64" and mask is not None and key.shape == "batch,seq":
+    if (
+        key.name.endswith("mask")
+        and key.dtype == "int64"
+        and mask is not None
+        and key.shape == "batch,seq"
+    ):
         out = mask.detach().clone().cpu()
     elif dtype is torch.bool:
         out = torch.rand(shape, generator=gen) < 0.5
     elif dtype.is_floating_point:
         out = (torch.rand(shape, generator=gen, dtype=torch.float32) * (high - low) + low).to(dtype)
     else:
-        out = torch.randint(int(low), max(int(high), int(low) + 1), shape, generator=gen, dtype=dtype)
+        out = torch.randint(
+            int(low), max(int(high), int(low) + 1), shape, generator=gen, dtype=dtype
+        )
     moved: torch.Tensor = out.to(ids.device)
     return moved
 

@@ -32,7 +32,9 @@ from leakscope.options import ModelSize
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-INSTALL_HINT = "install them: pip install 'transformers>=5' 'peft>=0.17' (the hf extra of leakscope-autograd)"
+INSTALL_HINT = (
+    "install them: pip install 'transformers>=5' 'peft>=0.17' (the hf extra of leakscope-autograd)"
+)
 
 
 def _imports() -> tuple[Any, Any, Any, Any]:
@@ -42,7 +44,9 @@ def _imports() -> tuple[Any, Any, Any, Any]:
     except ImportError as exc:
         from leakscope.errors import UsageError
 
-        raise UsageError(f"--model hf-lora needs {exc.name or 'transformers and peft'}; {INSTALL_HINT}") from None
+        raise UsageError(
+            f"--model hf-lora needs {exc.name or 'transformers and peft'}; {INSTALL_HINT}"
+        ) from None
     return LlamaConfig, LlamaForCausalLM, LoraConfig, get_peft_model
 
 
@@ -76,7 +80,13 @@ def build_hf_lora(size: ModelSize | None = None) -> Any:
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = get_peft_model(
             base,
-            LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"),
+            LoraConfig(
+                r=4,
+                lora_alpha=8,
+                lora_dropout=0.0,
+                target_modules=["q_proj", "v_proj"],
+                task_type="CAUSAL_LM",
+            ),
         )
         model.enable_input_require_grads()
     layers = base.model.layers

@@ -15,4 +15,5 @@ def missing_hf() -> list[str]:
 
     return [name for name in HF_MODULES if importlib.util.find_spec(name) is None]
 
+
 __all__ = ["HF_EXTRA_HINT", "HF_MODULES", "MODELS", "missing_hf"]

@@ -80,7 +80,9 @@ class TinyLM(nn.Module):
         **_: Any,
     ) -> TinyOutput:
         if position_ids is None:
-            position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(input_ids)
+            position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(
+                input_ids
+            )
         x = self.embed(input_ids) + self.pos(position_ids.clamp(0, self.pos.num_embeddings - 1))
         if attention_mask is not None:
             x = x * attention_mask.unsqueeze(-1).to(x.dtype)
@@ -97,7 +99,9 @@ class TinyLM(nn.Module):
         return TinyOutput(logits=self.head(x))
 
 
-def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), device: str = "cpu") -> Any:
+def build_model(
+    kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), device: str = "cpu"
+) -> Any:
     """A fresh, deterministically initialised tiny model in train mode."""
     if kind == "hf-lora":
         from leakscope.models.hf import build_hf_lora
@@ -115,7 +119,10 @@ def build_model(kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), de
 
 
 def build_micro_batch(
-    size: ModelSize = ModelSize(), index: int = 0, device: str = "cpu", keys: tuple[MicroBatchKey, ...] | None = None
+    size: ModelSize = ModelSize(),
+    index: int = 0,
+    device: str = "cpu",
+    keys: tuple[MicroBatchKey, ...] | None = None,
 ) -> Any:
     """A verl-style micro-batch: ``TensorDict`` of int64 ``[B, S]`` ids, mask and positions.
 
@@ -131,7 +138,9 @@ def build_micro_batch(
         cls = batch_class(keys, size.vocab)
 
     gen = torch.Generator().manual_seed(size.seed * 1000 + index + 1)
-    input_ids = torch.randint(0, size.vocab, (size.batch, size.seq), generator=gen, dtype=torch.int64)
+    input_ids = torch.randint(
+        0, size.vocab, (size.batch, size.seq), generator=gen, dtype=torch.int64
+    )
     attention_mask = torch.ones(size.batch, size.seq, dtype=torch.int64)
     if size.seq > 2:
         attention_mask[-1, -2:] = 0  # right padding on the last sample
@@ -143,7 +152,9 @@ def build_micro_batch(
     return td.to(device) if device != "cpu" else td
 
 
-def loss_function(model_output: Any, data: Any, dp_group: Any = None, **_: Any) -> tuple[torch.Tensor, dict[str, float]]:
+def loss_function(
+    model_output: Any, data: Any, dp_group: Any = None, **_: Any
+) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss leakscope supplies: masked mean negative log-likelihood.
 
     Reads ``model_output["log_probs"]`` (``[B, S]``) and returns a scalar loss

@@ -96,7 +96,7 @@ def _node_type(node: Any) -> _NodeType:
         info = _NodeType(
             name=node_name(node),
             leaf="variable" in names,
-            raw_saved=tuple((n, n[len("_raw_saved_"):]) for n in _raw_saved_names(node)),
+            raw_saved=tuple((n, n[len("_raw_saved_") :]) for n in _raw_saved_names(node)),
             # C++ nodes have no instance dict; custom Function nodes do (their ctx).
             has_dict=getattr(tp, "__dictoffset__", 0) != 0,
         )
@@ -120,7 +120,9 @@ class Inspection:
         self.errors += 1
         if self.first is None:
             text = str(exc).strip().splitlines()
-            self.first = f"{type(exc).__name__}: {shorten(text[0]) if text else '(no message)'} at {where}"
+            self.first = (
+                f"{type(exc).__name__}: {shorten(text[0]) if text else '(no message)'} at {where}"
+            )
 
     def add(self, stats: Any) -> None:
         """Fold in a walk's counts (:class:`leakscope.probe.walk.WalkStats`)."""
@@ -256,7 +258,7 @@ def saved_values(node: Any) -> Iterator[tuple[str, Any]]:
             except Exception:
                 continue
             if data is not None:
-                slot = name[len("_raw_saved_"):]
+                slot = name[len("_raw_saved_") :]
                 yield (slot if len(handles) == 1 else f"{slot}[{i}]"), data
 
 
@@ -314,8 +316,12 @@ _ONE_SLOT, _SLOTS, _LEAF = 0, 1, 2
 
 
 def graph_tensors(
-    roots: Iterable[Any], *, with_leaves: bool = True, stop: Callable[[Any], bool] | None = None,
-    stats: ScanStats | None = None, count: Callable[[Any], bool] | None = None,
+    roots: Iterable[Any],
+    *,
+    with_leaves: bool = True,
+    stop: Callable[[Any], bool] | None = None,
+    stats: ScanStats | None = None,
+    count: Callable[[Any], bool] | None = None,
 ) -> tuple[int, list[SavedGroup]]:
     """Count the nodes reachable from ``roots`` and group the tensors they keep alive.
 
@@ -348,7 +354,9 @@ def graph_tensors(
 
     def kind_of(node: Any) -> tuple[int, Any, Any]:
         info = _node_types.get(type(node)) or _node_type(node)
-        slots = tuple((attr, slot, group(ACTIVATIONS, info.name, slot)) for attr, slot in info.raw_saved)
+        slots = tuple(
+            (attr, slot, group(ACTIVATIONS, info.name, slot)) for attr, slot in info.raw_saved
+        )
         if info.leaf:
             kind: tuple[int, Any, Any] = (_LEAF, None, None)
         elif len(slots) == 1 and not info.has_dict:
@@ -379,7 +387,9 @@ def graph_tensors(
                         data = _packed(handle)
                         held = held or data is not None
                         if data is not None and is_plain(data):
-                            group(ACTIVATIONS, info.name, slot if len(raw) == 1 else f"{slot}[{i}]")(data)
+                            group(
+                                ACTIVATIONS, info.name, slot if len(raw) == 1 else f"{slot}[{i}]"
+                            )(data)
                         elif data is not None:
                             packed.append(data)
                 continue
@@ -399,7 +409,9 @@ def graph_tensors(
 
     put_leaf = group(LEAF_GRAD, "AccumulateGrad", "variable")
     put_grad = group(LEAF_GRAD, "AccumulateGrad", "variable.grad")
-    packed: list[Any] = []  # saved objects that are not tensors: checkpoint holders (NOTE [Checkpoint frames])
+    packed: list[
+        Any
+    ] = []  # saved objects that are not tensors: checkpoint holders (NOTE [Checkpoint frames])
     intact = gone = stopped = leaves = 0
     check_count = count is not None
     check_stop = stop is not None
@@ -457,13 +469,22 @@ def graph_tensors(
     total = len(seen)
     seen.clear()
     if stats is not None:
-        stats.nodes, stats.leaves, stats.intact, stats.freed = total - stopped - leaves, leaves, intact, gone
+        stats.nodes, stats.leaves, stats.intact, stats.freed = (
+            total - stopped - leaves,
+            leaves,
+            intact,
+            gone,
+        )
     if packed:
         for slot, t in checkpoint_tensors(packed):
             if is_plain(t):
                 group(ACTIVATIONS, "checkpoint", slot)(t)
         packed.clear()
-    return total, [SavedGroup(cause, name, slot, tensors) for (cause, name, slot), tensors in groups.items() if tensors]
+    return total, [
+        SavedGroup(cause, name, slot, tensors)
+        for (cause, name, slot), tensors in groups.items()
+        if tensors
+    ]
 
 
 def checkpoint_tensors(packed: list[Any]) -> list[tuple[str, Any]]:

@@ -113,7 +113,11 @@ def _cached_or_measured(*, in_process: bool = True) -> NodeCost | None:
         with open(path, encoding="utf-8") as f:
             known = json.load(f)
         entry = known.get(key) if isinstance(known, dict) else None
-        if isinstance(entry, dict) and isinstance(entry.get("bytes"), int) and entry.get("how") in ("measured", "assumed"):
+        if (
+            isinstance(entry, dict)
+            and isinstance(entry.get("bytes"), int)
+            and entry.get("how") in ("measured", "assumed")
+        ):
             if 16 <= entry["bytes"] <= 1_000_000:
                 return NodeCost(entry["bytes"], entry["how"])
     except (OSError, ValueError):
@@ -145,7 +149,11 @@ def _in_fresh_interpreter() -> NodeCost | None:
     env["OMP_NUM_THREADS"] = "1"
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "leakscope.probe.cost"], capture_output=True, text=True, timeout=300, env=env,
+            [sys.executable, "-m", "leakscope.probe.cost"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
         )
         data = json.loads(done.stdout.strip().splitlines()[-1])
         return NodeCost(int(data["bytes"]), str(data["how"]))
@@ -159,10 +167,21 @@ def heap_bytes() -> int | None:
         import ctypes
 
         class _MallInfo2(ctypes.Structure):
-            _fields_ = [(name, ctypes.c_size_t) for name in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                "keepcost",
-            )]
+            _fields_ = [
+                (name, ctypes.c_size_t)
+                for name in (
+                    "arena",
+                    "ordblks",
+                    "smblks",
+                    "hblks",
+                    "hblkhd",
+                    "usmblks",
+                    "fsmblks",
+                    "uordblks",
+                    "fordblks",
+                    "keepcost",
+                )
+            ]
 
         libc = ctypes.CDLL("libc.so.6")
         mallinfo2 = libc.mallinfo2
@@ -201,7 +220,10 @@ def _measure() -> NodeCost:
             model = build_model("peft-checkpoint", size)
             model.record_probes = False
             gen = torch.Generator().manual_seed(0)
-            batches = [torch.randint(0, size.vocab, (size.batch, size.seq), generator=gen) for _ in range(_GRAPHS)]
+            batches = [
+                torch.randint(0, size.vocab, (size.batch, size.seq), generator=gen)
+                for _ in range(_GRAPHS)
+            ]
 
             def graph(ids: Any) -> tuple[Any, Any]:
                 logits = model(input_ids=ids).logits

@@ -30,12 +30,45 @@ from typing import Any
 from leakscope.probe.safe import type_module
 
 #: Top-level packages whose objects are library machinery, not engine state.
-LIBRARY_PACKAGES = frozenset({
-    "torch", "tensordict", "leakscope", "logging", "threading", "_thread", "socket", "io", "_io", "ssl",
-    "asyncio", "multiprocessing", "concurrent", "subprocess", "re", "typing", "inspect", "ast",
-    "weakref", "_weakref", "numpy", "enum", "typer", "click", "rich", "_pytest", "pytest", "pluggy",
-    "builtins", "importlib", "tempfile", "contextlib", "transformers", "peft", "accelerate",
-})
+LIBRARY_PACKAGES = frozenset(
+    {
+        "torch",
+        "tensordict",
+        "leakscope",
+        "logging",
+        "threading",
+        "_thread",
+        "socket",
+        "io",
+        "_io",
+        "ssl",
+        "asyncio",
+        "multiprocessing",
+        "concurrent",
+        "subprocess",
+        "re",
+        "typing",
+        "inspect",
+        "ast",
+        "weakref",
+        "_weakref",
+        "numpy",
+        "enum",
+        "typer",
+        "click",
+        "rich",
+        "_pytest",
+        "pytest",
+        "pluggy",
+        "builtins",
+        "importlib",
+        "tempfile",
+        "contextlib",
+        "transformers",
+        "peft",
+        "accelerate",
+    }
+)
 #: leakscope modules that are engines, checked like user code
 USER_MODULES_IN_LEAKSCOPE = frozenset({"leakscope.models.engines"})
 #: torch sub-packages whose objects a user creates and keeps (``self.dist = Categorical(logits=x)``):
@@ -62,11 +95,35 @@ def is_library_module(name: str) -> bool:
 
 #: packages whose module state never holds a user's graph (tools and the heavy machinery the
 #: walk would only spend its object budget on)
-_STATELESS_PACKAGES = frozenset({
-    "torch", "tensordict", "leakscope", "_pytest", "pytest", "pluggy", "typer", "click", "rich", "numpy",
-    "sympy", "setuptools", "pkg_resources", "_distutils_hack", "pip", "mpmath", "jinja2", "markupsafe",
-    "filelock", "fsspec", "networkx", "hypothesis", "typing_extensions", "__main__", "__mp_main__",
-})
+_STATELESS_PACKAGES = frozenset(
+    {
+        "torch",
+        "tensordict",
+        "leakscope",
+        "_pytest",
+        "pytest",
+        "pluggy",
+        "typer",
+        "click",
+        "rich",
+        "numpy",
+        "sympy",
+        "setuptools",
+        "pkg_resources",
+        "_distutils_hack",
+        "pip",
+        "mpmath",
+        "jinja2",
+        "markupsafe",
+        "filelock",
+        "fsspec",
+        "networkx",
+        "hypothesis",
+        "typing_extensions",
+        "__main__",
+        "__mp_main__",
+    }
+)
 
 
 def is_state_module(name: str) -> bool:
@@ -103,7 +160,11 @@ def is_user_file_of(filename: str, owners: Iterable[Any]) -> bool:
     if not is_installed_file(filename):
         return True
     resolved = os.path.realpath(filename)
-    files = {os.path.realpath(f) for f in (getattr(m, "__file__", None) for m in owners) if isinstance(f, str)}
+    files = {
+        os.path.realpath(f)
+        for f in (getattr(m, "__file__", None) for m in owners)
+        if isinstance(f, str)
+    }
     return resolved in files
 
 
@@ -121,7 +182,9 @@ def is_library_type(tp: type) -> bool:
 def is_leakscope_machinery(tp: type) -> bool:
     """leakscope's own objects (its trial, probes, evidence), never a holder; its engines are."""
     module = type_module(tp)
-    return (module == "leakscope" or module.startswith("leakscope.")) and module not in USER_MODULES_IN_LEAKSCOPE
+    return (
+        module == "leakscope" or module.startswith("leakscope.")
+    ) and module not in USER_MODULES_IN_LEAKSCOPE
 
 
 def is_interpreter_internal(tp: type) -> bool:

@@ -128,8 +128,10 @@ def collect_evidence(
     # temperature) keeps its ``.grad`` by design, as a Parameter does.
     owned_grads = {
         id(grad(leaf))
-        for g in found if g.slot == "variable"
-        for leaf in g.tensors if is_preexisting(leaf) and grad(leaf) is not None
+        for g in found
+        if g.slot == "variable"
+        for leaf in g.tensors
+        if is_preexisting(leaf) and grad(leaf) is not None
     }
     for g in found:
         what = "leaf" if g.slot == "variable" else f"{g.node}.{g.slot}"

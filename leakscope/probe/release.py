@@ -14,22 +14,8 @@ from typing import Any
 
 from leakscope.probe.safe import instance_dict, is_subtype, plain_hash, torch_code_off, type_name
 from leakscope.probe.walk import (
-    ATTR,
-    CELL,
-    CLASSATTR,
-    CONTEXT_VAR,
-    DEFAULTS,
-    DICT_KEY,
-    EXC_ARG,
-    FRAME,
-    ITEM,
-    LRU,
-    PARTIAL_ARG,
-    SET,
-    SLOT,
-    TD,
-    TUPLE,
     Link,
+    LinkKind,
 )
 
 
@@ -49,54 +35,60 @@ def release(link: Link, value: Any) -> None:
     :class:`ReleaseFailed`, never hashed.
     """
     kind, container, key = link.kind, link.container, link.key
-    with torch_code_off():  # a tensor key hashes through Tensor.__hash__ (its subclass's __torch_function__)
+    with (
+        torch_code_off()
+    ):  # a tensor key hashes through Tensor.__hash__ (its subclass's __torch_function__)
         _release(link, kind, container, key, value)
 
 
-def _release(link: Link, kind: str, container: Any, key: Any, value: Any) -> None:
-    if kind in (ITEM, ATTR):
+def _release(link: Link, kind: LinkKind, container: Any, key: Any, value: Any) -> None:
+    if kind in (LinkKind.ITEM, LinkKind.ATTR):
         _set_item(container, key, value)
-    elif kind == SLOT:
+    elif kind is LinkKind.SLOT:
         key.__set__(container, value)
-    elif kind == CELL:
+    elif kind is LinkKind.CELL:
         container.cell_contents = value
-    elif kind == TD:
+    elif kind is LinkKind.TD:
         inner = (instance_dict(container) or {}).get("_tensordict")
         if type(inner) is dict:
             _set_item(inner, key, value)
         else:
-            container.set(key, value)  # a tensordict package class (the walk names no user subclass's entries)
-    elif kind == SET:
+            container.set(
+                key, value
+            )  # a tensordict package class (the walk names no user subclass's entries)
+    elif kind is LinkKind.SET:
         _hashable(key)
         set.discard(container, key)
         if value is not None:
             set.add(container, value)
-    elif kind == DEFAULTS:
+    elif kind is LinkKind.DEFAULTS:
         defaults = list(container.__defaults__)
         defaults[key] = value
         container.__defaults__ = tuple(defaults)
-    elif kind == CLASSATTR:
+    elif kind is LinkKind.CLASSATTR:
         type.__setattr__(container, key, value)  # never the metaclass's __setattr__
-    elif kind == LRU:
+    elif kind is LinkKind.LRU:
         container.cache_clear()
-    elif kind == CONTEXT_VAR:
+    elif kind is LinkKind.CONTEXT_VAR:
         container.set(value)
-    elif kind == FRAME:
+    elif kind is LinkKind.FRAME:
         _set_frame_local(container, key, value)
-    elif kind == DICT_KEY:
+    elif kind is LinkKind.DICT_KEY:
         _hashable(key)
         entry = dict.pop(container, key)
         if value is not None:
             dict.__setitem__(container, value, entry)
-    elif kind == EXC_ARG:
+    elif kind is LinkKind.EXC_ARG:
         args = list(_EXC_ARGS.__get__(container))
         args[key] = value
         _EXC_ARGS.__set__(container, tuple(args))
-    elif kind == PARTIAL_ARG:
+    elif kind is LinkKind.PARTIAL_ARG:
         args = list(container.args)
         args[key] = value
-        container.__setstate__((container.func, tuple(args), container.keywords, container.__dict__ or None))
-    elif kind == TUPLE:
+        container.__setstate__(
+            (container.func, tuple(args), container.keywords, container.__dict__ or None)
+        )
+    elif kind is LinkKind.TUPLE:
         if link.parent is None:
             raise ReleaseFailed("a tuple root cannot be rebuilt")
         items = list(tuple.__iter__(container))

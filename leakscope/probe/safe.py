@@ -59,6 +59,7 @@ _MISSING: Any = object()
 
 # -- classes ----------------------------------------------------------------------------------
 
+
 def mro(tp: type) -> tuple[type, ...]:
     """``tp.__mro__`` as the interpreter stored it (no metaclass hook runs)."""
     try:
@@ -76,7 +77,9 @@ def class_dict(cls: type) -> Mapping[str, Any]:
         return {}
 
 
-def class_attr(tp: type, name: str, default: Any = None, *, want: type | tuple[type, ...] | None = None) -> Any:
+def class_attr(
+    tp: type, name: str, default: Any = None, *, want: type | tuple[type, ...] | None = None
+) -> Any:
     """The raw value ``name`` has on ``tp`` or the first base that defines it, with no descriptor's
     ``__get__`` run; with ``want``, the first such value of exactly one of those types."""
     for klass in mro(tp):
@@ -173,6 +176,7 @@ class TypeFacts(Generic[T]):
 
 # -- instances --------------------------------------------------------------------------------
 
+
 def _generic_get_dict() -> Callable[[Any], Any] | None:
     """The C API's ``PyObject_GenericGetDict``: the instance dict from the object's layout."""
     if _GENERIC:
@@ -247,7 +251,9 @@ def slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
         elif slots is None:
             continue
         else:
-            raise TypeError(f"{type_name(klass)}.__slots__ is a {type_name(type(slots))}, not a list of names")
+            raise TypeError(
+                f"{type_name(klass)}.__slots__ is a {type_name(type(slots))}, not a list of names"
+            )
         for name in names:
             if type(name) is not str or name in ("__dict__", "__weakref__"):
                 continue
@@ -303,6 +309,7 @@ _DEQUE_MAXLEN = deque.__dict__["maxlen"].__get__
 
 # -- tensors ----------------------------------------------------------------------------------
 
+
 class _Tensors:
     """torch's C getters, resolved once (importing this module stays torch-free)."""
 
@@ -314,7 +321,10 @@ class _Tensors:
         self.tensor = torch.Tensor
         self.parameter = torch.nn.Parameter
         self.base = base
-        self.off = (torch._C.DisableTorchFunction, getattr(torch._C, "_DisableTorchDispatch", contextlib.nullcontext))
+        self.off = (
+            torch._C.DisableTorchFunction,
+            getattr(torch._C, "_DisableTorchDispatch", contextlib.nullcontext),
+        )
         self.grad_fn = getters["grad_fn"].__get__
         self.requires_grad = getters["requires_grad"].__get__
         self.grad = getters["grad"].__get__
@@ -324,7 +334,9 @@ class _Tensors:
         self.dtype = getters["dtype"].__get__
         self.device = getters["device"].__get__
         self.hooks = tuple(
-            (name, getters[name].__get__) for name in ("_backward_hooks", "_post_accumulate_grad_hooks") if name in getters
+            (name, getters[name].__get__)
+            for name in ("_backward_hooks", "_post_accumulate_grad_hooks")
+            if name in getters
         )
         self.function_mode_on = torch._C._is_torch_function_mode_enabled
         self.function_base = torch._C._FunctionBase

@@ -96,7 +96,9 @@ class StepGraphs:
         if not wrappers_preserved():
             return
         alive = {id(obj) for obj in gc.get_objects() if _is_node(obj)}
-        self.known = {key: entry for key, entry in self.known.items() if entry[0] == BEFORE or key in alive}
+        self.known = {
+            key: entry for key, entry in self.known.items() if entry[0] == BEFORE or key in alive
+        }
 
     def add_leaves(self, evidence: Any, step: int) -> None:
         """The leaves of ``step``'s graph, from its evidence (:class:`leakscope.probe.liveness.Evidence`)."""
@@ -171,13 +173,17 @@ class StepGraphs:
 
     def count_nodes(self, roots: Iterable[Any]) -> int:
         """Graph nodes below ``roots``, older graphs and AccumulateGrad nodes not counted."""
-        return sum(1 for node in iter_nodes(roots, stop=self.is_before) if sequence_nr(node) != UINT64_MAX)
+        return sum(
+            1 for node in iter_nodes(roots, stop=self.is_before) if sequence_nr(node) != UINT64_MAX
+        )
 
     def older_than(self, step: int) -> Any:
         """A ``stop`` predicate for walks that count ``step``'s graph and what later steps added."""
+
         def stop(node: Any) -> bool:
             found = self.step_of(node)
             return found is not None and found < step
+
         return stop
 
 

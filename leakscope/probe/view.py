@@ -48,7 +48,9 @@ def _slots(node: Any) -> tuple[Slot, ...]:
     return tuple(out)
 
 
-def build_view(root: Any, *, target: str, mode: str, path: str, max_nodes: int = 10_000) -> GraphView:
+def build_view(
+    root: Any, *, target: str, mode: str, path: str, max_nodes: int = 10_000
+) -> GraphView:
     """Describe the graph below ``root`` (a node), breadth first, at most ``max_nodes`` described."""
     ids: dict[int, int] = {}  # id(python node) -> view id
     keep: list[Any] = []  # hold wrappers so ids stay unique while walking
@@ -84,7 +86,9 @@ def build_view(root: Any, *, target: str, mode: str, path: str, max_nodes: int =
 FINDING_GRAPH_NODES = 40
 
 
-def view_of(obj: Any, *, path: str, target: str = "", mode: str = "", max_nodes: int = 10_000) -> GraphView | None:
+def view_of(
+    obj: Any, *, path: str, target: str = "", mode: str = "", max_nodes: int = 10_000
+) -> GraphView | None:
     """The graph a held object keeps (a tensor's ``grad_fn`` or a node); None for a held leaf.
 
     A finding's own graph (``Finding.graph``) leaves ``target`` and ``mode`` empty:

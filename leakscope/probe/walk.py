@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import enum
 import functools
 import gc
 import threading
@@ -52,24 +53,26 @@ from leakscope.probe.safe import (
     type_name,
 )
 
-# Segment kinds: how a child is reached from its parent, and how it can be
-# replaced there (see ``release``).
-ITEM = "item"  # parent[key] = value (dict, list, deque)
-TUPLE = "tuple"  # immutable: rebuild the tuple in its own parent
-ATTR = "attr"  # parent.__dict__[key] = value
-SLOT = "slot"  # member descriptor: key.__set__(parent, value)
-CELL = "cell"  # closure cell: parent.cell_contents = value
-TD = "td"  # TensorDict entry
-SET = "set"  # set element
-DEFAULTS = "defaults"  # function __defaults__ tuple
-CLASSATTR = "classattr"  # setattr(cls, key, value)
-PARTIAL_ARG = "partial-arg"  # functools.partial positional argument
-LRU = "lru"  # a functools.lru_cache result: released by cache_clear()
-FRAME = "frame"  # a local of a suspended generator's (or a traceback's) frame
-DICT_KEY = "dict-key"  # a tensor used as a dict key: re-keyed by its replacement
-EXC_ARG = "exc-arg"  # an exception's args[i]
-CONTEXT_VAR = "context-var"  # a ContextVar's value: var.set(value)
-READONLY = "readonly"  # reachable, but cannot be replaced
+
+class LinkKind(enum.Enum):
+    """How a child is reached from its parent, and how it can be replaced there (see ``release``)."""
+
+    ITEM = "item"  # parent[key] = value (dict, list, deque)
+    TUPLE = "tuple"  # immutable: rebuild the tuple in its own parent
+    ATTR = "attr"  # parent.__dict__[key] = value
+    SLOT = "slot"  # member descriptor: key.__set__(parent, value)
+    CELL = "cell"  # closure cell: parent.cell_contents = value
+    TD = "td"  # TensorDict entry
+    SET = "set"  # set element
+    DEFAULTS = "defaults"  # function __defaults__ tuple
+    CLASSATTR = "classattr"  # setattr(cls, key, value)
+    PARTIAL_ARG = "partial-arg"  # functools.partial positional argument
+    LRU = "lru"  # a functools.lru_cache result: released by cache_clear()
+    FRAME = "frame"  # a local of a suspended generator's (or a traceback's) frame
+    DICT_KEY = "dict-key"  # a tensor used as a dict key: re-keyed by its replacement
+    EXC_ARG = "exc-arg"  # an exception's args[i]
+    CONTEXT_VAR = "context-var"  # a ContextVar's value: var.set(value)
+    READONLY = "readonly"  # reachable, but cannot be replaced
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +95,7 @@ class Link:
 
     parent: Link | None
     segments: tuple[Segment, ...]
-    kind: str
+    kind: LinkKind
     container: Any
     key: Any
     root: str = ""
@@ -122,10 +125,27 @@ class Hit:
 
 
 _ATOMS: tuple[type, ...] = (
-    type(None), bool, int, float, complex, str, bytes, bytearray, range, type(Ellipsis),
-    types.ModuleType, types.CodeType, types.FrameType, types.TracebackType,
-    types.BuiltinFunctionType, types.GetSetDescriptorType, types.MemberDescriptorType,
-    types.WrapperDescriptorType, types.MethodWrapperType, memoryview, slice,
+    type(None),
+    bool,
+    int,
+    float,
+    complex,
+    str,
+    bytes,
+    bytearray,
+    range,
+    type(Ellipsis),
+    types.ModuleType,
+    types.CodeType,
+    types.FrameType,
+    types.TracebackType,
+    types.BuiltinFunctionType,
+    types.GetSetDescriptorType,
+    types.MemberDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    memoryview,
+    slice,
 )
 #: a tensor (or graph node) is named at this many references at most (NOTE [Each reference once])
 MAX_NAMED = 16
@@ -143,6 +163,12 @@ def _key(key: object) -> tuple[Segment, ...]:
 
 def _attr(name: str) -> tuple[Segment, ...]:
     return (Segment(SegmentKind.ATTR, name),)
+
+
+def _member(key: object) -> tuple[Segment, ...]:
+    """An instance ``__dict__`` entry: an attribute (``.name``) when its key is an identifier,
+    else a mapping key (``setattr(obj, "a b", x)`` is ``['a b']``)."""
+    return _attr(key) if type(key) is str and key.isidentifier() else _key(key)
 
 
 def _index(i: int) -> tuple[Segment, ...]:
@@ -200,9 +226,36 @@ def kinds() -> _Kinds:
 
 
 # What the walk does with an object, decided once per type (``_kind_of``).
-(_ATOM, _CLASS, _TENSOR, _NODE, _HOOKS, _DICT, _LIST, _DEQUE, _TUPLE, _SET, _FROZENSET, _TD, _MODULE,
- _FUNCTION, _METHOD, _BUILTIN_METHOD, _PARTIAL, _CELL, _EXCEPTION, _WEAK_KEYS, _SUSPENDED_FRAME, _LRU,
- _PROXY, _LOCAL, _CONTEXT, _LIBRARY, _TENSORCLASS, _OBJECT) = range(28)
+(
+    _ATOM,
+    _CLASS,
+    _TENSOR,
+    _NODE,
+    _HOOKS,
+    _DICT,
+    _LIST,
+    _DEQUE,
+    _TUPLE,
+    _SET,
+    _FROZENSET,
+    _TD,
+    _MODULE,
+    _FUNCTION,
+    _METHOD,
+    _BUILTIN_METHOD,
+    _PARTIAL,
+    _CELL,
+    _EXCEPTION,
+    _WEAK_KEYS,
+    _SUSPENDED_FRAME,
+    _LRU,
+    _PROXY,
+    _LOCAL,
+    _CONTEXT,
+    _LIBRARY,
+    _TENSORCLASS,
+    _OBJECT,
+) = range(28)
 
 
 def _classify(tp: type) -> int:
@@ -242,7 +295,12 @@ def _classify(tp: type) -> int:
 
 _kind_of = safe.TypeFacts(_classify)
 _BUILTIN_KINDS: tuple[tuple[type, int], ...] = (
-    (dict, _DICT), (list, _LIST), (deque, _DEQUE), (tuple, _TUPLE), (set, _SET), (frozenset, _FROZENSET),
+    (dict, _DICT),
+    (list, _LIST),
+    (deque, _DEQUE),
+    (tuple, _TUPLE),
+    (set, _SET),
+    (frozenset, _FROZENSET),
 )
 
 
@@ -251,7 +309,7 @@ def _slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
 
 
 #: segments (None: the index ``key``, made when needed), kind, container, key, value
-Child = tuple["tuple[Segment, ...] | None", str, Any, Any, Any]
+Child = tuple["tuple[Segment, ...] | None", LinkKind, Any, Any, Any]
 
 
 def _children(obj: Any, generic: bool = False) -> Iterable[Child]:
@@ -261,26 +319,36 @@ def _children(obj: Any, generic: bool = False) -> Iterable[Child]:
 def _dict_children(obj: Any, generic: bool) -> Iterable[Child]:
     items = list(dict.items(obj))
     for key, value in items:
-        yield _key(key), ITEM, obj, key, value
+        yield _key(key), LinkKind.ITEM, obj, key, value
     for key, _ in items:
         # A tensor (or graph node) used as a key is held by the dict too.
         if _kind_of(type(key)) in (_TENSOR, _NODE):
-            yield (Segment(SegmentKind.KEY_OBJECT, type_name(type(key))),), DICT_KEY, obj, key, key
+            yield (
+                (Segment(SegmentKind.KEY_OBJECT, type_name(type(key))),),
+                LinkKind.DICT_KEY,
+                obj,
+                key,
+                key,
+            )
     seen = {id(v) for _, v in items}
     d = instance_dict(obj)
     if d:
         for key, value in list(d.items()):
             if id(value) not in seen:
-                yield _attr(key), ATTR, d, key, value
+                yield _attr(key), LinkKind.ATTR, d, key, value
 
 
 def _list_children(obj: Any, generic: bool) -> Iterable[Child]:
     # ``None``: the index segment, made only if the entry is named or entered (``_link``).
-    return [(None, ITEM, obj, i, value) for i, value in enumerate(list(list.__iter__(obj)))]
+    return [
+        (None, LinkKind.ITEM, obj, i, value) for i, value in enumerate(list(list.__iter__(obj)))
+    ]
 
 
 def _deque_children(obj: Any, generic: bool) -> Iterable[Child]:
-    return [(None, ITEM, obj, i, value) for i, value in enumerate(list(deque.__iter__(obj)))]
+    return [
+        (None, LinkKind.ITEM, obj, i, value) for i, value in enumerate(list(deque.__iter__(obj)))
+    ]
 
 
 def _tuple_children(obj: Any, generic: bool) -> Iterable[Child]:
@@ -291,43 +359,43 @@ def _tuple_children(obj: Any, generic: bool) -> Iterable[Child]:
     names: tuple[Any, ...] = fields if fields is not None and len(fields) == len(values) else ()
     for i, value in enumerate(values):
         segment = _attr(names[i]) if names and _identifier(names[i]) else _index(i)
-        yield segment, TUPLE, obj, i, value
+        yield segment, LinkKind.TUPLE, obj, i, value
 
 
 def _set_children(obj: Any, generic: bool) -> Iterable[Child]:
     for value in list(set.__iter__(obj)):
-        yield (Segment(SegmentKind.MEMBER),), SET, obj, value, value
+        yield (Segment(SegmentKind.MEMBER),), LinkKind.SET, obj, value, value
 
 
 def _frozenset_children(obj: Any, generic: bool) -> Iterable[Child]:
     for value in list(frozenset.__iter__(obj)):
-        yield (Segment(SegmentKind.MEMBER),), READONLY, obj, value, value
+        yield (Segment(SegmentKind.MEMBER),), LinkKind.READONLY, obj, value, value
 
 
 def _method_children(obj: Any, generic: bool) -> Iterable[Child]:
-    yield _attr("__self__"), READONLY, obj, "__self__", obj.__self__
-    yield _attr("__func__"), READONLY, obj, "__func__", obj.__func__
+    yield _attr("__self__"), LinkKind.READONLY, obj, "__self__", obj.__self__
+    yield _attr("__func__"), LinkKind.READONLY, obj, "__func__", obj.__func__
 
 
 def _builtin_method_children(obj: Any, generic: bool) -> Iterable[Child]:
     owner = obj.__self__  # the C type's own getter
     if owner is not None and not is_instance(owner, types.ModuleType):
-        yield _attr("__self__"), READONLY, obj, "__self__", owner
+        yield _attr("__self__"), LinkKind.READONLY, obj, "__self__", owner
 
 
 def _partial_children(obj: Any, generic: bool) -> Iterable[Child]:
-    yield _attr("func"), READONLY, obj, "func", obj.func
+    yield _attr("func"), LinkKind.READONLY, obj, "func", obj.func
     for i, value in enumerate(obj.args):
-        yield (*_attr("args"), *_index(i)), PARTIAL_ARG, obj, i, value
+        yield (*_attr("args"), *_index(i)), LinkKind.PARTIAL_ARG, obj, i, value
     keywords = obj.keywords
     if type(keywords) is dict:
         for key, value in list(keywords.items()):
-            yield (*_attr("keywords"), *_key(key)), ITEM, keywords, key, value
+            yield (*_attr("keywords"), *_key(key)), LinkKind.ITEM, keywords, key, value
 
 
 def _cell_children(obj: Any, generic: bool) -> Iterable[Child]:
     try:
-        yield (), CELL, obj, None, obj.cell_contents
+        yield (), LinkKind.CELL, obj, None, obj.cell_contents
     except ValueError:  # empty cell
         pass
 
@@ -345,13 +413,13 @@ def _local_children(obj: Any, generic: bool) -> Iterable[Child]:
     d = _THREAD_LOCAL.__getattribute__(obj, "__dict__")
     if type(d) is dict:
         for key, value in list(d.items()):
-            yield _key(key), ATTR, d, key, value
+            yield _member(key), LinkKind.ATTR, d, key, value
 
 
 def _context_children(obj: Any, generic: bool) -> Iterable[Child]:
     value = obj.get(_NO_VALUE)
     if value is not _NO_VALUE:
-        yield (Segment(SegmentKind.CALL, "get"),), CONTEXT_VAR, obj, None, value
+        yield (Segment(SegmentKind.CALL, "get"),), LinkKind.CONTEXT_VAR, obj, None, value
 
 
 def _library_children(obj: Any, generic: bool) -> Iterable[Child]:
@@ -367,18 +435,18 @@ def _tensorclass_children(obj: Any, generic: bool) -> Iterable[Child]:
     extra = d.get("_non_tensordict")
     if type(extra) is dict:
         for key, value in list(extra.items()):
-            yield _key(key), ITEM, extra, key, value
+            yield _key(key), LinkKind.ITEM, extra, key, value
 
 
 def _object_children(obj: Any, generic: bool) -> Iterable[Child]:
     d = instance_dict(obj)
     if d:
         for key, value in list(d.items()):
-            yield _key(key), ATTR, d, key, value
+            yield _member(key), LinkKind.ATTR, d, key, value
     found = bool(d)
     for name, value, descr in _slot_values(obj):
         found = True
-        yield _attr(name), SLOT, obj, descr, value
+        yield _attr(name), LinkKind.SLOT, obj, descr, value
     if generic and not found and not is_interpreter_internal(type(obj)):
         yield from _referents(obj)
 
@@ -397,11 +465,11 @@ def _generic_children(obj: Any) -> Iterable[Child]:
     d = instance_dict(obj)
     if d:
         for key, value in list(d.items()):
-            yield _key(key), ATTR, d, key, value
+            yield _member(key), LinkKind.ATTR, d, key, value
         return
     slots = list(_slot_values(obj))
     for name, value, descr in slots:
-        yield _attr(name), SLOT, obj, descr, value
+        yield _attr(name), LinkKind.SLOT, obj, descr, value
     if not slots:
         yield from _referents(obj)
 
@@ -411,25 +479,47 @@ def _referents(obj: Any) -> Iterable[Child]:
     for value in gc.get_referents(obj):
         if is_instance(value, (type, types.ModuleType, types.CodeType)):
             continue
-        yield (Segment(SegmentKind.REFERENT, type_name(type(value))),), READONLY, obj, None, value
+        yield (
+            (Segment(SegmentKind.REFERENT, type_name(type(value))),),
+            LinkKind.READONLY,
+            obj,
+            None,
+            value,
+        )
 
 
 _THREAD_LOCAL = threading.local
 _CONTEXT_VAR = contextvars.ContextVar
 _NO_VALUE = object()
-_SUSPENDED = {types.GeneratorType: "gi_frame", types.CoroutineType: "cr_frame", types.AsyncGeneratorType: "ag_frame"}
+_SUSPENDED = {
+    types.GeneratorType: "gi_frame",
+    types.CoroutineType: "cr_frame",
+    types.AsyncGeneratorType: "ag_frame",
+}
 _LRU_WRAPPER = type(functools.lru_cache(maxsize=1)(lambda: None))
 # Types matched exactly (none of them can be subclassed, or a subclass is the user's own object):
 # by identity, since a dict keyed by a type would hash it with its metaclass's ``__hash__``.
 _EXACT_KINDS: dict[int, tuple[type, int]] = {
-    id(tp): (tp, kind) for tp, kind in (
-        (types.FunctionType, _FUNCTION), (types.MethodType, _METHOD), (types.BuiltinMethodType, _BUILTIN_METHOD),
-        (functools.partial, _PARTIAL), (types.CellType, _CELL), (types.GeneratorType, _SUSPENDED_FRAME),
-        (types.CoroutineType, _SUSPENDED_FRAME), (types.AsyncGeneratorType, _SUSPENDED_FRAME),
-        (_LRU_WRAPPER, _LRU), (types.MappingProxyType, _PROXY), (_THREAD_LOCAL, _LOCAL), (_CONTEXT_VAR, _CONTEXT),
+    id(tp): (tp, kind)
+    for tp, kind in (
+        (types.FunctionType, _FUNCTION),
+        (types.MethodType, _METHOD),
+        (types.BuiltinMethodType, _BUILTIN_METHOD),
+        (functools.partial, _PARTIAL),
+        (types.CellType, _CELL),
+        (types.GeneratorType, _SUSPENDED_FRAME),
+        (types.CoroutineType, _SUSPENDED_FRAME),
+        (types.AsyncGeneratorType, _SUSPENDED_FRAME),
+        (_LRU_WRAPPER, _LRU),
+        (types.MappingProxyType, _PROXY),
+        (_THREAD_LOCAL, _LOCAL),
+        (_CONTEXT_VAR, _CONTEXT),
     )
 }
-_BASE_EXCEPTION = {name: BaseException.__dict__[name].__get__ for name in ("args", "__traceback__", "__cause__", "__context__")}
+_BASE_EXCEPTION = {
+    name: BaseException.__dict__[name].__get__
+    for name in ("args", "__traceback__", "__cause__", "__context__")
+}
 
 
 def _weak_key_children(wkd: Any, generic: bool) -> Iterable[Child]:
@@ -439,7 +529,13 @@ def _weak_key_children(wkd: Any, generic: bool) -> Iterable[Child]:
         return
     for ref, value in list(dict.items(data)):
         key = ref() if is_instance(ref, weakref.ref) else None
-        yield (_key(key) if key is not None else (Segment(SegmentKind.OBJECT_KEY, "dead key"),)), ITEM, data, ref, value
+        yield (
+            (_key(key) if key is not None else (Segment(SegmentKind.OBJECT_KEY, "dead key"),)),
+            LinkKind.ITEM,
+            data,
+            ref,
+            value,
+        )
 
 
 def _frame_children(gen: Any, generic: bool) -> Iterable[Child]:
@@ -465,11 +561,11 @@ def _exception_children(exc: BaseException, generic: bool) -> Iterable[Child]:
     own getters (a subclass may shadow any of them with a property)."""
     args = _BASE_EXCEPTION["args"](exc)
     for i, value in enumerate(args if type(args) is tuple else ()):
-        yield (*_attr("args"), *_index(i)), EXC_ARG, exc, i, value
+        yield (*_attr("args"), *_index(i)), LinkKind.EXC_ARG, exc, i, value
     d = instance_dict(exc)
     if d:
         for key, value in list(d.items()):
-            yield _key(key), ATTR, d, key, value
+            yield _member(key), LinkKind.ATTR, d, key, value
     tb = _BASE_EXCEPTION["__traceback__"](exc)
     segment = _attr("__traceback__")
     if tb is not None:
@@ -485,10 +581,12 @@ def _exception_children(exc: BaseException, generic: bool) -> Iterable[Child]:
     for attr in ("__cause__", "__context__"):
         chained = _BASE_EXCEPTION[attr](exc)
         if chained is not None:
-            yield _attr(attr), READONLY, exc, attr, chained
+            yield _attr(attr), LinkKind.READONLY, exc, attr, chained
 
 
-def _frame_locals(frame: Any, segment: tuple[Segment, ...], *, follow_back: bool) -> Iterable[Child]:
+def _frame_locals(
+    frame: Any, segment: tuple[Segment, ...], *, follow_back: bool
+) -> Iterable[Child]:
     """Locals of a finished frame, and with ``follow_back`` its callers' frames up to the
     first one of a library package (leakscope's own caller frames, torch, pytest), whose
     locals are not the engine's."""
@@ -497,7 +595,7 @@ def _frame_locals(frame: Any, segment: tuple[Segment, ...], *, follow_back: bool
         if is_library_module(name if type(name) is str else ""):
             return
         for local, value in list(frame.f_locals.items()):
-            yield (*segment, Segment(SegmentKind.LOCAL, local)), FRAME, frame, local, value
+            yield (*segment, Segment(SegmentKind.LOCAL, local)), LinkKind.FRAME, frame, local, value
         if not follow_back:
             return
         frame = frame.f_back
@@ -526,10 +624,20 @@ def _lru_children(wrapper: Any) -> Iterable[Child]:
     if type_name(entry_type) != "_lru_list_elem":
         results = list(dict.values(cache))
     else:
-        results = [refs[i - 1] for i in range(2, len(refs)) if refs[i] is entry_type and id(refs[i - 2]) in keys]
+        results = [
+            refs[i - 1]
+            for i in range(2, len(refs))
+            if refs[i] is entry_type and id(refs[i - 2]) in keys
+        ]
     # Newest last: the entry a step just added is ``cache[-1]`` however old the cache is.
     for i, value in enumerate(results):
-        yield (Segment(SegmentKind.CACHE, "cache"), *_index(i - len(results))), LRU, wrapper, None, value
+        yield (
+            (Segment(SegmentKind.CACHE, "cache"), *_index(i - len(results))),
+            LinkKind.LRU,
+            wrapper,
+            None,
+            value,
+        )
 
 
 def _tensordict_children(td: Any, generic: bool) -> Iterable[Child]:
@@ -537,16 +645,16 @@ def _tensordict_children(td: Any, generic: bool) -> Iterable[Child]:
     inner = d.get("_tensordict")
     if type(inner) is dict:
         for key, value in list(inner.items()):
-            yield _key(key), TD, td, key, value
+            yield _key(key), LinkKind.TD, td, key, value
         return
     stacked = d.get("tensordicts")
     if type(stacked) is list:
         for i, value in enumerate(stacked):
-            yield _index(i), READONLY, stacked, i, value
+            yield _index(i), LinkKind.READONLY, stacked, i, value
         return
     if is_library_type(type(td)):  # the package's own methods; a user subclass's are its own code
         for key, value in list(td.items()):
-            yield _key(key), TD, td, key, value
+            yield _key(key), LinkKind.TD, td, key, value
 
 
 _MODULE_PLAIN_DICTS = ("_modules", "_buffers")
@@ -561,22 +669,26 @@ def _module_children(module: Any, generic: bool) -> Iterable[Child]:
             if type(value) is dict:
                 k = kinds()
                 for name, param in list(value.items()):
-                    if param is not None and (k.tensor_hooks(param) or k.tensor_attrs(param) is not None):
-                        yield _attr(name), READONLY, value, name, param
+                    if param is not None and (
+                        k.tensor_hooks(param) or k.tensor_attrs(param) is not None
+                    ):
+                        yield _attr(name), LinkKind.READONLY, value, name, param
             continue
         if key in _MODULE_PLAIN_DICTS and type(value) is dict:
             for name, child in list(value.items()):
                 if child is not None:
-                    segment = _index(int(name)) if type(name) is str and name.isdigit() else _attr(name)
-                    yield segment, ITEM, value, name, child
+                    segment = (
+                        _index(int(name)) if type(name) is str and name.isdigit() else _attr(name)
+                    )
+                    yield segment, LinkKind.ITEM, value, name, child
             continue
         if type(key) is str and key.endswith("_hooks") and is_instance(value, dict):
             # Hook dicts are keyed by global handle ids that differ from run to
             # run; name hooks by position so paths are stable.
             hooks = _HookDict(value)
-            yield (Segment(SegmentKind.HOOKS, key),), READONLY, d, key, hooks
+            yield (Segment(SegmentKind.HOOKS, key),), LinkKind.READONLY, d, key, hooks
             continue
-        yield _key(key), ATTR, d, key, value
+        yield _member(key), LinkKind.ATTR, d, key, value
 
 
 class _HookDict:
@@ -589,7 +701,7 @@ class _HookDict:
 
     def children(self) -> Iterable[Child]:
         for i, (key, value) in enumerate(list(dict.items(self.hooks))):
-            yield _index(i), ITEM, self.hooks, key, value
+            yield _index(i), LinkKind.ITEM, self.hooks, key, value
 
 
 def _hook_children(obj: Any, generic: bool) -> Iterable[Child]:
@@ -606,28 +718,48 @@ def _function_children(fn: types.FunctionType, generic: bool) -> Iterable[Child]
                 value = cell.cell_contents
             except ValueError:
                 continue
-            yield (Segment(SegmentKind.CELL, name),), CELL, cell, None, value
+            yield (Segment(SegmentKind.CELL, name),), LinkKind.CELL, cell, None, value
     if fn.__defaults__:
         for i, value in enumerate(fn.__defaults__):
-            yield (*_attr("__defaults__"), *_index(i)), DEFAULTS, fn, i, value
+            yield (*_attr("__defaults__"), *_index(i)), LinkKind.DEFAULTS, fn, i, value
     kwdefaults = fn.__kwdefaults__
     if type(kwdefaults) is dict:
         for key, value in list(kwdefaults.items()):
-            yield (*_attr("__kwdefaults__"), *_key(key)), ITEM, kwdefaults, key, value
+            yield (*_attr("__kwdefaults__"), *_key(key)), LinkKind.ITEM, kwdefaults, key, value
     d = fn.__dict__
     for key, value in list(d.items()):
-        yield _key(key), ITEM, d, key, value
+        yield _key(key), LinkKind.ITEM, d, key, value
 
 
 _CHILDREN: dict[int, Any] = {
-    _ATOM: _nothing, _CLASS: _nothing, _TENSOR: _nothing, _NODE: _nothing, _HOOKS: _hook_children,
-    _DICT: _dict_children, _LIST: _list_children, _DEQUE: _deque_children, _TUPLE: _tuple_children,
-    _SET: _set_children, _FROZENSET: _frozenset_children, _TD: _tensordict_children, _MODULE: _module_children,
-    _FUNCTION: _function_children, _METHOD: _method_children, _BUILTIN_METHOD: _builtin_method_children,
-    _PARTIAL: _partial_children, _CELL: _cell_children, _EXCEPTION: _exception_children,
-    _WEAK_KEYS: _weak_key_children, _SUSPENDED_FRAME: _frame_children, _LRU: _lru_and_object_children,
-    _PROXY: _proxy_children, _LOCAL: _local_children, _CONTEXT: _context_children, _LIBRARY: _library_children,
-    _TENSORCLASS: _tensorclass_children, _OBJECT: _object_children,
+    _ATOM: _nothing,
+    _CLASS: _nothing,
+    _TENSOR: _nothing,
+    _NODE: _nothing,
+    _HOOKS: _hook_children,
+    _DICT: _dict_children,
+    _LIST: _list_children,
+    _DEQUE: _deque_children,
+    _TUPLE: _tuple_children,
+    _SET: _set_children,
+    _FROZENSET: _frozenset_children,
+    _TD: _tensordict_children,
+    _MODULE: _module_children,
+    _FUNCTION: _function_children,
+    _METHOD: _method_children,
+    _BUILTIN_METHOD: _builtin_method_children,
+    _PARTIAL: _partial_children,
+    _CELL: _cell_children,
+    _EXCEPTION: _exception_children,
+    _WEAK_KEYS: _weak_key_children,
+    _SUSPENDED_FRAME: _frame_children,
+    _LRU: _lru_and_object_children,
+    _PROXY: _proxy_children,
+    _LOCAL: _local_children,
+    _CONTEXT: _context_children,
+    _LIBRARY: _library_children,
+    _TENSORCLASS: _tensorclass_children,
+    _OBJECT: _object_children,
 }
 
 
@@ -639,7 +771,7 @@ def class_children(cls: type) -> Iterable[Child]:
             continue
         if is_instance(value, (staticmethod, classmethod, property)):
             continue
-        yield _attr(key), CLASSATTR, cls, key, value
+        yield _attr(key), LinkKind.CLASSATTR, cls, key, value
 
 
 def module_globals(module: types.ModuleType, generic: bool = False) -> Iterable[Child]:
@@ -656,13 +788,13 @@ def module_globals(module: types.ModuleType, generic: bool = False) -> Iterable[
         if is_subtype(tp, type):
             if type_module(value) != name:
                 continue
-            yield _attr(key), READONLY, d, key, value
+            yield _attr(key), LinkKind.READONLY, d, key, value
             continue
         if tp is types.FunctionType and value.__module__ != name:
             continue
         if not (_is_state(value, name) or (generic and not is_interpreter_internal(tp))):
             continue
-        yield _attr(key), ITEM, d, key, value
+        yield _attr(key), LinkKind.ITEM, d, key, value
 
 
 def _is_state(value: Any, module_name: str) -> bool:
@@ -695,8 +827,9 @@ class WalkStats:
         self.errors += 1
         if self.first_error is None:
             text = str(exc).strip().splitlines()
-            self.first_error = f"{type(exc).__name__}: {text[0] if text else '(no message)'} at {where}"
-
+            self.first_error = (
+                f"{type(exc).__name__}: {text[0] if text else '(no message)'} at {where}"
+            )
 
 
 def _slot_of(child: Child | None) -> tuple[int, Any]:
@@ -771,9 +904,9 @@ def walk(
     pops = 0
     for root in roots:
         if root.holder is not None:
-            root_link = Link(None, (), ITEM, root.holder, root.name, root.name, root.kind)
+            root_link = Link(None, (), LinkKind.ITEM, root.holder, root.name, root.name, root.kind)
         else:
-            root_link = Link(None, (), READONLY, None, None, root.name, root.kind)
+            root_link = Link(None, (), LinkKind.READONLY, None, None, root.name, root.kind)
         # Entries: (object, the link of the object holding it, how it is held there); a Link
         # is made only for what is named or entered.
         stack: list[tuple[Any, Link, Child | None]] = []
@@ -822,14 +955,18 @@ def walk(
                     continue
                 if times == 0:  # its hooks and attributes, once
                     for name, hooks in safe.tensor_hooks(obj):
-                        hooks_link = Link(link, (Segment(SegmentKind.HOOKS, name),), READONLY, None, None)
+                        hooks_link = Link(
+                            link, (Segment(SegmentKind.HOOKS, name),), LinkKind.READONLY, None, None
+                        )
                         stack.append((_HookDict(hooks), hooks_link, None))
                     attrs = kinds().tensor_attrs(obj)
                     if attrs is not None and id(attrs) not in visited:
                         visited.add(id(attrs))
                         for key, value in list(attrs.items()):
                             if type(key) is str and not key.startswith("_"):
-                                stack.append((value, link, (_key(key), ATTR, attrs, key, value)))
+                                stack.append(
+                                    (value, link, (_member(key), LinkKind.ATTR, attrs, key, value))
+                                )
                 if not safe.is_parameter(obj):
                     safe.remember_path(obj, link.path)  # a subclass's: to name its errors
                     yield Hit(obj, link, root)
@@ -847,7 +984,11 @@ def walk(
                 return
             link = _link(parent, child)
             try:
-                children = list(class_children(obj)) if kind == _CLASS else list(_CHILDREN[kind](obj, generic))
+                children = (
+                    list(class_children(obj))
+                    if kind == _CLASS
+                    else list(_CHILDREN[kind](obj, generic))
+                )
             except Exception as exc:
                 stats.note_error(exc, str(link.path()))
                 continue
@@ -862,6 +1003,6 @@ def _link(parent: Link, child: Child | None) -> Link:
     segments, kind, container, key, _ = child
     if segments is None:
         segments = _index(key)
-    elif kind == CELL and not segments:
+    elif kind is LinkKind.CELL and not segments:
         return parent
     return Link(parent, segments, kind, container, key)

@@ -17,7 +17,9 @@ def _quote(text: str) -> str:
 def render(view: GraphView, **_: Any) -> str:
     """``digraph retained { ... }``: one node per graph node, saved slots in the label."""
     lines = ["digraph retained {", "  rankdir=TB;", "  node [shape=box, fontname=monospace];"]
-    lines.append(f"  label={_quote(f'{view.target} [{view.mode}] {view.path}: {view.total_nodes} nodes')};")
+    lines.append(
+        f"  label={_quote(f'{view.target} [{view.mode}] {view.path}: {view.total_nodes} nodes')};"
+    )
     if view.truncated:
         lines.append(f"  // truncated: {len(view.nodes)} of {view.total_nodes} nodes described")
     described = {n.id for n in view.nodes}
@@ -27,7 +29,9 @@ def render(view: GraphView, **_: Any) -> str:
             shape = "x".join(str(d) for d in slot.shape) or "-"
             label += f"\\n{slot.name} {slot.dtype}[{shape}] {human_bytes(slot.nbytes)}"
         style = ', style=filled, fillcolor="#ffd7d7"' if any(s.nbytes for s in node.slots) else ""
-        lines.append(f"  n{node.id} [label={_quote(label).replace(chr(92) * 2 + 'n', chr(92) + 'n')}{style}];")
+        lines.append(
+            f"  n{node.id} [label={_quote(label).replace(chr(92) * 2 + 'n', chr(92) + 'n')}{style}];"
+        )
         for child in node.children:
             if child in described:
                 lines.append(f"  n{node.id} -> n{child};")

@@ -107,4 +107,13 @@ def github_property(text: object) -> str:
     return github_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
-__all__ = ["github_data", "github_property", "html", "rich_text", "sarif_uri", "terminal", "visible", "xml"]
+__all__ = [
+    "github_data",
+    "github_property",
+    "html",
+    "rich_text",
+    "sarif_uri",
+    "terminal",
+    "visible",
+    "xml",
+]

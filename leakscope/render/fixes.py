@@ -31,7 +31,11 @@ def exit_code(fixes: FixReport) -> int:
 
 def _status(fix: FixResult, apply: bool) -> str:
     if fix.status is FixStatus.VERIFIED:
-        return "verified, applied" if fix.applied else ("verified, not applied" if apply else "verified")
+        return (
+            "verified, applied"
+            if fix.applied
+            else ("verified, not applied" if apply else "verified")
+        )
     if fix.status is FixStatus.UNVERIFIED:
         return "suggestion (not verified)"
     return "no one-line edit"
@@ -80,7 +84,9 @@ def render_text(fixes: FixReport, *, diff: bool = False) -> str:
             lines.append(f"  fix: {fix.hint}")
         lines.append("")
     if fixes.fixes:
-        lines.append(f"gradients compared after one train step, same seed and micro-batch, {fixes.tolerance}")
+        lines.append(
+            f"gradients compared after one train step, same seed and micro-batch, {fixes.tolerance}"
+        )
     lines.append(summary_line(fixes))
     return "\n".join(terminal(line) for line in lines) + "\n"
 

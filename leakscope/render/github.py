@@ -24,15 +24,23 @@ _COMMAND = {"leak": "error", "warning": "warning", "allowed": "notice"}
 def command(name: str, message: str, **properties: str | int) -> str:
     """``::name key=value,...::message`` with both parts escaped (:mod:`leakscope.render.escape`)."""
     props = ",".join(f"{k}={github_property(v)}" for k, v in properties.items())
-    return f"::{name} {props}::{github_data(message)}" if props else f"::{name}::{github_data(message)}"
+    return (
+        f"::{name} {props}::{github_data(message)}"
+        if props
+        else f"::{name}::{github_data(message)}"
+    )
 
 
 def _annotation(finding: Finding, message: str) -> str:
     name = _COMMAND.get(finding.severity, "error")
-    title = f"leakscope {finding.holder}" + (" (allowed)" if finding.severity is Severity.ALLOWED else "")
+    title = f"leakscope {finding.holder}" + (
+        " (allowed)" if finding.severity is Severity.ALLOWED else ""
+    )
     if finding.source is None:
         return command(name, message, title=title)
-    return command(name, message, file=finding.source.file, line=max(1, finding.source.line), title=title)
+    return command(
+        name, message, file=finding.source.file, line=max(1, finding.source.line), title=title
+    )
 
 
 def suggestion(result: TargetResult, finding: Finding) -> str:
@@ -46,7 +54,9 @@ def suggestion(result: TargetResult, finding: Finding) -> str:
         f"{label(result)}: verified fix for {finding.path}: {edit.proof or 'verified by leakscope fix'}\n"
         f"```suggestion\n{after}\n```"
     )
-    return command("notice", message, file=edit.file, line=edit.line, title="leakscope verified fix")
+    return command(
+        "notice", message, file=edit.file, line=edit.line, title="leakscope verified fix"
+    )
 
 
 def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
@@ -54,13 +64,17 @@ def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
     lines = []
     for result in report.results:
         if result.verdict is Verdict.ERROR:
-            lines.append(command("error", f"{label(result)}: {result.error}", title="leakscope error"))
+            lines.append(
+                command("error", f"{label(result)}: {result.error}", title="leakscope error")
+            )
         for finding in result.findings:
             lines.append(_annotation(finding, finding_message(result, finding)))
             suggested = suggestion(result, finding)
             if suggested:
                 lines.append(suggested)
         for warning in result.warnings:
-            lines.append(command("warning", f"{label(result)}: {warning}", title="leakscope warning"))
+            lines.append(
+                command("warning", f"{label(result)}: {warning}", title="leakscope warning")
+            )
     lines.append(terminal(report_line(report, exit_code(report, fail_on), fail_on)))
     return "\n".join(lines) + "\n"

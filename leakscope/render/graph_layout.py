@@ -56,7 +56,9 @@ def depths(view: GraphView) -> dict[int, int]:
     return depth
 
 
-def layout(view: GraphView, measure: Callable[[ViewNode], tuple[float, float]]) -> tuple[list[list[Box]], list[list[Box]], float, float]:
+def layout(
+    view: GraphView, measure: Callable[[ViewNode], tuple[float, float]]
+) -> tuple[list[list[Box]], list[list[Box]], float, float]:
     """Boxes by layer, each edge as its chain of boxes, and the drawing's width and height.
 
     Sugiyama's recipe, small: longest-path layers, a bend box wherever an edge

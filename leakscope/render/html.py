@@ -123,13 +123,14 @@ def _sparkline(result: TargetResult, shown: str) -> str:
     top = max(values) or 1
     step = (w - 2 * pad) / max(len(values) - 1, 1)
     points = " ".join(
-        f"{pad + i * step:.1f},{h - pad - (v / top) * (h - 2 * pad):.1f}" for i, v in enumerate(values)
+        f"{pad + i * step:.1f},{h - pad - (v / top) * (h - 2 * pad):.1f}"
+        for i, v in enumerate(values)
     )
     kind = _tone(shown)
     title = "retained after each micro-batch: " + ", ".join(human_bytes(v) for v in values)
     return (
         f'<svg class="spark {kind}" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img">'
-        f"<title>{_e(title)}</title><polyline points=\"{points}\"/></svg>"
+        f'<title>{_e(title)}</title><polyline points="{points}"/></svg>'
     )
 
 
@@ -140,7 +141,11 @@ def _result_section(index: int, result: TargetResult, fail_on: str) -> str:
     shown = shown_verdict(result, fail_on)
     head = (
         f'<h2><code>{_e(result.target)}</code> <span class="mode">[{_e(result.mode.value)}]</span>'
-        + (f' <span class="mode">[rank {_e(result.rank)}]</span>' if result.rank is not None else "")
+        + (
+            f' <span class="mode">[rank {_e(result.rank)}]</span>'
+            if result.rank is not None
+            else ""
+        )
         + f" {_badge(shown)}"
         + (
             f' <span class="retained">{_e(human_bytes(result.retained_bytes))} retained per micro-batch</span>'
@@ -160,7 +165,7 @@ def _result_section(index: int, result: TargetResult, fail_on: str) -> str:
     for warning in result.warnings:
         parts.append(f'<p class="warning-line">warning: {_e(warning)}</p>')
     if result.findings:
-        parts.append(f'<h3>Findings ({len(result.findings)})</h3>')
+        parts.append(f"<h3>Findings ({len(result.findings)})</h3>")
         for j, finding in enumerate(result.findings):
             parts.append(_finding_card(f"{index}-{j}", result, finding))
     parts.append("</section>")
@@ -176,7 +181,31 @@ def _nice_ceiling(value: float) -> float:
         return 1.0
     unit = 1024.0 ** max(0, int(math.log(value, 1024)))
     scaled = value / unit
-    for nice in (1, 2, 4, 5, 8, 10, 16, 20, 25, 32, 40, 50, 64, 80, 100, 128, 200, 256, 400, 500, 512, 800, 1024):
+    for nice in (
+        1,
+        2,
+        4,
+        5,
+        8,
+        10,
+        16,
+        20,
+        25,
+        32,
+        40,
+        50,
+        64,
+        80,
+        100,
+        128,
+        200,
+        256,
+        400,
+        500,
+        512,
+        800,
+        1024,
+    ):
         if scaled <= nice:
             return nice * unit
     return math.ceil(scaled) * unit
@@ -204,12 +233,20 @@ def _growth_figure(result: TargetResult, shown: str) -> str:
         f'role="img" aria-label="retained bytes after each micro-batch">',
         f"<title>{_e(growth_line(result).strip())}</title>",
     ]
-    for k in range(5 if max(values + storage + [0]) > 0 else 1):  # flat at zero: one gridline, "0 B"
+    for k in range(
+        5 if max(values + storage + [0]) > 0 else 1
+    ):  # flat at zero: one gridline, "0 B"
         v = ymax * k / 4
         yy = y(v)
-        out.append(f'<line class="grid" x1="{left}" y1="{yy:.1f}" x2="{width - right}" y2="{yy:.1f}"/>')
-        out.append(f'<text class="tick" x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end">{_e(human_bytes(int(v)))}</text>')
-    out.append(f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{width - right}" y2="{top + plot_h}"/>')
+        out.append(
+            f'<line class="grid" x1="{left}" y1="{yy:.1f}" x2="{width - right}" y2="{yy:.1f}"/>'
+        )
+        out.append(
+            f'<text class="tick" x="{left - 6}" y="{yy + 4:.1f}" text-anchor="end">{_e(human_bytes(int(v)))}</text>'
+        )
+    out.append(
+        f'<line class="axis" x1="{left}" y1="{top + plot_h}" x2="{width - right}" y2="{top + plot_h}"/>'
+    )
     for i, v in enumerate(values):
         cx = left + slot * (i + 0.5)
         yy = y(v)
@@ -221,11 +258,19 @@ def _growth_figure(result: TargetResult, shown: str) -> str:
             f'<rect class="bar" data-bytes="{_e(v)}" x="{cx - bar_w / 2:.1f}" y="{yy:.1f}" width="{bar_w:.1f}" '
             f'height="{h:.1f}"><title>{_e(label)}</title></rect>'
         )
-        out.append(f'<text class="value" x="{cx:.1f}" y="{yy - 5:.1f}" text-anchor="middle">{_e(human_bytes(v))}</text>')
-        out.append(f'<text class="tick" x="{cx:.1f}" y="{top + plot_h + 16}" text-anchor="middle">#{i}</text>')
+        out.append(
+            f'<text class="value" x="{cx:.1f}" y="{yy - 5:.1f}" text-anchor="middle">{_e(human_bytes(v))}</text>'
+        )
+        out.append(
+            f'<text class="tick" x="{cx:.1f}" y="{top + plot_h + 16}" text-anchor="middle">#{i}</text>'
+        )
     if storage:
-        points = " ".join(f"{left + slot * (i + 0.5):.1f},{y(v):.1f}" for i, v in enumerate(storage))
-        out.append(f'<polyline class="storage" points="{points}"><title>graph-free storage held</title></polyline>')
+        points = " ".join(
+            f"{left + slot * (i + 0.5):.1f},{y(v):.1f}" for i, v in enumerate(storage)
+        )
+        out.append(
+            f'<polyline class="storage" points="{points}"><title>graph-free storage held</title></polyline>'
+        )
     out.append(
         f'<text class="axis-label" x="{left + plot_w / 2:.1f}" y="{height - 6}" text-anchor="middle">'
         "retained after micro-batch</text>"
@@ -239,7 +284,9 @@ def _growth_figure(result: TargetResult, shown: str) -> str:
         caption += "; live graph nodes by micro-batch " + ", ".join(
             f"#{i}: {_e(c)}" for i, c in enumerate(g.nodes_by_micro_batch)
         )
-    return f'<figure class="growth-figure">{"".join(out)}<figcaption>{caption}</figcaption></figure>'
+    return (
+        f'<figure class="growth-figure">{"".join(out)}<figcaption>{caption}</figcaption></figure>'
+    )
 
 
 def _shape(result: TargetResult) -> str:
@@ -267,7 +314,12 @@ def _finding_card(key: str, result: TargetResult, finding: Finding) -> str:
         ("confirmed", "yes" if finding.confirmed else "no"),
     ]
     if len(finding.bytes_by_cause) > 1:
-        facts.append(("by cause", ", ".join(f"{c} {human_bytes(n)}" for c, n in finding.bytes_by_cause.items())))
+        facts.append(
+            (
+                "by cause",
+                ", ".join(f"{c} {human_bytes(n)}" for c, n in finding.bytes_by_cause.items()),
+            )
+        )
     kind = getattr(finding, "kind", None)
     if kind:
         facts.append(("kind", str(kind)))
@@ -316,7 +368,9 @@ def _edit_figure(finding: Finding) -> str:
         f'<span class="ins"><span class="ln">+{_e(edit.line)}</span>{_e(after)}</span>'
     )
     proof = f'<p class="muted proof">{_e(edit.proof)}</p>' if edit.proof else ""
-    return f'<figure class="snippet edit {cls}">{head}<pre><code>{rows}</code></pre>{proof}</figure>'
+    return (
+        f'<figure class="snippet edit {cls}">{head}<pre><code>{rows}</code></pre>{proof}</figure>'
+    )
 
 
 def _snippet(title: str, finding: Finding, source: Source) -> str:
@@ -385,7 +439,9 @@ _CHAR_W, _LINE_H, _PAD = 7.2, 15, 8
 def _measure(node: ViewNode) -> tuple[float, float]:
     """A node's box: wide enough for its name and detail line, one or two lines tall."""
     detail = _node_detail(node)
-    return max(len(node.name), len(detail)) * _CHAR_W + 2 * _PAD, (2 if detail else 1) * _LINE_H + 2 * _PAD
+    return max(len(node.name), len(detail)) * _CHAR_W + 2 * _PAD, (
+        2 if detail else 1
+    ) * _LINE_H + 2 * _PAD
 
 
 def _edge_path(chain: list[Box]) -> str:
@@ -415,7 +471,10 @@ def graph_svg(view: GraphView, key: str = "g") -> str:
         f'<defs><marker id="{marker}" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
         'orient="auto-start-reverse"><path class="arrowhead" d="M0,0 L10,5 L0,10 z"/></marker></defs>',
     ]
-    out.extend(f'<path class="edge" d="{_edge_path(chain)}" marker-end="url(#{marker})"/>' for chain in chains)
+    out.extend(
+        f'<path class="edge" d="{_edge_path(chain)}" marker-end="url(#{marker})"/>'
+        for chain in chains
+    )
     for row in layers:
         for box in row:
             if box.node is not None:
@@ -430,7 +489,8 @@ def _node_svg(box: Box, view: GraphView, described: set[int]) -> str:
     x, y = box.x - box.width / 2, box.y
     hidden = sum(1 for c in n.children if c not in described)
     title = n.name + "".join(
-        f"\n{s.name} {s.dtype}[{'x'.join(str(d) for d in s.shape) or '-'}] {human_bytes(s.nbytes)}" for s in n.slots
+        f"\n{s.name} {s.dtype}[{'x'.join(str(d) for d in s.shape) or '-'}] {human_bytes(s.nbytes)}"
+        for s in n.slots
     )
     if hidden:
         title += f"\n{hidden} more input(s) not drawn"
@@ -442,14 +502,18 @@ def _node_svg(box: Box, view: GraphView, described: set[int]) -> str:
     ]
     detail = _node_detail(n)
     if detail:
-        parts.append(f'<text class="detail" x="{x + _PAD:.1f}" y="{y + _PAD + 11 + _LINE_H:.1f}">{_e(detail)}</text>')
+        parts.append(
+            f'<text class="detail" x="{x + _PAD:.1f}" y="{y + _PAD + 11 + _LINE_H:.1f}">{_e(detail)}</text>'
+        )
     if hidden:
         parts.append(
             f'<text class="more" x="{box.x:.1f}" y="{y + box.height + 13:.1f}" text-anchor="middle">'
             f"+{hidden} not drawn</text>"
         )
     if is_root:
-        parts.append(f'<text class="held" x="{box.x:.1f}" y="{y - 8:.1f}" text-anchor="middle">held</text>')
+        parts.append(
+            f'<text class="held" x="{box.x:.1f}" y="{y - 8:.1f}" text-anchor="middle">held</text>'
+        )
     parts.append("</g>")
     return "".join(parts)
 

@@ -45,7 +45,12 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 def snippet_dict(snippet: Snippet) -> dict[str, Any]:
     """The lines around a finding's ``source`` or ``stored_at``, captured when the check ran."""
-    return {"file": snippet.file, "line": snippet.line, "first_line": snippet.first_line, "lines": list(snippet.lines)}
+    return {
+        "file": snippet.file,
+        "line": snippet.line,
+        "first_line": snippet.first_line,
+        "lines": list(snippet.lines),
+    }
 
 
 def graph_dict(view: GraphView) -> dict[str, Any]:
@@ -59,7 +64,8 @@ def graph_dict(view: GraphView) -> dict[str, Any]:
                 "id": node.id,
                 "name": node.name,
                 "slots": [
-                    {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "nbytes": s.nbytes} for s in node.slots
+                    {"name": s.name, "shape": list(s.shape), "dtype": s.dtype, "nbytes": s.nbytes}
+                    for s in node.slots
                 ],
                 "children": list(node.children),
             }
@@ -69,7 +75,9 @@ def graph_dict(view: GraphView) -> dict[str, Any]:
 
 
 def _source(source: Any) -> dict[str, Any] | None:
-    return {"file": source.file, "line": source.line, "function": source.function} if source else None
+    return (
+        {"file": source.file, "line": source.line, "function": source.function} if source else None
+    )
 
 
 def projection_dict(p: Any) -> dict[str, Any]:
@@ -91,8 +99,15 @@ def projection_dict(p: Any) -> dict[str, Any]:
         "bounded_bytes": p.bounded_bytes,
         "bounded_fits": p.bounded_fits,
         "terms": [
-            {"cause": t.cause, "part": t.part, "monomial": t.monomial, "elements": t.elements,
-             "element_bytes": t.element_bytes, "bytes": t.bytes, "text": str(t)}
+            {
+                "cause": t.cause,
+                "part": t.part,
+                "monomial": t.monomial,
+                "elements": t.elements,
+                "element_bytes": t.element_bytes,
+                "bytes": t.bytes,
+                "text": str(t),
+            }
             for t in p.terms
         ],
         "assumptions": list(p.assumptions),
@@ -117,15 +132,19 @@ def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
         out["growth"] = {
             "retained_bytes": list(result.growth.retained_bytes),
             "slope_bytes": result.growth.slope_bytes,
-            "cuda_allocated": list(result.growth.cuda_allocated) if result.growth.cuda_allocated else None,
+            "cuda_allocated": list(result.growth.cuda_allocated)
+            if result.growth.cuda_allocated
+            else None,
         }
     if result.growth is not None:
-        out["growth"].update({
-            "graph_nodes": list(result.growth.graph_nodes),
-            "nodes_by_micro_batch": list(result.growth.nodes_by_micro_batch),
-            "storage_bytes": list(result.growth.storage_bytes),
-            "storage_slope_bytes": result.growth.storage_slope_bytes,
-        })
+        out["growth"].update(
+            {
+                "graph_nodes": list(result.growth.graph_nodes),
+                "nodes_by_micro_batch": list(result.growth.nodes_by_micro_batch),
+                "storage_bytes": list(result.growth.storage_bytes),
+                "storage_slope_bytes": result.growth.storage_slope_bytes,
+            }
+        )
     if result.projection is not None:
         out["projection"] = projection_dict(result.projection)
     if result.keys_read:
@@ -189,16 +208,30 @@ def load(text: str, name: str = "the report") -> Report:
     try:
         doc = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{name} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); {_FIX}") from None
+        raise UsageError(
+            f"{name} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); {_FIX}"
+        ) from None
     except RecursionError:
         raise UsageError(f"{name} nests deeper than any leakscope report; {_FIX}") from None
     except ValueError as exc:  # NaN or Infinity, or an integer of thousands of digits
-        raise UsageError(f"{name} is not a leakscope JSON report ({_one_line(exc)}); {_FIX}") from None
-    if not isinstance(doc, dict) or "schema_version" not in doc or not isinstance(doc.get("results"), list):
-        raise UsageError(f"{name} is not a leakscope JSON report (no schema_version and results); {_FIX}")
+        raise UsageError(
+            f"{name} is not a leakscope JSON report ({_one_line(exc)}); {_FIX}"
+        ) from None
+    if (
+        not isinstance(doc, dict)
+        or "schema_version" not in doc
+        or not isinstance(doc.get("results"), list)
+    ):
+        raise UsageError(
+            f"{name} is not a leakscope JSON report (no schema_version and results); {_FIX}"
+        )
     version = doc["schema_version"]
     if type(version) is not int or version != SCHEMA_VERSION:
-        shown = repr(version) if isinstance(version, (int, float, str)) and len(repr(version)) <= 24 else "of another kind"
+        shown = (
+            repr(version)
+            if isinstance(version, (int, float, str)) and len(repr(version)) <= 24
+            else "of another kind"
+        )
         raise UsageError(
             f"{name} has schema_version {shown}, this leakscope reads {SCHEMA_VERSION}; "
             "render it with the leakscope version that wrote it"
@@ -206,10 +239,14 @@ def load(text: str, name: str = "the report") -> Report:
     try:
         if doc.get("error") is not None and not doc["results"]:
             error = _checked(str, doc["error"], "error")
-            raise UsageError(f"{name} records a run that failed before any target was checked: {error}")
+            raise UsageError(
+                f"{name} records a run that failed before any target was checked: {error}"
+            )
         return _report(doc)
     except SchemaError as exc:
-        raise UsageError(f"{name} is not a valid leakscope JSON report: {_one_line(exc)}; {_FIX}") from None
+        raise UsageError(
+            f"{name} is not a valid leakscope JSON report: {_one_line(exc)}; {_FIX}"
+        ) from None
 
 
 def _no_constant(name: str) -> None:
@@ -241,11 +278,16 @@ def _list(value: Any, where: str) -> list[Any]:
 def _one_of(value: Any, allowed: tuple[Any, ...], where: str) -> None:
     if value not in allowed:
         shown = repr(value) if isinstance(value, str) and len(value) <= 40 else "another value"
-        raise SchemaError(where, f"is {shown}, not one of {', '.join('null' if a is None else repr(a) for a in allowed)}")
+        raise SchemaError(
+            where,
+            f"is {shown}, not one of {', '.join('null' if a is None else repr(a) for a in allowed)}",
+        )
 
 
 def _report(doc: dict[str, Any]) -> Report:
-    results = tuple(_result(_object(r, f"results[{i}]"), f"results[{i}]") for i, r in enumerate(doc["results"]))
+    results = tuple(
+        _result(_object(r, f"results[{i}]"), f"results[{i}]") for i, r in enumerate(doc["results"])
+    )
     watch = None
     if doc.get("watch") is not None:
         watch = from_data(WatchSummary, _object(doc["watch"], "watch"), ints=_INTS, where="watch")
@@ -262,7 +304,9 @@ def _result(data: dict[str, Any], where: str) -> TargetResult:
     findings_data = _list(data.pop("findings", []), f"{where}.findings")
     projection = data.pop("projection", None)
     if projection is not None:
-        data["projection"] = _projection(_object(projection, f"{where}.projection"), f"{where}.projection")
+        data["projection"] = _projection(
+            _object(projection, f"{where}.projection"), f"{where}.projection"
+        )
     result: TargetResult = from_data(TargetResult, data, ints=_INTS, where=where)
     _one_of(result.kind, _KINDS, f"{where}.kind")
     findings = tuple(
@@ -284,15 +328,20 @@ def _finding(data: dict[str, Any], result: TargetResult, where: str) -> Finding:
         graph = _object(graph, f"{where}.graph")
         nodes = _list(graph.get("nodes", []), f"{where}.graph.nodes")
         if len(nodes) > MAX_GRAPH_NODES:
-            raise SchemaError(f"{where}.graph.nodes", f"has {len(nodes)} nodes, more than {MAX_GRAPH_NODES}")
+            raise SchemaError(
+                f"{where}.graph.nodes", f"has {len(nodes)} nodes, more than {MAX_GRAPH_NODES}"
+            )
         view: GraphView = from_data(
-            GraphView, {**graph, "target": result.target, "mode": result.mode.value, "path": path},
-            ints=_INTS, where=f"{where}.graph",
+            GraphView,
+            {**graph, "target": result.target, "mode": result.mode.value, "path": path},
+            ints=_INTS,
+            where=f"{where}.graph",
         )
         for k, node in enumerate(view.nodes):
             if len(node.children) > MAX_GRAPH_NODES:
                 raise SchemaError(
-                    f"{where}.graph.nodes[{k}].children", f"has {len(node.children)} ids, more than {MAX_GRAPH_NODES}"
+                    f"{where}.graph.nodes[{k}].children",
+                    f"has {len(node.children)} ids, more than {MAX_GRAPH_NODES}",
                 )
         finding = dataclasses.replace(finding, graph=view)
     return dataclasses.replace(finding, path=printed(path))
@@ -300,7 +349,16 @@ def _finding(data: dict[str, Any], result: TargetResult, where: str) -> Finding:
 
 def _projection(data: dict[str, Any], where: str) -> dict[str, Any]:
     """The JSON report's flat projection in the shape of ``Projection`` (its ``scale`` nested)."""
-    scale_keys = ("hidden", "tokens", "dtype", "micro_batches", "gpu_memory", "vocab", "layers", "batch")
+    scale_keys = (
+        "hidden",
+        "tokens",
+        "dtype",
+        "micro_batches",
+        "gpu_memory",
+        "vocab",
+        "layers",
+        "batch",
+    )
     out = {k: v for k, v in data.items() if k not in scale_keys}
     out["scale"] = {k: data[k] for k in scale_keys if k in data}
     shares = data.get("fp32_share")

@@ -24,7 +24,9 @@ def _name(result: TargetResult) -> str:
     return result.mode.value + (f" [{', '.join(result.settings)}]" if result.settings else "")
 
 
-def _element(parent: ET.Element, tag: str, attrs: dict[str, str] | None = None, text: str | None = None) -> ET.Element:
+def _element(
+    parent: ET.Element, tag: str, attrs: dict[str, str] | None = None, text: str | None = None
+) -> ET.Element:
     """A child element whose attribute values and text are XML-safe (ElementTree escapes ``<&"``)."""
     element = ET.SubElement(parent, tag, {k: xml(v) for k, v in (attrs or {}).items()})
     if text is not None:
@@ -40,7 +42,9 @@ def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
     seconds = f"{sum(r.seconds for r in results):.3f}"
     counts = {"tests": str(len(results)), "failures": str(failures), "errors": str(errors)}
     root = ET.Element("testsuites", {"name": "leakscope", **counts, "time": seconds})
-    suite = _element(root, "testsuite", {"name": "leakscope", **counts, "skipped": "0", "time": seconds})
+    suite = _element(
+        root, "testsuite", {"name": "leakscope", **counts, "skipped": "0", "time": seconds}
+    )
     properties = _element(suite, "properties")
     for name, value in (
         ("leakscope_version", report.leakscope_version),
@@ -50,7 +54,9 @@ def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
         _element(properties, "property", {"name": name, "value": value})
     for result in results:
         case = _element(
-            suite, "testcase", {"classname": result.target, "name": _name(result), "time": f"{result.seconds:.3f}"}
+            suite,
+            "testcase",
+            {"classname": result.target, "name": _name(result), "time": f"{result.seconds:.3f}"},
         )
         detail = result_detail(result, fail_on)
         message = result_line(result, fail_on)

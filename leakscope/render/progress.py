@@ -56,7 +56,12 @@ def status(done: int, total: int, state: dict[str, str]) -> str:
 
 @contextlib.contextmanager
 def display(
-    total: int, enabled: bool, stream: TextIO | None = None, *, modes: int = 1, timeout: float | None = None
+    total: int,
+    enabled: bool,
+    stream: TextIO | None = None,
+    *,
+    modes: int = 1,
+    timeout: float | None = None,
 ) -> Iterator[OnResult | None]:
     """An ``on_result`` callback that advances a display of ``total`` results, or None.
 
@@ -75,7 +80,9 @@ def display(
         def line(result: TargetResult) -> None:
             nonlocal done
             done += 1
-            stream.write(f"leakscope: [{done}/{total}] {terminal(label(result))} {result.verdict.value}\n")
+            stream.write(
+                f"leakscope: [{done}/{total}] {terminal(label(result))} {result.verdict.value}\n"
+            )
             stream.flush()
 
         yield line
@@ -85,8 +92,12 @@ def display(
 
     live = _Live(total, modes)
     with Progress(
-        TextColumn("leakscope"), TextColumn("{task.description}", markup=False), _budget_column(timeout),
-        console=Console(file=stream), transient=True, refresh_per_second=4,
+        TextColumn("leakscope"),
+        TextColumn("{task.description}", markup=False),
+        _budget_column(timeout),
+        console=Console(file=stream),
+        transient=True,
+        refresh_per_second=4,
     ) as bar:
         live.bar = bar
         with listening(live.on_phase):
@@ -132,7 +143,9 @@ class _Live:
 
     def _draw(self, target: str) -> None:
         assert self.bar is not None
-        text = terminal(status(self.done, self.total, self.states[target]))  # engine names: no escape codes
+        text = terminal(
+            status(self.done, self.total, self.states[target])
+        )  # engine names: no escape codes
         if target not in self.tasks:
             self.tasks[target] = self.bar.add_task(text, total=None)
         self.bar.update(self.tasks[target], description=text, refresh=True)
@@ -147,4 +160,3 @@ def _budget_column(timeout: float | None) -> Any:
             return Text(f"({budget(task.elapsed or 0.0, timeout)})")
 
     return Budget()
-

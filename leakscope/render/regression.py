@@ -40,11 +40,17 @@ def leaking_classes(report: Report, script: str | None = None) -> dict[str, list
         if result.verdict is not Verdict.LEAK:
             continue
         paths = found.setdefault(watched_class(result.target, script), [])
-        paths.extend(str(f.path) for f in result.findings if f.severity == "leak" and str(f.path) not in paths)
+        paths.extend(
+            str(f.path)
+            for f in result.findings
+            if f.severity == "leak" and str(f.path) not in paths
+        )
     return found
 
 
-def render(report: Report, *, allow: Sequence[str] = (), script: str | None = None, **_: Any) -> str:
+def render(
+    report: Report, *, allow: Sequence[str] = (), script: str | None = None, **_: Any
+) -> str:
     """The regression test for every leaking class of ``report`` (NOTE [From a real job to a gate])."""
     found = leaking_classes(report, script)
     watched = "".join(f"    {target!r}: {paths!r},\n" for target, paths in found.items())

@@ -25,52 +25,66 @@ SARIF_VERSION = "2.1.0"
 #: rule per holder kind: (id, name, short description, how to fix) — see docs/findings.md
 RULES: dict[str, tuple[str, str, str, str]] = {
     "returned": (
-        "returned", "ReturnedGraph",
+        "returned",
+        "ReturnedGraph",
         "forward_step returns a tensor still attached to the autograd graph",
         "Detach the returned tree after the loss is computed; compute logging-only values under torch.no_grad().",
     ),
     "engine attribute": (
-        "engine-attribute", "EngineAttributeGraph",
+        "engine-attribute",
+        "EngineAttributeGraph",
         "the engine stores an attached tensor on itself",
         "Store value.detach() (or .item() for scalars); accumulate loss.detach().",
     ),
     "micro-batch": (
-        "micro-batch", "MicroBatchGraph",
+        "micro-batch",
+        "MicroBatchGraph",
         "forward_step writes an attached tensor into the micro-batch",
         "Write only detached tensors into the micro-batch.",
     ),
     "model attribute": (
-        "model-attribute", "ModelAttributeGraph",
+        "model-attribute",
+        "ModelAttributeGraph",
         "the model keeps an attached tensor as an attribute",
         "Keep only detached tensors on the model.",
     ),
     "model hook": (
-        "model-hook", "ModelHookGraph",
+        "model-hook",
+        "ModelHookGraph",
         "a forward hook stores an attached tensor",
         "Detach inside the hook before storing, or run it under torch.no_grad().",
     ),
     "module global": (
-        "module-global", "ModuleGlobalGraph",
+        "module-global",
+        "ModuleGlobalGraph",
         "module-level state holds an attached tensor",
         "Module-level state must hold detached tensors.",
     ),
     "not found": (
-        "unknown-holder", "UnknownHolderGraph",
+        "unknown-holder",
+        "UnknownHolderGraph",
         "the step's graph stays alive but no holder was found among the caller's objects",
         "Look for C++ hooks, closures in other modules or thread-locals that store step tensors.",
     ),
     "cycle": (
-        "reference-cycle", "ReferenceCycleGraph",
+        "reference-cycle",
+        "ReferenceCycleGraph",
         "the step's graph lives until the cyclic garbage collector runs",
         "Break the reference cycle that holds the graph.",
     ),
     "storage growth": (
-        "storage-growth", "StorageGrowth",
+        "storage-growth",
+        "StorageGrowth",
         "a container grows by detached tensors every micro-batch (no graph, but unbounded)",
         "Bound the container (a deque with maxlen, clear it per batch) or keep scalars (.item()).",
     ),
 }
-_OTHER = ("graph-retention", "GraphRetention", "the step's autograd graph is kept alive", "Detach what is kept.")
+_OTHER = (
+    "graph-retention",
+    "GraphRetention",
+    "the step's autograd graph is kept alive",
+    "Detach what is kept.",
+)
 _WARNING_RULES = ("reference-cycle", "storage-growth")
 _LEVEL = {"leak": "error", "warning": "warning", "allowed": "note"}
 
@@ -85,7 +99,9 @@ def _rule_dict(rule: tuple[str, str, str, str], level: str) -> dict[str, Any]:
         "id": rule_id,
         "name": name,
         "shortDescription": {"text": short},
-        "fullDescription": {"text": f"{short}: every micro-batch's graph stays in memory until the caller lets go."},
+        "fullDescription": {
+            "text": f"{short}: every micro-batch's graph stays in memory until the caller lets go."
+        },
         "help": {"text": f"{fix} See docs/findings.md in the leakscope documentation."},
         "defaultConfiguration": {"level": level},
     }
@@ -101,7 +117,9 @@ def _fingerprint(result: TargetResult, finding: Finding) -> str:
     key = f"{result.target}\0{result.mode.value}\0{finding.path}"
     if result.settings:
         key += "\0" + ",".join(result.settings)
-    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]  # any string a report holds
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[
+        :32
+    ]  # any string a report holds
 
 
 def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str, Any]:
@@ -128,13 +146,17 @@ def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str
         },
     }
     if finding.source is not None:
-        out["locations"].append({
-            "physicalLocation": {
-                "artifactLocation": artifact_location(finding.source.file),
-                "region": {"startLine": max(1, finding.source.line)},
-            },
-            "logicalLocations": [{"fullyQualifiedName": f"{result.target}.{finding.source.function}"}],
-        })
+        out["locations"].append(
+            {
+                "physicalLocation": {
+                    "artifactLocation": artifact_location(finding.source.file),
+                    "region": {"startLine": max(1, finding.source.line)},
+                },
+                "logicalLocations": [
+                    {"fullyQualifiedName": f"{result.target}.{finding.source.function}"}
+                ],
+            }
+        )
     fixes = sarif_fixes(finding)
     if fixes:
         out["fixes"] = fixes
@@ -150,19 +172,27 @@ def sarif_fixes(finding: Finding) -> list[dict[str, Any]]:
     edit = finding.edit
     if edit is None or not edit.verified:
         return []
-    return [{
-        "description": {"text": f"{edit.proof or 'verified by leakscope fix'}"},
-        "artifactChanges": [{
-            "artifactLocation": artifact_location(edit.file),
-            "replacements": [{
-                "deletedRegion": {
-                    "startLine": edit.line, "startColumn": edit.column,
-                    "endLine": edit.line, "endColumn": edit.column + len(edit.before),
-                },
-                "insertedContent": {"text": edit.after},
-            }],
-        }],
-    }]
+    return [
+        {
+            "description": {"text": f"{edit.proof or 'verified by leakscope fix'}"},
+            "artifactChanges": [
+                {
+                    "artifactLocation": artifact_location(edit.file),
+                    "replacements": [
+                        {
+                            "deletedRegion": {
+                                "startLine": edit.line,
+                                "startColumn": edit.column,
+                                "endLine": edit.line,
+                                "endColumn": edit.column + len(edit.before),
+                            },
+                            "insertedContent": {"text": edit.after},
+                        }
+                    ],
+                }
+            ],
+        }
+    ]
 
 
 def sarif_dict(report: Report) -> dict[str, Any]:
@@ -173,9 +203,13 @@ def sarif_dict(report: Report) -> dict[str, Any]:
     notifications = []
     for result in report.results:
         if result.verdict is Verdict.ERROR:
-            notifications.append({"level": "error", "message": {"text": f"{label(result)}: {result.error}"}})
+            notifications.append(
+                {"level": "error", "message": {"text": f"{label(result)}: {result.error}"}}
+            )
         for warning in result.warnings:
-            notifications.append({"level": "warning", "message": {"text": f"{label(result)}: {warning}"}})
+            notifications.append(
+                {"level": "warning", "message": {"text": f"{label(result)}: {warning}"}}
+            )
         for finding in result.findings:
             rule = _rule(finding)
             if rule[0] not in rule_index:
@@ -190,18 +224,25 @@ def sarif_dict(report: Report) -> dict[str, Any]:
     return {
         "$schema": SARIF_SCHEMA,
         "version": SARIF_VERSION,
-        "runs": [{
-            "tool": {"driver": {
-                "name": "leakscope",
-                "version": report.leakscope_version,
-                "semanticVersion": report.leakscope_version,
-                "rules": rules,
-            }},
-            "invocations": [invocation],
-            "columnKind": "unicodeCodePoints",
-            "results": results,
-            "properties": {"torchVersion": report.torch_version, "pythonVersion": report.python_version},
-        }],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "leakscope",
+                        "version": report.leakscope_version,
+                        "semanticVersion": report.leakscope_version,
+                        "rules": rules,
+                    }
+                },
+                "invocations": [invocation],
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+                "properties": {
+                    "torchVersion": report.torch_version,
+                    "pythonVersion": report.python_version,
+                },
+            }
+        ],
     }
 
 

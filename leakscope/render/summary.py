@@ -71,7 +71,9 @@ def projection_line(p: Any) -> str:
     """What the leak costs at the user's scale, the fitted terms and every assumption (one block)."""
     s = p.scale
     dims = [f"hidden={s.hidden}", f"tokens={s.tokens}"]
-    dims += [f"{k}={v}" for k, v in (("vocab", s.vocab), ("layers", s.layers), ("batch", s.batch)) if v]
+    dims += [
+        f"{k}={v}" for k, v in (("vocab", s.vocab), ("layers", s.layers), ("batch", s.batch)) if v
+    ]
     dims.append(s.dtype)
     lines = []
     head = f"  at {', '.join(dims)}:"
@@ -90,7 +92,9 @@ def projection_line(p: Any) -> str:
         head += ";" if head.endswith(")") or "update" in head else ""
         head += f" {human_bytes(p.bounded_bytes)} held at the peak (bounded: one step's graph)"
         if p.bounded_fits is not None:
-            head += f", {'fits' if p.bounded_fits else 'does not fit'} in {human_bytes(s.gpu_memory)}"
+            head += (
+                f", {'fits' if p.bounded_fits else 'does not fit'} in {human_bytes(s.gpu_memory)}"
+            )
     lines.append(head)
     for term in getattr(p, "terms", ()):
         part = "per micro-batch" if term.part == "growing" else "held once"
@@ -159,7 +163,9 @@ def shown_verdict(result: TargetResult, fail_on: str = "leak") -> str:
 
 def warning_count(result: TargetResult) -> str:
     """``2 warnings``: warning findings and warning lines of ``result``."""
-    warned = sum(1 for f in result.findings if f.severity is Severity.WARNING) + len(result.warnings)
+    warned = sum(1 for f in result.findings if f.severity is Severity.WARNING) + len(
+        result.warnings
+    )
     return f"{warned} warning{'s' if warned != 1 else ''}"
 
 
@@ -170,7 +176,9 @@ def result_line(result: TargetResult, fail_on: str = "leak") -> str:
     leaks = [f for f in result.findings if f.severity is Severity.LEAK]
     extras = []
     allowed = sum(1 for f in result.findings if f.severity is Severity.ALLOWED)
-    warned = sum(1 for f in result.findings if f.severity is Severity.WARNING) + len(result.warnings)
+    warned = sum(1 for f in result.findings if f.severity is Severity.WARNING) + len(
+        result.warnings
+    )
     if allowed:
         extras.append(f"{allowed} allowed")
     if warned:
@@ -199,7 +207,18 @@ def report_line(report: Report, exit_code: int, fail_on: str = "leak") -> str:
 
 
 __all__ = [
-    "finding_block", "finding_line", "finding_message", "growth_line", "human_bytes", "label", "leak_size",
-    "projection_line", "report_line", "result_detail", "result_line", "shown_verdict", "source_lines",
+    "finding_block",
+    "finding_line",
+    "finding_message",
+    "growth_line",
+    "human_bytes",
+    "label",
+    "leak_size",
+    "projection_line",
+    "report_line",
+    "result_detail",
+    "result_line",
+    "shown_verdict",
+    "source_lines",
     "warning_count",
 ]

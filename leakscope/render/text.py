@@ -21,7 +21,12 @@ from leakscope.render.summary import (
 from leakscope.results import Report, Severity, TargetResult, Verdict
 
 #: the verdict word's style, by :func:`~leakscope.render.summary.shown_verdict`
-_STYLE = {"clean": "bold green", "leak": "bold red", "error": "bold yellow", "warning": "bold yellow"}
+_STYLE = {
+    "clean": "bold green",
+    "leak": "bold red",
+    "error": "bold yellow",
+    "warning": "bold yellow",
+}
 
 
 def _result_block(result: TargetResult, fail_on: str) -> list[Any]:
@@ -41,7 +46,9 @@ def _result_block(result: TargetResult, fail_on: str) -> list[Any]:
         head.append(terminal(f"[rank {result.rank}] "))
     head.append(shown.upper(), style=_STYLE[shown])
     if result.verdict is Verdict.LEAK:
-        head.append(f"  {leak_size(result) if result.kind else f'{human_bytes(result.retained_bytes)} retained per micro-batch'}")
+        head.append(
+            f"  {leak_size(result) if result.kind else f'{human_bytes(result.retained_bytes)} retained per micro-batch'}"
+        )
     elif shown == "warning":
         head.append(f"  {warning_count(result)} (fails --fail-on warning)")
     blocks: list[Any] = [head]
@@ -50,12 +57,19 @@ def _result_block(result: TargetResult, fail_on: str) -> list[Any]:
     if result.findings:
         table = Table(show_header=True, header_style="bold", expand=False, box=box.SIMPLE_HEAD)
         for column in ("path", "holder", "grad_fn", "cause", "kind", "bytes", "confirmed"):
-            table.add_column(column, overflow="fold", justify="right" if column == "bytes" else "left")
+            table.add_column(
+                column, overflow="fold", justify="right" if column == "bytes" else "left"
+            )
         for f in result.findings:
             severity = "" if f.severity is Severity.LEAK else f" ({f.severity})"
             cells = (
-                shorten(str(f.path)), f"{f.holder}{severity}", f.grad_fn, f.cause, f.kind or "-",
-                human_bytes(f.retained_bytes), "yes" if f.confirmed else "no",
+                shorten(str(f.path)),
+                f"{f.holder}{severity}",
+                f.grad_fn,
+                f.cause,
+                f.kind or "-",
+                human_bytes(f.retained_bytes),
+                "yes" if f.confirmed else "no",
             )
             table.add_row(*(rich_text(cell) for cell in cells))
         blocks.append(table)
@@ -63,7 +77,9 @@ def _result_block(result: TargetResult, fail_on: str) -> list[Any]:
             lines = [f"  {shorten(str(f.path))}"]
             lines.extend(source_lines(f))
             if len(f.bytes_by_cause) > 1:
-                split = ", ".join(f"{cause} {human_bytes(n)}" for cause, n in f.bytes_by_cause.items())
+                split = ", ".join(
+                    f"{cause} {human_bytes(n)}" for cause, n in f.bytes_by_cause.items()
+                )
                 lines.append(f"    bytes by cause: {split}")
             if f.node_cost and f.graph_nodes:
                 lines.append(f"    graph nodes: {f.graph_nodes}, each counted at {f.node_cost}")
@@ -74,7 +90,11 @@ def _result_block(result: TargetResult, fail_on: str) -> list[Any]:
     if result.growth is not None:
         blocks.append(Text(terminal(growth_line(result))))
     if result.projection is not None:
-        blocks.append(Text("\n".join(terminal(line) for line in projection_line(result.projection).split("\n"))))
+        blocks.append(
+            Text(
+                "\n".join(terminal(line) for line in projection_line(result.projection).split("\n"))
+            )
+        )
     if set(result.keys_read) - _TOKEN_KEYS:  # synthesised keys: say what the engine was fed
         blocks.append(Text(terminal(f"  micro-batch keys read: {', '.join(result.keys_read)}")))
     for warning in result.warnings:
@@ -89,7 +109,12 @@ _UNWRAPPED = 1_000_000
 
 
 def render(
-    report: Report, *, color: bool = False, width: int | None = None, fail_on: str = "leak", **_: Any
+    report: Report,
+    *,
+    color: bool = False,
+    width: int | None = None,
+    fail_on: str = "leak",
+    **_: Any,
 ) -> str:
     """The report as terminal text (ANSI colours only when ``color``).
 
@@ -104,17 +129,34 @@ def render(
 
     buffer = io.StringIO()
     console = Console(
-        file=buffer, width=width or _UNWRAPPED, color_system="standard" if color else None,
-        force_terminal=color, no_color=not color, highlight=False, soft_wrap=False, emoji=False, markup=False,
+        file=buffer,
+        width=width or _UNWRAPPED,
+        color_system="standard" if color else None,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        soft_wrap=False,
+        emoji=False,
+        markup=False,
     )
-    console.print(Text(terminal(
-        f"leakscope {report.leakscope_version} · torch {report.torch_version} · Python {report.python_version}"
-    ), style="dim"))
+    console.print(
+        Text(
+            terminal(
+                f"leakscope {report.leakscope_version} · torch {report.torch_version} · Python {report.python_version}"
+            ),
+            style="dim",
+        )
+    )
     for result in report.results:
         console.print()
         for block in _result_block(result, fail_on):
             # Text lines (paths, fixes) are never wrapped: they are copied into editors.
             console.print(block, soft_wrap=not hasattr(block, "columns"))
     console.print()
-    console.print(Text(report_line(report, exit_code(report, fail_on), fail_on).removeprefix("leakscope: "), style="bold"))
+    console.print(
+        Text(
+            report_line(report, exit_code(report, fail_on), fail_on).removeprefix("leakscope: "),
+            style="bold",
+        )
+    )
     return buffer.getvalue()

@@ -22,7 +22,12 @@ def render(view: GraphView, *, max_lines: int = 200, **_: Any) -> str:
     """An iterative depth-first tree; shared sub-graphs are shown once, long plain chains folded."""
     if view.root is None:
         if view.path:
-            return terminal(f"{view.target} [{view.mode}] {view.path}: a leaf tensor (no graph below it)") + "\n"
+            return (
+                terminal(
+                    f"{view.target} [{view.mode}] {view.path}: a leaf tensor (no graph below it)"
+                )
+                + "\n"
+            )
         return terminal(f"{view.target} [{view.mode}]: no retained graph") + "\n"
     nodes = {n.id: n for n in view.nodes}
     lines = [
@@ -33,7 +38,9 @@ def render(view: GraphView, *, max_lines: int = 200, **_: Any) -> str:
     stack: list[tuple[int, str, bool, bool]] = [(view.root, "", True, True)]
     while stack:
         if len(lines) >= max_lines:
-            lines.append(f"... ({view.total_nodes - len(shown)} more nodes; use --dot for the whole graph)")
+            lines.append(
+                f"... ({view.total_nodes - len(shown)} more nodes; use --dot for the whole graph)"
+            )
             break
         node_id, prefix, last, is_root = stack.pop()
         branch = "" if is_root else ("└── " if last else "├── ")

@@ -45,7 +45,9 @@ def check_target(
     return results
 
 
-def _check_spec(spec: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None) -> list[TargetResult]:
+def _check_spec(
+    spec: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None
+) -> list[TargetResult]:
     """Every mode of one spec."""
     from leakscope.harness.distributed import Lockstep, multi_rank, process_group
     from leakscope.harness.guard import torch_state, warning_for
@@ -65,7 +67,12 @@ def _check_spec(spec: Any, options: CheckOptions, on_result: Callable[[TargetRes
         report(mode=mode.value)
         changed: list[str] = []
         try:
-            with torch_state(changed), process_group(options.device), gc_paused(), single_threaded():
+            with (
+                torch_state(changed),
+                process_group(options.device),
+                gc_paused(),
+                single_threaded(),
+            ):
                 if lockstep is None:
                     result = _check_mode(spec, mode, options)
                 else:  # NOTE [Ranks in lockstep]
@@ -75,7 +82,9 @@ def _check_spec(spec: Any, options: CheckOptions, on_result: Callable[[TargetRes
                         lockstep.drain(mode, options)
         except LeakscopeError as exc:
             result = _error(name, mode, exc.message, exc.detail)
-        except Exception as exc:  # a bug in leakscope, a torch surprise, a tensor subclass's code: one line
+        except (
+            Exception
+        ) as exc:  # a bug in leakscope, a torch surprise, a tensor subclass's code: one line
             result = _error(name, mode, unexpected(exc), traceback.format_exc())
         if spec.settings:
             result = dataclasses.replace(result, settings=spec.settings)
@@ -112,8 +121,12 @@ def unexpected(exc: Exception) -> str:
 def _with_seconds(result: TargetResult, seconds: float) -> TargetResult:
     return dataclasses.replace(result, seconds=round(seconds, 3))
 
+
 def _error(name: str, mode: Mode, message: str, detail: str | None) -> TargetResult:
-    return TargetResult(target=name, mode=mode, verdict=Verdict.ERROR, error=message, traceback=detail)
+    return TargetResult(
+        target=name, mode=mode, verdict=Verdict.ERROR, error=message, traceback=detail
+    )
+
 
 def _check_mode(spec: Any, mode: Mode, options: CheckOptions) -> TargetResult:
     from leakscope.diagnose.judge import judge

@@ -49,7 +49,10 @@ _POLL_S = 0.05
 
 
 def check_isolated(
-    targets: Sequence[Any], options: CheckOptions, *, on_result: Callable[[TargetResult], None] | None = None
+    targets: Sequence[Any],
+    options: CheckOptions,
+    *,
+    on_result: Callable[[TargetResult], None] | None = None,
 ) -> Report:
     """Like :func:`leakscope.api.check`, each target in a fresh child process.
 
@@ -69,8 +72,12 @@ def check_isolated(
             continue
         label = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', type(target).__name__)}"
         outcome[index] = [
-            _error(label, mode, f"{label} is not importable by name, so it cannot be checked in a child "
-                   "process; define it at module level, or check it with isolate=False")
+            _error(
+                label,
+                mode,
+                f"{label} is not importable by name, so it cannot be checked in a child "
+                "process; define it at module level, or check it with isolate=False",
+            )
             for mode in options.modes
         ]
     with _Pool(options) as pool:
@@ -111,7 +118,9 @@ def can_fork(options: CheckOptions) -> bool:
         return False
     from leakscope.harness.distributed import launcher_env
 
-    return launcher_env() is None  # a launcher's ranks (torchrun) talk to each other: never fork under one
+    return (
+        launcher_env() is None
+    )  # a launcher's ranks (torchrun) talk to each other: never fork under one
 
 
 @dataclasses.dataclass
@@ -185,7 +194,13 @@ class _Pool:
 
     def _start(self, index: int, target: str) -> None:
         tmp = tempfile.TemporaryDirectory(prefix="leakscope-")
-        job = _Job(index, tmp, Path(tmp.name, "request.json"), Path(tmp.name, "results.jsonl"), target=target)
+        job = _Job(
+            index,
+            tmp,
+            Path(tmp.name, "request.json"),
+            Path(tmp.name, "results.jsonl"),
+            target=target,
+        )
         report("starting a check process", target=target)
         from leakscope.serialize import to_data
 
@@ -217,7 +232,9 @@ class _Pool:
         # never into the report (the child also redirects it itself).
         job.proc = subprocess.Popen(
             [sys.executable, "-m", "leakscope.runner.worker", str(job.request)],
-            stdin=subprocess.DEVNULL, stdout=_stderr_fd(), start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=_stderr_fd(),
+            start_new_session=True,
         )
         self._running(job, job.proc.pid)
         try:
@@ -309,7 +326,9 @@ class _Pool:
         self.running.pop(job.ident, None)
 
 
-def _collect(target: str, options: CheckOptions, job: _Job) -> tuple[list[TargetResult], str | None]:
+def _collect(
+    target: str, options: CheckOptions, job: _Job
+) -> tuple[list[TargetResult], str | None]:
     """The results a finished child streamed, and an error result for each mode it did not finish."""
     from leakscope.serialize import result_from_data
 
@@ -331,7 +350,9 @@ def _collect(target: str, options: CheckOptions, job: _Job) -> tuple[list[Target
             message = _death_message(job.returncode or 0)
         detail = fatal.get("traceback") if fatal is not None else None
         results.extend(_error(target, mode, message, detail, job.seconds) for mode in missing)
-    results.sort(key=lambda r: options.modes.index(r.mode) if r.mode in options.modes else len(options.modes))
+    results.sort(
+        key=lambda r: options.modes.index(r.mode) if r.mode in options.modes else len(options.modes)
+    )
     return results, version
 
 
@@ -373,10 +394,12 @@ _STEP_WORDS = {
 }
 _PHASE_WORDS = {
     "starting a check process": (
-        "starting the check process", "the check process could not start in time; raise --timeout",
+        "starting the check process",
+        "the check process could not start in time; raise --timeout",
     ),
     "importing torch and leakscope": (
-        "starting the check process (importing torch)", "the check process could not start in time; raise --timeout",
+        "starting the check process (importing torch)",
+        "the check process could not start in time; raise --timeout",
     ),
     "importing the target": (
         "importing the target",
@@ -439,7 +462,9 @@ def _relay(path: Path, offset: int, target: str) -> int:
         event = record.get("phase") if isinstance(record, dict) else None
         if isinstance(event, dict):
             fields = {key: str(event[key]) for key in ("mode", "phase", "step") if key in event}
-            report(fields.get("phase"), step=fields.get("step"), mode=fields.get("mode"), target=target)
+            report(
+                fields.get("phase"), step=fields.get("step"), mode=fields.get("mode"), target=target
+            )
     return offset + end
 
 
@@ -471,7 +496,11 @@ def _death_message(returncode: int) -> str:
             name = signal.Signals(-returncode).name
         except ValueError:
             name = f"signal {-returncode}"
-        cause = "a crash in native code (an extension or torch)" if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT") else "a kill from outside (out of memory?)"
+        cause = (
+            "a crash in native code (an extension or torch)"
+            if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
+            else "a kill from outside (out of memory?)"
+        )
         return (
             f"the check process died of {name} before reporting: {cause}; "
             "the Python stack of the crash is on stderr; reproduce it without leakscope and fix it there"
@@ -482,9 +511,16 @@ def _death_message(returncode: int) -> str:
     )
 
 
-def _error(target: str, mode: Mode, message: str, detail: str | None = None, seconds: float = 0.0) -> TargetResult:
+def _error(
+    target: str, mode: Mode, message: str, detail: str | None = None, seconds: float = 0.0
+) -> TargetResult:
     return TargetResult(
-        target=target, mode=mode, verdict=Verdict.ERROR, error=message, traceback=detail, seconds=round(seconds, 3)
+        target=target,
+        mode=mode,
+        verdict=Verdict.ERROR,
+        error=message,
+        traceback=detail,
+        seconds=round(seconds, 3),
     )
 
 

@@ -53,7 +53,10 @@ class TargetProof:
 
 
 def prove_target(
-    target: str, groups: Sequence[EditGroup], original: Mapping[str, Sequence[str]], options: CheckOptions
+    target: str,
+    groups: Sequence[EditGroup],
+    original: Mapping[str, Sequence[str]],
+    options: CheckOptions,
 ) -> TargetProof:
     """Prove each edit group of ``target`` in one child process. ``original``: the check's leak paths by
     mode. A child that dies or times out leaves an error proof for every group it did not finish."""
@@ -62,14 +65,24 @@ def prove_target(
     phase("proving fixes", target=target)
     with tempfile.TemporaryDirectory(prefix="leakscope-proof-") as tmp:
         request, results = Path(tmp, "request.json"), Path(tmp, "results.jsonl")
-        request.write_text(json.dumps({
-            "target": target, "options": to_data(options), "groups": [to_data(g) for g in groups],
-            "original": {mode: list(paths) for mode, paths in original.items()}, "results": str(results),
-            "cwd": os.getcwd(),
-        }), encoding="utf-8")
+        request.write_text(
+            json.dumps(
+                {
+                    "target": target,
+                    "options": to_data(options),
+                    "groups": [to_data(g) for g in groups],
+                    "original": {mode: list(paths) for mode, paths in original.items()},
+                    "results": str(results),
+                    "cwd": os.getcwd(),
+                }
+            ),
+            encoding="utf-8",
+        )
         proc = subprocess.Popen(
             [sys.executable, "-m", "leakscope.runner.proof", str(request)],
-            stdin=subprocess.DEVNULL, stdout=_stderr_fd(), start_new_session=True,
+            stdin=subprocess.DEVNULL,
+            stdout=_stderr_fd(),
+            start_new_session=True,
         )
         per_run = options.timeout or DEFAULT_TIMEOUT_PER_RUN
         limit = per_run * (len(groups) + 2)
@@ -92,7 +105,10 @@ def prove_target(
         if "group" in record:
             proofs[int(record["group"])] = from_data(EditProof, record["proof"])
         elif "combined" in record:
-            combined = (tuple(int(i) for i in record["indices"]), from_data(EditProof, record["combined"]))
+            combined = (
+                tuple(int(i) for i in record["indices"]),
+                from_data(EditProof, record["combined"]),
+            )
     if len(proofs) < len(groups):
         fatal = next((r["fatal"] for r in records if "fatal" in r), None)
         if timed_out:
@@ -111,7 +127,9 @@ def prove_target(
 Verdicts = dict[tuple[str, Edit], tuple[bool, str]]
 
 
-def verdicts_of(report: Report, prove: Callable[[str, list[EditGroup], dict[str, list[str]]], TargetProof]) -> Verdicts:
+def verdicts_of(
+    report: Report, prove: Callable[[str, list[EditGroup], dict[str, list[str]]], TargetProof]
+) -> Verdicts:
     """``(verified, reason)`` for each ``(target, edit)`` of the report, proven target by target with
     ``prove`` (:func:`prove_target`). Edits verified one by one but not together are not verified."""
     groups = edit_groups(report)
@@ -121,18 +139,23 @@ def verdicts_of(report: Report, prove: Callable[[str, list[EditGroup], dict[str,
         original: dict[str, list[str]] = {}
         for result in report.results:
             if result.target == target:
-                original.setdefault(result.mode.value, []).extend(str(f.path) for f in leaking(result))
+                original.setdefault(result.mode.value, []).extend(
+                    str(f.path) for f in leaking(result)
+                )
         proven = prove(target, mine, original)
         for group, proof in zip(mine, proven.proofs, strict=True):
             verdicts[(target, group.edit)] = decide(group, proof, original)
         if proven.combined is not None:
             indices, proof = proven.combined
-            joined = EditGroup(target, mine[indices[0]].edit, tuple(f for i in indices for f in mine[i].findings))
+            joined = EditGroup(
+                target, mine[indices[0]].edit, tuple(f for i in indices for f in mine[i].findings)
+            )
             ok, why = decide(joined, proof, original)
             if not ok:
                 for i in indices:
                     verdicts[(target, mine[i].edit)] = (
-                        False, f"verified alone, but not with the other verified edits of {target} applied too: {why}"
+                        False,
+                        f"verified alone, but not with the other verified edits of {target} applied too: {why}",
                     )
     return verdicts
 
@@ -162,17 +185,27 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
             chosen: dict[int, Edit] = {}
             for edit in edits:
                 if edit.line in chosen:
-                    written[edit] = f"not applied: another verified edit rewrites {file}:{edit.line}; apply it, then run fix again"
+                    written[edit] = (
+                        f"not applied: another verified edit rewrites {file}:{edit.line}; apply it, then run fix again"
+                    )
                 else:
                     chosen[edit.line] = edit
             try:
                 path = Path(file)
-                write_atomic(path, applied(read_source(path), list(chosen.values()), name=file).encode("utf-8"))
+                write_atomic(
+                    path,
+                    applied(read_source(path), list(chosen.values()), name=file).encode("utf-8"),
+                )
                 written.update({edit: None for edit in chosen.values()})
             except LeakscopeError as exc:
                 written.update({edit: f"not applied: {exc.message}" for edit in chosen.values()})
             except OSError as exc:
-                written.update({edit: f"not applied: cannot write {file}: {exc.strerror or exc}" for edit in chosen.values()})
+                written.update(
+                    {
+                        edit: f"not applied: cannot write {file}: {exc.strerror or exc}"
+                        for edit in chosen.values()
+                    }
+                )
     fixes: list[FixResult] = []
     results = []
     for result in report.results:
@@ -181,27 +214,46 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
             derived = finding.edit
             verdict = verdicts.get((result.target, derived)) if derived is not None else None
             if derived is not None and verdict is not None:
-                finding = dataclasses.replace(finding, edit=dataclasses.replace(derived, verified=verdict[0], proof=verdict[1]))
+                finding = dataclasses.replace(
+                    finding,
+                    edit=dataclasses.replace(derived, verified=verdict[0], proof=verdict[1]),
+                )
             findings.append(finding)
             if finding.severity != "leak":
                 continue
             if derived is None or verdict is None:
-                fixes.append(FixResult(
-                    result.target, result.mode.value, str(finding.path), FixStatus.NONE, no_edit_reason(finding),
-                    finding.hint,
-                ))
+                fixes.append(
+                    FixResult(
+                        result.target,
+                        result.mode.value,
+                        str(finding.path),
+                        FixStatus.NONE,
+                        no_edit_reason(finding),
+                        finding.hint,
+                    )
+                )
                 continue
             ok, reason = verdict
             not_written = written.get(derived, "not applied") if apply and ok else None
             if not_written:
                 reason = f"{reason}; {not_written}"
-            fixes.append(FixResult(
-                result.target, result.mode.value, str(finding.path),
-                FixStatus.VERIFIED if ok else FixStatus.UNVERIFIED, reason, finding.hint,
-                edit=finding.edit, diff=diffs.get(derived, ""), applied=apply and ok and not not_written,
-            ))
+            fixes.append(
+                FixResult(
+                    result.target,
+                    result.mode.value,
+                    str(finding.path),
+                    FixStatus.VERIFIED if ok else FixStatus.UNVERIFIED,
+                    reason,
+                    finding.hint,
+                    edit=finding.edit,
+                    diff=diffs.get(derived, ""),
+                    applied=apply and ok and not not_written,
+                )
+            )
         results.append(dataclasses.replace(result, findings=tuple(findings)))
-    return FixReport(dataclasses.replace(report, results=tuple(results)), tuple(fixes), tolerance, apply)
+    return FixReport(
+        dataclasses.replace(report, results=tuple(results)), tuple(fixes), tolerance, apply
+    )
 
 
 # -- the child ------------------------------------------------------------------------------------
@@ -279,7 +331,10 @@ class _Prover:
             return EditProof(error=exc.message)
         try:
             with edited_modules(texts, since=self.since, target=self.target):
-                results = tuple(allow_result(r, self.options.allowlist) for r in check_target(self.target, self.options))
+                results = tuple(
+                    allow_result(r, self.options.allowlist)
+                    for r in check_target(self.target, self.options)
+                )
                 if self.base_error is not None:
                     return EditProof(results, GradientCheck(error=self.base_error))
                 try:
@@ -297,7 +352,9 @@ def _run(request: dict[str, Any], out: IO[str]) -> None:
     from leakscope.harness.runtime import resolve_device
     from leakscope.serialize import from_data, options_from_data, to_data
 
-    options = dataclasses.replace(options_from_data(request["options"]), isolate=False, timeout=None, jobs=1)
+    options = dataclasses.replace(
+        options_from_data(request["options"]), isolate=False, timeout=None, jobs=1
+    )
     options = resolve_device(options)
     target = request["target"]
     groups = [from_data(EditGroup, g) for g in request["groups"]]
@@ -331,7 +388,9 @@ def main(argv: list[str]) -> NoReturn:
         except BaseException as exc:  # noqa: B036 - the parent turns this line into an error per edit
             import traceback
 
-            _write(out, {"fatal": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            _write(
+                out, {"fatal": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+            )
             status = 1
     sys.stderr.flush()
     os._exit(status)
@@ -341,4 +400,11 @@ if __name__ == "__main__":
     main(sys.argv[1:])
 
 
-__all__ = ["DEFAULT_TIMEOUT_PER_RUN", "TargetProof", "Verdicts", "fix_report", "prove_target", "verdicts_of"]
+__all__ = [
+    "DEFAULT_TIMEOUT_PER_RUN",
+    "TargetProof",
+    "Verdicts",
+    "fix_report",
+    "prove_target",
+    "verdicts_of",
+]

@@ -38,7 +38,9 @@ def _run(request: dict[str, Any], out: IO[str]) -> None:
     from leakscope.runner.inprocess import check_target
     from leakscope.serialize import options_from_data, to_data
 
-    options = dataclasses.replace(options_from_data(request["options"]), isolate=False, timeout=None, jobs=1)
+    options = dataclasses.replace(
+        options_from_data(request["options"]), isolate=False, timeout=None, jobs=1
+    )
     try:
         options = resolve_device(options)  # as leakscope.check does in process
     except UsageError as exc:
@@ -46,8 +48,11 @@ def _run(request: dict[str, Any], out: IO[str]) -> None:
         return
     # As leakscope.check does in process: allowlisted findings are marked before they leave.
     check_target(
-        request["target"], options,
-        on_result=lambda result: _write(out, {"result": to_data(allow_result(result, options.allowlist))}),
+        request["target"],
+        options,
+        on_result=lambda result: _write(
+            out, {"result": to_data(allow_result(result, options.allowlist))}
+        ),
     )
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -68,12 +73,19 @@ def run_request(request_path: str) -> NoReturn:
     with open(request_path, encoding="utf-8") as f:
         request = json.load(f)
     status = 0
-    with open(request["results"], "a", encoding="utf-8") as out, listening(lambda e: _write(out, {"phase": e})):
+    with (
+        open(request["results"], "a", encoding="utf-8") as out,
+        listening(lambda e: _write(out, {"phase": e})),
+    ):
         try:
-            report("importing torch and leakscope")  # the parent shows each phase live (NOTE [Phases from the child])
+            report(
+                "importing torch and leakscope"
+            )  # the parent shows each phase live (NOTE [Phases from the child])
             _run(request, out)
         except BaseException as exc:  # noqa: B036 - the parent turns this line into an error result
-            _write(out, {"fatal": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()})
+            _write(
+                out, {"fatal": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+            )
             status = 1
     sys.stderr.flush()
     os._exit(status)

@@ -281,11 +281,16 @@ class _Server:
         _reset_process(self.fresh)
         from leakscope.runner import worker
 
-        sys.argv = [worker.__file__, request]  # as ``python -m leakscope.runner.worker REQUEST`` has it
+        sys.argv = [
+            worker.__file__,
+            request,
+        ]  # as ``python -m leakscope.runner.worker REQUEST`` has it
         worker.run_request(request)
 
     def _reap(self, child: _Child) -> None:
-        kill_group(child.pid)  # helpers the engine left running die with it, as with a spawned child
+        kill_group(
+            child.pid
+        )  # helpers the engine left running die with it, as with a spawned child
         _, status = os.waitpid(child.pid, 0)
         self.selector.unregister(child.pidfd)
         os.close(child.pidfd)
@@ -347,13 +352,17 @@ def kill_group(pgid: int) -> None:
 
 # -- the parent's end -------------------------------------------------------------------------------
 
+
 class Client:
     """The parent's end of the protocol: its handle on the fork server (the other end is :func:`main`)."""
 
     def __init__(self, model: str, stderr: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "leakscope.runner.zygote", model], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=stderr, start_new_session=True,
+            [sys.executable, "-m", "leakscope.runner.zygote", model],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
         )
         assert self.proc.stdout is not None and self.proc.stdin is not None
         self.out = self.proc.stdout.fileno()
@@ -412,7 +421,6 @@ class Client:
         self.proc.wait()
         if self.proc.stdout is not None:
             self.proc.stdout.close()
-
 
 
 def main() -> None:

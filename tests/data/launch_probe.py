@@ -35,9 +35,12 @@ def _state() -> dict[str, object]:
         "gc_enabled": gc.isenabled(),
         "threads": threading.active_count(),
         "torch_threads": torch.get_num_threads(),
-        "torch_state_is_initial": bool(torch.equal(
-            torch.random.get_rng_state(), torch.Generator().manual_seed(torch.initial_seed()).get_state()
-        )),
+        "torch_state_is_initial": bool(
+            torch.equal(
+                torch.random.get_rng_state(),
+                torch.Generator().manual_seed(torch.initial_seed()).get_state(),
+            )
+        ),
         "cuda_initialized": torch.cuda.is_initialized(),
         "openblas_env": os.environ.get("OPENBLAS_NUM_THREADS"),
         "argv0": os.path.basename(sys.argv[0]),
@@ -46,8 +49,13 @@ def _state() -> dict[str, object]:
 
 _log = os.environ.get("LEAKSCOPE_TEST_LAUNCH_LOG")
 if _log:
-    record = {"pid": os.getpid(), "ppid": os.getppid(), "state": _state(),
-              "random": random.random(), "torch_seed": torch.initial_seed()}
+    record = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "state": _state(),
+        "random": random.random(),
+        "torch_seed": torch.initial_seed(),
+    }
     with open(_log, "a", encoding="utf-8") as f:
         f.write(json.dumps(record) + "\n")
 

@@ -35,14 +35,21 @@ def _alive(kind: str) -> int:
             mro = type(obj).__mro__
         except Exception:
             continue
-        if any(k.__name__ == kind and k.__module__.startswith(("pytorch_lightning", "lightning")) for k in mro):
+        if any(
+            k.__name__ == kind and k.__module__.startswith(("pytorch_lightning", "lightning"))
+            for k in mro
+        ):
             count += 1
     return count
 
 
 def _greenlets() -> int:
     gc.collect()
-    return sum(1 for o in gc.get_objects() if isinstance(o, greenlet.greenlet) and o is not greenlet.getcurrent())
+    return sum(
+        1
+        for o in gc.get_objects()
+        if isinstance(o, greenlet.greenlet) and o is not greenlet.getcurrent()
+    )
 
 
 def main() -> None:
@@ -65,7 +72,10 @@ def main() -> None:
     for arg in sys.argv[1:]:
         target, _, factory = arg.partition("=")
         report = leakscope.check([target], CheckOptions(isolate=False, factory=factory or None))
-        verdicts += [[r.target, r.mode.value, r.verdict.value, [str(f.path) for f in r.findings]] for r in report.results]
+        verdicts += [
+            [r.target, r.mode.value, r.verdict.value, [str(f.path) for f in r.findings]]
+            for r in report.results
+        ]
     left = {
         "trainers": _alive("Trainer"),
         "modules": _alive("LightningModule"),
@@ -75,7 +85,8 @@ def main() -> None:
         "adapter_runs": len(ADAPTER._runs),
         "grad_enabled": torch.is_grad_enabled(),
         "anomaly": torch.is_anomaly_enabled(),
-        "logger_levels_changed": {n: logging.getLogger(n).level for n in _LOGGERS} != before["levels"],
+        "logger_levels_changed": {n: logging.getLogger(n).level for n in _LOGGERS}
+        != before["levels"],
         "warning_filters_changed": list(warnings.filters) != before["filters"],
         "torch_rng_changed": not torch.equal(torch.random.get_rng_state(), rng),
         "python_rng_changed": random.getstate() != py_rng,

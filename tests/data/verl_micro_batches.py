@@ -35,7 +35,11 @@ def main() -> None:
         del micro_batches
         gc.collect()
         # Probes per forward: the embedding leaf, then each later block input.
-        leaves = [t for t in (ref() for ref in model.leakscope_probes) if t is not None and t.grad_fn is None]
+        leaves = [
+            t
+            for t in (ref() for ref in model.leakscope_probes)
+            if t is not None and t.grad_fn is None
+        ]
         alive_bytes = sum(t.nbytes + (t.grad.nbytes if t.grad is not None else 0) for t in leaves)
         print(
             json.dumps(

@@ -28,7 +28,9 @@ def _main() -> None:
 
             activate()
         except Exception as exc:  # never break the job's start-up
-            sys.stderr.write(f"leakscope: watch could not start in pid {os.getpid()}: {type(exc).__name__}: {exc}\n")
+            sys.stderr.write(
+                f"leakscope: watch could not start in pid {os.getpid()}: {type(exc).__name__}: {exc}\n"
+            )
     _chain()
 
 
@@ -39,11 +41,15 @@ def _chain() -> None:
 
     here = os.path.dirname(os.path.abspath(__file__))
     entries = [e for e in sys.path if isinstance(e, str)]
-    mine = [i for i, entry in enumerate(entries) if os.path.isabs(entry) and os.path.abspath(entry) == here]
+    mine = [
+        i
+        for i, entry in enumerate(entries)
+        if os.path.isabs(entry) and os.path.abspath(entry) == here
+    ]
     if not mine:
         return
     # Absolute entries only: a relative one would be looked up from the working directory.
-    after = [e for e in entries[mine[0] + 1:] if os.path.isabs(e) and os.path.abspath(e) != here]
+    after = [e for e in entries[mine[0] + 1 :] if os.path.isabs(e) and os.path.abspath(e) != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", after)
     if spec is None or spec.loader is None:
         return

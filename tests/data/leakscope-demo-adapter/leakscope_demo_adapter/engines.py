@@ -22,10 +22,16 @@ class ConfiguredEngine:
     def attach(self, model: Any) -> None:
         self.model = model
 
-    def forward_step(self, micro_batch: Any, loss_function: Any, forward_only: bool) -> tuple[Any, Any]:
+    def forward_step(
+        self, micro_batch: Any, loss_function: Any, forward_only: bool
+    ) -> tuple[Any, Any]:
         tokens = micro_batch["tokens"]
-        logits = self.model(input_ids=tokens, attention_mask=micro_batch["mask"], use_cache=False).logits
-        log_probs = torch.log_softmax(logits.float(), -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        logits = self.model(
+            input_ids=tokens, attention_mask=micro_batch["mask"], use_cache=False
+        ).logits
+        log_probs = (
+            torch.log_softmax(logits.float(), -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        )
         model_output = {"log_probs": log_probs}
         loss, metrics = loss_function(model_output=model_output, data=micro_batch)
         if self.config["detach_outputs"]:
