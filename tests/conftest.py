@@ -126,15 +126,40 @@ TIERS = ("unit", "integration", "frameworks")
 # lives in another module, so that ``-m`` selects exactly one tier.
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (NOTE [Parallel tests])
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every collected test is in exactly one tier (NOTE [Test tiers])."""
+    """Every collected test is in exactly one tier (NOTE [Test tiers]); the tests that share a
+    module's fixture run in one worker (NOTE [Parallel tests])."""
     wrong = []
     for item in items:
         tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
         if len(tiers) != 1:
             wrong.append(f"{item.nodeid}: tiers {sorted(tiers) or 'none'}")
+        if _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     if wrong:
         raise pytest.UsageError(
             "every test module sets exactly one tier (pytestmark = pytest.mark.unit, integration or "
             "frameworks; NOTE [Test tiers] in tests/conftest.py):\n  " + "\n  ".join(wrong[:20])
         )
+
+
+# NOTE [Parallel tests]
+# The README's test command runs the suite in three pytest-xdist workers on two cores: a third of
+# the suite waits on child processes (a watched job past its --timeout, torchrun's ranks, a Ray
+# cluster, a browser), and a third worker keeps both cores busy meanwhile. ``--dist loadgroup``
+# hands out tests one at a time, except the tests of a module with a module-scoped fixture (the
+# docs' examples, run once for all their blocks; the fixed copies of fixtures/ in test_fix.py; a
+# framework venv's checks), which go to one worker together: each worker collects the whole
+# suite, so a module fixture used in two workers would do its work twice.
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(
+        definition.scope in ("module", "class", "package")
+        for definitions in info.name2fixturedefs.values()
+        for definition in definitions
+    )

@@ -351,3 +351,24 @@ def test_the_walk_stops_at_its_time_budget_and_says_so() -> None:
         )
     )
     assert stats.truncated and stats.stopped_after == 0 and len(hits) < 50_000
+
+
+def test_a_path_spelled_as_code_subscripts_mapping_keys_and_keeps_attributes() -> None:
+    """The printed path reads ``.loss`` for a dict's key and an attribute alike; the code the fix
+    texts quote tells them apart (``["loss"]`` for the dict, ``.loss`` for the object)."""
+
+    class Step:
+        def __init__(self, loss: torch.Tensor) -> None:
+            self.loss = loss
+
+    class Engine:
+        def __init__(self) -> None:
+            leaf = torch.ones(2, requires_grad=True)
+            self.outputs = [{"loss": leaf * 2, "odd key": leaf * 3}]
+            self.steps = [Step(leaf * 4)]
+
+    engine = Engine()
+    paths = {str(hit.path): hit.path.code() for hit in walk([Root("engine", engine, "engine")])}
+    assert paths["engine.outputs[0].loss"] == 'self.outputs[0]["loss"]'
+    assert paths["engine.outputs[0]['odd key']"] == "self.outputs[0]['odd key']"
+    assert paths["engine.steps[0].loss"] == "self.steps[0].loss"
