@@ -19,10 +19,14 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from leakscope.errors import TargetError, UsageError
 from leakscope.harness.target import ResolvedTarget
+
+if TYPE_CHECKING:
+    from leakscope.harness.protocol import EngineSpec
+    from leakscope.options import CheckOptions
 
 ENTRY_POINT_GROUP = "leakscope.adapters"
 
@@ -130,8 +134,11 @@ class AdapterHooks(Protocol):
 
 
 def spec_for(
-    adapter: Any, resolved: ResolvedTarget, factory: Any = None, settings: tuple[str, ...] = ()
-) -> Any:
+    adapter: Adapter,
+    resolved: ResolvedTarget,
+    factory: Callable[[Any], Any] | None = None,
+    settings: tuple[str, ...] = (),
+) -> EngineSpec:
     """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``
     (built by ``factory`` when given: adapters that declare ``accepts_factory``), with the adapter
     ``settings`` it was configured with (``key=value``, shown in reports)."""
@@ -159,7 +166,7 @@ def spec_for(
     call_step: Any = _call_forward_step
     runs_backward = bool(getattr(adapter, "runs_backward", False))
     if runs_backward:
-        adapter_step = adapter.step
+        adapter_step = cast(AdapterHooks, adapter).step
 
         def call_step(engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
             return adapter_step(engine, micro_batch, forward_only)
@@ -188,7 +195,7 @@ def spec_for(
 _PREPARED: set[int] = set()
 
 
-def prepare(adapter: Any) -> None:
+def prepare(adapter: Adapter) -> None:
     """Call ``adapter.prepare()`` once per process (a no-op for adapters without one)."""
     hook = getattr(adapter, "prepare", None)
     if hook is None or id(adapter) in _PREPARED:
@@ -242,13 +249,13 @@ def _load(label: str, load: Callable[[], Any], fix: str) -> Any:
 
 
 @functools.lru_cache(maxsize=1)
-def installed_adapters() -> tuple[Any, ...]:
+def installed_adapters() -> tuple[Adapter, ...]:
     """Third-party adapters (entry points, in name order) followed by the built-in ones.
 
     Third-party adapters come first so that an installed package can take over
     a family leakscope also knows; ``--factory`` overrides every adapter.
     """
-    out: list[Any] = []
+    out: list[Adapter] = []
     for ep in sorted(_entry_points(), key=lambda e: e.name):
         dist = getattr(getattr(ep, "dist", None), "name", None) or "its package"
         label = f"entry point {ep.name!r} ({ep.value}, group {ENTRY_POINT_GROUP})"
@@ -265,7 +272,7 @@ def installed_adapters() -> tuple[Any, ...]:
     return tuple(out)
 
 
-def find_adapter(resolved: ResolvedTarget) -> Any:
+def find_adapter(resolved: ResolvedTarget) -> _Match | None:
     """An object whose ``spec(resolved)`` builds the EngineSpec, or None for the plain protocol."""
     for adapter in installed_adapters():
         if adapter.recognises(resolved):
@@ -276,13 +283,17 @@ def find_adapter(resolved: ResolvedTarget) -> Any:
 class _Match:
     """An adapter that recognised a target (what :func:`find_adapter` returns)."""
 
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, adapter: Adapter) -> None:
         self.adapter = adapter
         self.name = str(adapter.name)
 
     def specs(
-        self, resolved: ResolvedTarget, given: Mapping[str, str], every: bool, factory: Any = None
-    ) -> list[Any]:
+        self,
+        resolved: ResolvedTarget,
+        given: Mapping[str, str],
+        every: bool,
+        factory: Callable[[Any], Any] | None = None,
+    ) -> list[EngineSpec]:
         """One spec per setting the adapter checks (its default alone without a ``variants`` hook)."""
         from leakscope.errors import UsageError
 
@@ -303,7 +314,7 @@ class _Match:
         ]
 
 
-def target_name(target: Any) -> str:
+def target_name(target: object) -> str:
     if isinstance(target, str):
         return target
     module = getattr(target, "__module__", "?")
@@ -321,7 +332,7 @@ def settings_for(name: str, settings: Sequence[tuple[str, ...]]) -> dict[str, st
     return out
 
 
-def _resolved(target: Any) -> ResolvedTarget:
+def _resolved(target: object) -> ResolvedTarget:
     """A target string (imported after its adapter's ``prepare()``) or object, resolved."""
     from leakscope.harness.target import ResolvedTarget, resolve
 
@@ -334,7 +345,7 @@ def _resolved(target: Any) -> ResolvedTarget:
     return ResolvedTarget(target_name(target), target, module, getattr(target, "__qualname__", ""))
 
 
-def resolve_specs(target: Any, options: Any) -> list[Any]:
+def resolve_specs(target: object, options: CheckOptions) -> list[EngineSpec]:
     """Every spec one target is checked with: one per adapter setting (see ``Adapter.variants``).
 
     ``options.factory`` (``--factory pkg.mod:make_engine``) overrides every adapter,
@@ -359,7 +370,7 @@ def resolve_specs(target: Any, options: Any) -> list[Any]:
     return list(adapter.specs(resolved, given, options.every_setting, factory))
 
 
-def resolve_spec(target: Any, factory: str | None = None) -> Any:
+def resolve_spec(target: object, factory: str | None = None) -> EngineSpec:
     """The spec of ``target`` with its framework's defaults (the first of :func:`resolve_specs`)."""
     from leakscope.options import CheckOptions
 

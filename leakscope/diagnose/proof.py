@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from leakscope.harness.proof import GradientCheck, in_project
-from leakscope.results import Edit, Finding, Report, TargetResult, Verdict
+from leakscope.results import Edit, Finding, Report, Severity, TargetResult, Verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +40,7 @@ class EditProof:
 
 def leaking(result: TargetResult) -> list[Finding]:
     """The findings ``fix`` is about: leaks, not warnings or allowed ones."""
-    return [f for f in result.findings if f.severity == "leak"]
+    return [f for f in result.findings if f.severity is Severity.LEAK]
 
 
 def edit_groups(report: Report) -> list[EditGroup]:

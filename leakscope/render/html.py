@@ -29,7 +29,16 @@ from leakscope.render.summary import (
     result_line,
     shown_verdict,
 )
-from leakscope.results import Finding, GraphView, Report, Source, TargetResult, Verdict, ViewNode
+from leakscope.results import (
+    Finding,
+    GraphView,
+    LeakKind,
+    Report,
+    Source,
+    TargetResult,
+    Verdict,
+    ViewNode,
+)
 from leakscope.snippets import snippet_for
 
 #: the page's style sheet, a package data file (light and dark schemes)
@@ -294,9 +303,11 @@ def _shape(result: TargetResult) -> str:
     g = result.growth
     assert g is not None
     if result.verdict is Verdict.LEAK:
-        if result.kind == "bounded":
+        if result.kind is LeakKind.BOUNDED:
             return "bounded: a leak that holds the latest step's graph until the next step"
-        return "growing: a leak" if result.kind == "growing" or g.slope_bytes > 0 else "a leak"
+        return (
+            "growing: a leak" if result.kind is LeakKind.GROWING or g.slope_bytes > 0 else "a leak"
+        )
     return "flat" if g.slope_bytes <= 0 else "rising, not judged a leak"
 
 

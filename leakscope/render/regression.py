@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from leakscope.results import Report, Verdict
+from leakscope.results import Report, Severity, Verdict
 
 #: the reason an ``--allow``ed finding is given in the generated allowlist
 ALLOW_REASON = "confirmed deliberate with leakscope watch --allow"
@@ -43,7 +43,7 @@ def leaking_classes(report: Report, script: str | None = None) -> dict[str, list
         paths.extend(
             str(f.path)
             for f in result.findings
-            if f.severity == "leak" and str(f.path) not in paths
+            if f.severity is Severity.LEAK and str(f.path) not in paths
         )
     return found
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from leakscope.policy import fails
-from leakscope.results import Finding, Holder, Report, Severity, TargetResult, Verdict
+from leakscope.results import Finding, Holder, LeakKind, Report, Severity, TargetResult, Verdict
 
 
 def human_bytes(n: int) -> str:
@@ -26,9 +26,9 @@ def human_bytes(n: int) -> str:
 def leak_size(result: TargetResult) -> str:
     """``12.0 KiB per micro-batch, growing`` / ``23.0 MiB held until the next step, bounded``."""
     size = human_bytes(result.retained_bytes)
-    if result.kind == "growing":
+    if result.kind is LeakKind.GROWING:
         return f"{size} per micro-batch, growing"
-    if result.kind == "bounded":
+    if result.kind is LeakKind.BOUNDED:
         return f"{size} held until the next step, bounded"
     return f"{size} per micro-batch"
 
@@ -54,7 +54,7 @@ def growth_line(result: TargetResult) -> str:
     if g.nodes_by_micro_batch:
         origin = ", ".join(f"#{i}: {n}" for i, n in enumerate(g.nodes_by_micro_batch))
         line += f"; live graph nodes by micro-batch {origin}"
-    if result.kind == "growing" and g.slope_bytes > 0:
+    if result.kind is LeakKind.GROWING and g.slope_bytes > 0:
         # A growing leak at scale: the slope over a long run (it frees its graphs only when its holder does).
         line += (
             f"; at this slope {human_bytes(int(g.slope_bytes * 1_000))} per 1,000 micro-batches,"

@@ -35,7 +35,7 @@ from leakscope.diagnose.proof import (
 )
 from leakscope.options import CheckOptions
 from leakscope.phase import report as phase
-from leakscope.results import Edit, FixReport, FixResult, FixStatus, Report
+from leakscope.results import Edit, FixReport, FixResult, FixStatus, Report, Severity
 from leakscope.runner.isolation import _death_message, _read_records, _stderr_fd
 from leakscope.runner.zygote import kill_group
 
@@ -219,7 +219,7 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
                     edit=dataclasses.replace(derived, verified=verdict[0], proof=verdict[1]),
                 )
             findings.append(finding)
-            if finding.severity != "leak":
+            if finding.severity is not Severity.LEAK:
                 continue
             if derived is None or verdict is None:
                 fixes.append(
