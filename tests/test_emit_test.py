@@ -52,7 +52,7 @@ def test_the_emitted_test_fails_on_the_leak_and_passes_once_the_job_is_fixed(
         in watched.stderr
     )
     emitted = test_file.read_text(encoding="utf-8")
-    assert "    'history_engine:HistoryEngine': ['engine.entropies[0]'],\n" in emitted
+    assert '    "history_engine:HistoryEngine": ["engine.entropies[0]"],\n' in emitted
 
     failing = _run(
         "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_leaks.py", cwd=project
@@ -88,7 +88,7 @@ def _leak(target: str, path: str) -> TargetResult:
 
 
 def test_the_test_names_each_leaking_class_and_the_allowed_paths_as_literals() -> None:
-    hostile = "pkg.mod:Eng'])\nimport os; os.system('x')  #.step"
+    hostile = "pkg.mod:Eng'])\nimport os; os.system('x')  #\u202e\x1b[31m.step"
     report = Report(
         (
             _leak("__main__:Engine.forward_step", "engine.kept[0]"),
@@ -108,9 +108,31 @@ def test_the_test_names_each_leaking_class_and_the_allowed_paths_as_literals() -
     }
     assert values["WATCHED"] == {
         "jobs/train.py:Engine": ["engine.kept[0]"],
-        "pkg.mod:Eng'])\nimport os; os.system('x')  #": ["engine.x"],
+        "pkg.mod:Eng'])\nimport os; os.system('x')  #\u202e\x1b[31m": ["engine.x"],
     }
     assert values["ALLOWLIST"] == [{"path": "engine.kept*", "reason": regression.ALLOW_REASON}]
     assert not any(
         isinstance(node, ast.Import) and node.names[0].name == "os" for node in tree.body
     )
+    # printable ASCII only: no bidi control or escape code reaches the source file
+    assert all(c == "\n" or " " <= c <= "~" for c in text), text
+
+
+def test_the_emitted_test_is_as_the_formatter_writes_it(tmp_path: Path) -> None:
+    """Committed as it is written: ``ruff format`` (the project's formatter) changes nothing."""
+    long = "engine.history[0]" + ".inner" * 12
+    for allow, path in (
+        ([], "engine.kept[0]"),
+        (["engine.kept*"], long),
+        ([long, "engine.x"], long),
+    ):
+        report = Report((_leak("pkg.mod:Engine.forward_step", path),), "0.1.0", "2.13.0", "3.11.7")
+        emitted = tmp_path / "test_leaks.py"
+        emitted.write_text(regression.render(report, allow=allow), encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, "-m", "ruff", "format", "--diff", "--isolated", str(emitted)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr

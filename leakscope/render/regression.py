@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,13 +49,42 @@ def leaking_classes(report: Report, script: str | None = None) -> dict[str, list
     return found
 
 
+def _literal(text: str) -> str:
+    """``text`` as a double-quoted Python string literal, as formatters write it: a JSON string is
+    one, with the same value. Every character outside printable ASCII is escaped (``\\u202e``), so
+    an engine's string cannot restyle or reorder the test file's source (docs/security.md)."""
+    return json.dumps(text)
+
+
+#: the line length formatters default to (black's and ruff's 88): an entry longer is written exploded
+LINE = 88
+
+
+def _item(prefix: str, parts: list[str], brackets: str) -> str:
+    """One entry of a literal, as a formatter writes it: on one line when it fits, else one part per
+    line with a trailing comma (which formatters keep exploded)."""
+    opened, closed = brackets[0], brackets[1]
+    line = f"    {prefix}{opened}{', '.join(parts)}{closed},"
+    if len(line) <= LINE:
+        return line + "\n"
+    inner = "".join(f"        {part},\n" for part in parts)
+    return f"    {prefix}{opened}\n{inner}    {closed},\n"
+
+
 def render(
     report: Report, *, allow: Sequence[str] = (), script: str | None = None, **_: Any
 ) -> str:
     """The regression test for every leaking class of ``report`` (NOTE [From a real job to a gate])."""
     found = leaking_classes(report, script)
-    watched = "".join(f"    {target!r}: {paths!r},\n" for target, paths in found.items())
-    entries = "".join(f"    {{'path': {path!r}, 'reason': {ALLOW_REASON!r}}},\n" for path in allow)
+    watched = "".join(
+        _item(f"{_literal(target)}: ", [_literal(p) for p in paths], "[]")
+        for target, paths in found.items()
+    )
+    entries = "".join(
+        _item("", [f'"path": {_literal(path)}', f'"reason": {_literal(ALLOW_REASON)}'], "{}")
+        for path in allow
+    )
+    allowlist = f"[\n{entries}]" if entries else "[]"
     return f'''"""Regression test for the autograd-graph retention `leakscope watch` found in a real job.
 
 Written by `leakscope watch --emit-test`; keep it in the suite and edit it freely. It checks each
@@ -70,8 +100,7 @@ import pytest
 WATCHED = {{
 {watched}}}
 #: findings confirmed deliberate (`leakscope watch --allow PATH`): reported as allowed, never failing
-ALLOWLIST = [
-{entries}]
+ALLOWLIST = {allowlist}
 
 
 @pytest.mark.parametrize("target", list(WATCHED))
