@@ -145,21 +145,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # NOTE [Parallel tests]
-# The README's test command runs the suite in three pytest-xdist workers on two cores: a third of
-# the suite waits on child processes (a watched job past its --timeout, torchrun's ranks, a Ray
-# cluster, a browser), and a third worker keeps both cores busy meanwhile. ``--dist loadgroup``
-# hands out tests one at a time, except the tests of a module with a module-scoped fixture (the
-# docs' examples, run once for all their blocks; the fixed copies of fixtures/ in test_fix.py; a
-# framework venv's checks), which go to one worker together: each worker collects the whole
-# suite, so a module fixture used in two workers would do its work twice.
+# The README's test command runs the suite in pytest-xdist workers: much of the suite waits on
+# child processes (a watched job past its --timeout, torchrun's ranks, a Ray cluster, a browser).
+# ``--dist loadgroup`` hands out tests one at a time, except the tests of a module that share a
+# fixture made once for them (the docs' examples, run once for all their blocks; the fixed copies
+# of fixtures/ in test_fix.py; a framework venv's checks): those go to one worker together. Such
+# a fixture is session-scoped, though it lives in its module: a worker gets the tests of its
+# group interleaved with others, and a module-scoped fixture would be made again after each.
 
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    """True when ``item`` uses a fixture its own module defines for more than one test."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
+    module = item.nodeid.split("::", 1)[0]
     return any(
-        definition.scope in ("module", "class", "package")
+        definition.scope != "function" and definition.baseid == module
         for definitions in info.name2fixturedefs.values()
         for definition in definitions
     )

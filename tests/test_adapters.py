@@ -41,7 +41,7 @@ def _pip_install(package: str, target: Path, scratch: Path) -> None:
     subprocess.run([*cmd, str(source)], check=True, capture_output=True, timeout=300)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """``{package: install dir}`` for the demo and the broken adapter packages."""
     out = {}

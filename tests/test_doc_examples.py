@@ -53,7 +53,7 @@ def _selected(request: pytest.FixtureRequest) -> list[gen.Block]:
     ]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(request: pytest.FixtureRequest) -> dict[str, str | BaseException]:
     """Every selected block that can run here, run once: its name -> what it shows today (or how it failed)."""
     chosen = [block for block in _selected(request) if gen.missing(block) is None]

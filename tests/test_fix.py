@@ -113,7 +113,7 @@ def _digest(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.py"))}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def fixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, dict[str, Any]]:
     """A copy of fixtures/ after ``leakscope fix --apply`` on every fixable and wrongly-fixed fixture:
     the copy's root, the exit code and the JSON fix report."""

@@ -230,7 +230,7 @@ def test_sarif_schema_rejects_a_broken_log() -> None:
         _validate_sarif(doc)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_report() -> Report:
     """verl 6698 in train mode, with one finding allowlisted."""
     options = CheckOptions(

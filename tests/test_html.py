@@ -37,7 +37,7 @@ runner = CliRunner()
 TARGET = "fixtures.verl_bug:Engine"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def report() -> Report:
     """verl 6698 in both modes with three micro-batches: a growing leak and a clean twin mode."""
     return leakscope.check(TARGET, CheckOptions(micro_batches=3))

@@ -68,7 +68,7 @@ def run_check(*args: str) -> tuple[int, dict[str, Any]]:
     return run_venv_check(venv_python(), *args, timeout=600)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def results() -> dict[tuple[str, str], dict[str, Any]]:
     """Every Lightning fixture in both modes: one leakscope run per factory."""
     venv_python()

@@ -71,7 +71,7 @@ def _watch(
 # -- TRL 0.8 and transformers 4.x ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def trl_doc() -> tuple[int, dict[str, Any]]:
     return run_venv_check(
         trl08(),
@@ -175,7 +175,7 @@ def test_watch_finds_a_transformers4_trainer_step_with_no_method(
 # -- pytorch_lightning 1.x -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def pl_doc() -> dict[tuple[str, str], dict[str, Any]]:
     python = pl1()
     _, both = run_venv_check(

@@ -36,7 +36,7 @@ pytestmark = pytest.mark.integration
 runner = CliRunner()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def saved() -> dict[str, Any]:
     """A real report with every optional part: growth, graphs, snippets, a projection and a watch summary."""
     report = leakscope.check(

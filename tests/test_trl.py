@@ -50,12 +50,12 @@ def _by_target(doc: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["target"], r["mode"]): r for r in doc["results"]}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def stock() -> tuple[int, dict[str, Any]]:
     return run_check(*STOCK)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def subjects() -> tuple[int, dict[str, Any]]:
     names = [n for leaky in LEAKY for n in (leaky, f"Clean{leaky}")]
     return run_check(*(f"{SUBJECTS}:{n}" for n in names))

@@ -44,7 +44,7 @@ def run_check(version: str, *args: str) -> tuple[int, dict[str, Any]]:
     return run_venv_check(venv_python(version), *args, timeout=600)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def reports() -> dict[str, tuple[int, dict[str, Any]]]:
     """One leakscope run per verl version: both engine classes, both modes."""
     out = {}

@@ -42,7 +42,7 @@ PATHS = [
 TIMEOUT_S = 600
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def python() -> Path:
     return framework_python(VENV, ".ci/setup-ray.sh")
 

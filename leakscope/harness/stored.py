@@ -99,7 +99,7 @@ def _attribute(obj: Any, name: str) -> Any:
             return _MISSING
     if safe.is_instance(obj, type):  # class state: the class's own namespace
         return safe.class_dict(obj).get(name, _MISSING)
-    d = safe.instance_dict(obj)
+    d = safe.thread_local_dict(obj) or safe.instance_dict(obj)
     if d is not None:
         if name in d:
             return d[name]
@@ -347,7 +347,7 @@ def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
                 return False
             dict.__setitem__(parent, key, detached)
         elif last.kind in (SegmentKind.KEY, SegmentKind.ATTR) and isinstance(last.name, str):
-            instance = safe.instance_dict(parent)
+            instance = safe.thread_local_dict(parent) or safe.instance_dict(parent)
             if instance is None or last.name not in instance:
                 return False
             instance[last.name] = detached

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import types
 import weakref
 from collections import deque
@@ -228,6 +229,20 @@ def instance_dict(obj: object) -> dict[str, Any] | None:
         return None
     try:
         d = getter(obj)
+    except Exception:
+        return None
+    return d if type(d) is dict else None
+
+
+def thread_local_dict(obj: object) -> dict[str, Any] | None:
+    """This thread's attributes of a ``threading.local()`` (the thread that ran the step): the C
+    type's own getter picks the thread's dict, where the generic one sees none. None for any
+    other object."""
+    if not is_instance(obj, threading.local):
+        return None
+    try:
+        local: Any = obj  # a threading.local, by its type
+        d = threading.local.__getattribute__(local, "__dict__")
     except Exception:
         return None
     return d if type(d) is dict else None

@@ -408,10 +408,8 @@ def _proxy_children(obj: Any, generic: bool) -> Iterable[Child]:
 
 
 def _local_children(obj: Any, generic: bool) -> Iterable[Child]:
-    # This thread's attributes of a ``threading.local()`` (the thread that ran the step):
-    # the C type's own getter picks the thread's dict; the generic one sees none.
-    d = _THREAD_LOCAL.__getattribute__(obj, "__dict__")
-    if type(d) is dict:
+    d = safe.thread_local_dict(obj)
+    if d is not None:
         for key, value in list(d.items()):
             yield _member(key), LinkKind.ATTR, d, key, value
 
