@@ -126,17 +126,13 @@ TIERS = ("unit", "integration", "frameworks")
 # lives in another module, so that ``-m`` selects exactly one tier.
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (NOTE [Parallel tests])
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every collected test is in exactly one tier (NOTE [Test tiers]); the tests that share a
-    module's fixture run in one worker (NOTE [Parallel tests])."""
+    """Every collected test is in exactly one tier (NOTE [Test tiers])."""
     wrong = []
     for item in items:
         tiers = {mark.name for mark in item.iter_markers() if mark.name in TIERS}
         if len(tiers) != 1:
             wrong.append(f"{item.nodeid}: tiers {sorted(tiers) or 'none'}")
-        if _shares_a_module_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
     if wrong:
         raise pytest.UsageError(
             "every test module sets exactly one tier (pytestmark = pytest.mark.unit, integration or "
@@ -145,23 +141,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # NOTE [Parallel tests]
-# The README's test command runs the suite in pytest-xdist workers: much of the suite waits on
-# child processes (a watched job past its --timeout, torchrun's ranks, a Ray cluster, a browser).
-# ``--dist loadgroup`` hands out tests one at a time, except the tests of a module that share a
-# fixture made once for them (the docs' examples, run once for all their blocks; the fixed copies
-# of fixtures/ in test_fix.py; a framework venv's checks): those go to one worker together. Such
-# a fixture is session-scoped, though it lives in its module: a worker gets the tests of its
-# group interleaved with others, and a module-scoped fixture would be made again after each.
-
-
-def _shares_a_module_fixture(item: pytest.Item) -> bool:
-    """True when ``item`` uses a fixture its own module defines for more than one test."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    module = item.nodeid.split("::", 1)[0]
-    return any(
-        definition.scope != "function" and definition.baseid == module
-        for definitions in info.name2fixturedefs.values()
-        for definition in definitions
-    )
+# The README's test command runs the suite in three pytest-xdist workers on two cores: much of
+# the suite waits on child processes (a watched job past its --timeout, torchrun's ranks, a Ray
+# cluster, a browser), and a third worker keeps both cores busy meanwhile. ``--dist loadfile``
+# keeps each module in one worker: a module's shared fixture (the docs' examples, run once for
+# all their blocks; the fixed copies of fixtures/ in test_fix.py; a framework venv's checks) is
+# made once, not once per worker (each worker collects the whole suite). Those fixtures are
+# session-scoped, so that a worker that gets a module's tests in two runs does not make it twice.
+# (``--dist loadgroup`` would spread the rest test by test, but pytest 9 ignores the group that
+# pytest-xdist 3.8 appends to a node id.)
