@@ -12,13 +12,16 @@ import typer
 from leakscope.commands.common import (
     DEFAULT_TARGET,
     At,
+    Confirm,
     Debug,
     Device,
     DeviceChoice,
+    Factory,
     FailOnChoice,
     Format,
     FormatChoice,
     MicroBatches,
+    Mode,
     ModeChoice,
     Model,
     Output,
@@ -52,27 +55,12 @@ def check(
             show_default=False,
         ),
     ] = None,
-    mode: Annotated[
-        ModeChoice, typer.Option("--mode", help="Which step to drive.")
-    ] = ModeChoice.both,
+    mode: Mode = ModeChoice.both,
     fmt: Format = FormatChoice.text,
     output: Output = None,
-    factory: Annotated[
-        str | None,
-        typer.Option(
-            "--factory",
-            help="'pkg.mod:make_engine': builds the engine from the tiny model.",
-            metavar="TARGET",
-        ),
-    ] = None,
+    factory: Factory = None,
     model: Model = "peft-checkpoint",
-    confirm: Annotated[
-        bool,
-        typer.Option(
-            "--confirm/--no-confirm",
-            help="Re-run the step to prove each holder retains on its own.",
-        ),
-    ] = True,
+    confirm: Confirm = True,
     micro_batches: MicroBatches = 3,
     device: Device = DeviceChoice.auto,
     at: At = None,

@@ -93,6 +93,22 @@ Model = Annotated[
 Debug = Annotated[
     bool, typer.Option("--debug", help="Show tracebacks of engine and import errors.")
 ]
+Mode = Annotated[ModeChoice, typer.Option("--mode", help="Which step to drive.")]
+Factory = Annotated[
+    str | None,
+    typer.Option(
+        "--factory",
+        help="'pkg.mod:make_engine': builds the engine from the tiny model.",
+        metavar="TARGET",
+    ),
+]
+Confirm = Annotated[
+    bool,
+    typer.Option(
+        "--confirm/--no-confirm",
+        help="Re-run the step to prove each holder retains on its own.",
+    ),
+]
 
 
 def check_output(output: Path | None, fmt: FormatChoice) -> None:

@@ -12,6 +12,7 @@ from leakscope.commands.common import (
     DeviceChoice,
     Format,
     FormatChoice,
+    Mode,
     ModeChoice,
     Model,
     SetValues,
@@ -38,9 +39,7 @@ def estimate(
             help="hidden=4096,tokens=17700,dtype=bf16,micro-batches=16,gpu-memory=80GiB (hidden and tokens required).",
         ),
     ],
-    mode: Annotated[
-        ModeChoice, typer.Option("--mode", help="Which step to drive.")
-    ] = ModeChoice.train,
+    mode: Mode = ModeChoice.train,
     fmt: Format = FormatChoice.text,
     model: Model = "peft-checkpoint",
     set_values: SetValues = None,

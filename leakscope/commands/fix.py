@@ -13,11 +13,14 @@ import typer
 from leakscope.commands.check import DEFAULT_TIMEOUT, prepare
 from leakscope.commands.common import (
     DEFAULT_TARGET,
+    Confirm,
     Debug,
     Device,
     DeviceChoice,
+    Factory,
     FormatChoice,
     MicroBatches,
+    Mode,
     ModeChoice,
     Model,
     Output,
@@ -62,25 +65,10 @@ def fix(
         FixFormat, typer.Option("--format", "-f", help="Report format on stdout.")
     ] = FixFormat.text,
     output: Output = None,
-    mode: Annotated[
-        ModeChoice, typer.Option("--mode", help="Which step to drive.")
-    ] = ModeChoice.both,
-    factory: Annotated[
-        str | None,
-        typer.Option(
-            "--factory",
-            help="'pkg.mod:make_engine': builds the engine from the tiny model.",
-            metavar="TARGET",
-        ),
-    ] = None,
+    mode: Mode = ModeChoice.both,
+    factory: Factory = None,
     model: Model = "peft-checkpoint",
-    confirm: Annotated[
-        bool,
-        typer.Option(
-            "--confirm/--no-confirm",
-            help="Re-run the step to prove each holder retains on its own.",
-        ),
-    ] = True,
+    confirm: Confirm = True,
     micro_batches: MicroBatches = 3,
     device: Device = DeviceChoice.auto,
     debug: Debug = False,
