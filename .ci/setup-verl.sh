@@ -2,8 +2,8 @@
 # Create the virtual environments the verl integration tests run leakscope in:
 #   .venv-verl080  verl 0.8.0 (+ pyarrow 24.0.0, without which it does not import): has the 6698 leak
 #   .venv-verl091  verl 0.9.1: fixed
-# The recipe (torch first and pinned, then leakscope editable, then verl; reuse when the
-# versions match) is .ci/framework-venv.sh. Usage: .ci/setup-verl.sh [080|091]...
+# The recipe (no torch of its own: the framework in front of .venv, pinned by .ci/locks/) is
+# .ci/framework-venv.sh. Usage: .ci/setup-verl.sh [080|091]...
 # tests/test_verl.py runs `<venv>/bin/leakscope check ...` in these venvs;
 # LEAKSCOPE_REQUIRE_VERL=1 makes a missing venv fail those tests.
 set -euo pipefail
