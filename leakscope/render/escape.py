@@ -15,7 +15,9 @@ the helper of the format it is written into, once, where it is written:
   surrogates, U+FFFE/U+FFFF) shown the same way, so the document always parses;
 - :func:`sarif_uri`: a file path as a percent-encoded URI reference;
 - :func:`github_data` and :func:`github_property`: GitHub workflow command
-  messages (``%``, CR, LF) and property values (also ``:`` and ``,``).
+  messages (``%``, CR, LF) and property values (also ``:`` and ``,``);
+- :func:`python_string`: a double-quoted Python string literal in printable ASCII (the
+  test ``watch --emit-test`` writes), so no bidi control reorders its source.
 
 See docs/security.md for what each format guarantees.
 """
@@ -23,6 +25,7 @@ See docs/security.md for what each format guarantees.
 from __future__ import annotations
 
 import html as _html
+import json
 import os
 import re
 from pathlib import PurePosixPath
@@ -107,10 +110,18 @@ def github_property(text: object) -> str:
     return github_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def python_string(text: str) -> str:
+    """``text`` as a double-quoted Python string literal with the same value, as formatters write
+    it: a JSON string is one. Every character outside printable ASCII is escaped (``\\u202e``),
+    so an engine's string cannot restyle or reorder the source a reviewer reads."""
+    return json.dumps(text)
+
+
 __all__ = [
     "github_data",
     "github_property",
     "html",
+    "python_string",
     "rich_text",
     "sarif_uri",
     "terminal",

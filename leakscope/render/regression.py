@@ -14,10 +14,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
+from leakscope.render.escape import python_string
 from leakscope.results import Report, Severity, Verdict
 
 #: the reason an ``--allow``ed finding is given in the generated allowlist
@@ -49,13 +49,6 @@ def leaking_classes(report: Report, script: str | None = None) -> dict[str, list
     return found
 
 
-def _literal(text: str) -> str:
-    """``text`` as a double-quoted Python string literal, as formatters write it: a JSON string is
-    one, with the same value. Every character outside printable ASCII is escaped (``\\u202e``), so
-    an engine's string cannot restyle or reorder the test file's source (docs/security.md)."""
-    return json.dumps(text)
-
-
 #: the line length formatters default to (black's and ruff's 88): an entry longer is written exploded
 LINE = 88
 
@@ -77,11 +70,13 @@ def render(
     """The regression test for every leaking class of ``report`` (NOTE [From a real job to a gate])."""
     found = leaking_classes(report, script)
     watched = "".join(
-        _item(f"{_literal(target)}: ", [_literal(p) for p in paths], "[]")
+        _item(f"{python_string(target)}: ", [python_string(p) for p in paths], "[]")
         for target, paths in found.items()
     )
     entries = "".join(
-        _item("", [f'"path": {_literal(path)}', f'"reason": {_literal(ALLOW_REASON)}'], "{}")
+        _item(
+            "", [f'"path": {python_string(path)}', f'"reason": {python_string(ALLOW_REASON)}'], "{}"
+        )
         for path in allow
     )
     allowlist = f"[\n{entries}]" if entries else "[]"
