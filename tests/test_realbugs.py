@@ -9,7 +9,9 @@ For every release, two subprocesses on the repository's interpreter with the rel
   and clean on the fixed one: the suite's ground truth does not rest on leakscope;
 - ``leakscope watch --method <M> driver.py``: on the buggy release a leak, with a finding at
   the upstream holder (bugs.toml's path, exactly as leakscope prints it), of the bug's kind,
-  retaining bytes; on the fixed release clean.
+  retaining bytes; on the fixed release clean. A bug bugs.toml marks ``no_flag`` is watched with
+  plain ``leakscope watch driver.py`` and judged the same way (``test_watch_with_no_flags``, xfail,
+  not strict, until the no-flag watch of issue 24 lands).
 
 A release where leakscope is known to be wrong today carries ``watch_xfail`` in bugs.toml: its
 watch test expects the right answer and is marked xfail (strict), so that the fix shows up as
