@@ -4,7 +4,7 @@
 # version, into realbugs/.envs/<bug>-<version>/ with `uv pip install --target DIR --no-deps`
 # (uv from the test extra; exact pins, no resolver, never torch). A release runs on .venv's
 # interpreter (torch 2.13.0, leakscope) with PYTHONPATH=<overlay>:<repository root>.
-# Idempotent: an overlay whose recorded pins match is kept. About 45 s for all 16 from a cold
+# Idempotent: an overlay whose recorded pins match is kept. About 50 s for all 20 from a cold
 # uv cache, 1 s when they are all up to date.
 # tests/test_realbugs.py runs them; LEAKSCOPE_REQUIRE_FRAMEWORKS=1 makes a missing overlay fail there.
 #   .ci/setup-realbugs.sh            every bug

@@ -3,6 +3,7 @@
     python -m realbugs.gen_docs           # after .ci/setup-realbugs.sh; about 5 minutes on 2 cores
     python -m realbugs.gen_docs --check   # the same runs; exit 1 if a shown output is stale
     python -m realbugs.gen_docs --table   # only the table (bugs.toml), no runs
+    python -m realbugs.gen_docs BUG...    # the table, and the outputs of these bugs only
 
 ``python docs/gen.py`` runs this for docs/real-bugs.md. The table comes from realbugs/bugs.toml
 alone (tests/test_realbugs.py checks that the doc has it). The outputs are real: every release's
@@ -97,8 +98,16 @@ def confirm_block(bug: Bug, release: Release) -> str:
 def _report_block(bug: Bug, release: Release, text_report: str) -> tuple[str, str]:
     """(the whole text report with its command line, the one-line verdict of the result)."""
     lines = _clean(text_report).splitlines()
-    verdict = next((line.strip() for line in lines if line.startswith(bug.method)), "(no result line)")
+    verdict = next((line.strip() for line in lines if _is_verdict(bug, line)), "(no result line)")
     return f"{shown_command(bug, release, watch_command(bug, 'text'))}\n" + "\n".join(lines), verdict
+
+
+def _is_verdict(bug: Bug, line: str) -> bool:
+    """A result's verdict line: it starts with the watched method; with no --method (bugs.toml
+    ``no_flag``), with whatever step leakscope chose."""
+    if bug.no_flag:
+        return re.match(r"\S+ \[\w+\] (LEAK|CLEAN|ERROR)\b", line) is not None
+    return line.startswith(bug.method)
 
 
 def shown_report(bug: Bug, release: Release, text_report: str) -> str:
@@ -119,11 +128,17 @@ def fill(text: str, block_id: str, body: str) -> str:
 
 def main(argv: list[str]) -> int:
     bugs = load()
+    names = [arg for arg in argv if not arg.startswith("--")]
+    unknown = sorted(set(names) - {bug.name for bug in bugs})
+    if unknown:
+        raise SystemExit(f"no bug named {', '.join(unknown)} in realbugs/bugs.toml")
     stale: list[str] = []
     doc = fill(DOC.read_text(encoding="utf-8"), "table", table(bugs))
     doc = fill(doc, "wrong", wrong(bugs))
     if "--table" not in argv:
         for bug in bugs:
+            if names and bug.name not in names:
+                continue
             notes_path = bug.folder / "NOTES.md"
             notes = notes_path.read_text(encoding="utf-8")
             for side in SIDES:
@@ -134,6 +149,11 @@ def main(argv: list[str]) -> int:
                 print(f"{bug.name} {side}: {verdict}", file=sys.stderr)
                 notes = fill(notes, f"confirm-{side}", f"```text\n{confirm}\n```")
                 notes = fill(notes, f"watch-{side}", f"```text\n{report}\n```")
+                if bug.no_flag:  # NOTES.md also shows what naming the step with --method gives
+                    command = watch_command(bug, "text", method=True)
+                    lines = _clean(run(bug, release, command).stdout)
+                    notes = fill(notes, f"watch-method-{side}",
+                                 f"```text\n{shown_command(bug, release, command)}\n{lines}\n```")
                 doc = fill(doc, f"realbugs: {bug.name}-{side}", shown_report(bug, release, text_report))
             if "--check" in argv:
                 stale += [] if notes == notes_path.read_text(encoding="utf-8") else [str(notes_path.relative_to(ROOT))]

@@ -81,6 +81,9 @@ class Bug:
     confirmed: str
     buggy: Release
     fixed: Release
+    #: the suite watches with no ``--method`` (``leakscope watch driver.py``): leakscope finds the
+    #: steps itself; ``method`` then only names the step for NOTES.md
+    no_flag: bool = False
 
     @property
     def folder(self) -> Path:
@@ -113,6 +116,7 @@ def load() -> list[Bug]:
             name=row["name"], project=row["project"], upstream=tuple(row["upstream"]),
             category=row["category"], package=row["package"], method=row["method"],
             holder=row["holder"], kind=row["kind"], confirmed=row["confirmed"], buggy=sides["buggy"], fixed=sides["fixed"],
+            no_flag=row.get("no_flag", False),
         ))
     return bugs
 
@@ -162,9 +166,13 @@ def confirm_command(release: Release) -> list[str]:
     return [sys.executable, "confirm.py", "--expect", release.expect]
 
 
-def watch_command(bug: Bug, fmt: str = "json") -> list[str]:
-    """``leakscope watch --method <the bug's method> driver.py``, report in ``fmt`` (run in its folder)."""
+def watch_command(bug: Bug, fmt: str = "json", method: bool | None = None) -> list[str]:
+    """``leakscope watch --method <the bug's method> driver.py``, report in ``fmt`` (run in its folder);
+    for a ``no_flag`` bug (unless ``method`` asks for it) plain ``leakscope watch driver.py``, the
+    driver's own default number of steps: no flag but the report's format."""
     report = ["-f", fmt] if fmt != "text" else []
+    if bug.no_flag and not method:
+        return [sys.executable, "-m", "leakscope", "watch", *report, "driver.py"]
     return [sys.executable, "-m", "leakscope", "watch", "--method", bug.method, *report,
             "driver.py", "--steps", str(WATCH_STEPS)]
 

@@ -19,6 +19,9 @@ Nothing here imports leakscope: the suite's verdicts must stand on their own.
   tensors but every node (and every leaf it reaches) stays.
 - :func:`verdict`: ``leak`` when the probe series grows about one per step, ``clean`` when it
   never exceeds one (the previous step's graph, which a framework may hold until the next step).
+- :func:`bounded_verdict`: the same question asked when the next step's forward begins, where
+  even the previous step's graph counts (bounded retention: it raises the peak by one step's
+  graph) and ``clean`` means none is alive.
 """
 
 from __future__ import annotations
@@ -182,6 +185,22 @@ def verdict(series: list[int], steps: int) -> str:
     if series[-1] >= max(2, steps - 1) and all(b >= a for a, b in zip(series, series[1:])):
         return "leak"
     return "unknown"
+
+
+def bounded_verdict(series: list[int]) -> tuple[str, str]:
+    """(verdict, kind) from ``series[k]``: probe leaves of earlier steps alive when step k + 2's
+    forward begins (a forward pre-hook), the moment a retained graph adds to the peak. ``leak``,
+    ``bounded``: the previous step's graph, and only it, is alive every time; ``leak``,
+    ``growing``: one more every step; ``clean``: none ever is; ``unknown`` otherwise."""
+    if not series:
+        return "unknown", "-"
+    if max(series) == 0:
+        return "clean", "-"
+    if min(series) == 1 and max(series) == 1:
+        return "leak", "bounded"
+    if series == list(range(1, len(series) + 1)):
+        return "leak", "growing"
+    return "unknown", "-"
 
 
 def report(name: str, series: list[int], extra: dict[str, Any], expect: str | None, steps: int) -> int:
