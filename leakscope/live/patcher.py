@@ -54,6 +54,15 @@ class _PatchedGlobal:
     wrapper: Any
 
 
+def _close(name: str, module: types.ModuleType) -> str:
+    """``; did you mean 'HistoryEngine'?`` from the module's own names, or nothing."""
+    import difflib
+
+    names = [n for n in vars(module) if isinstance(n, str) and not n.startswith("__")]
+    close = difflib.get_close_matches(name, names, n=3)
+    return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
 class Patcher:
     """Patch each spec's method with the wrapper the factory builds; restore exactly."""
 
@@ -100,7 +109,9 @@ class Patcher:
             if owner is None:
                 break
         if not isinstance(owner, type):
-            self.errors.append(f"{spec.module} has no class {'.'.join(spec.cls)}")
+            self.errors.append(
+                f"{spec.module} has no class {'.'.join(spec.cls)}{_close(spec.cls[-1], module)}"
+            )
             return
         original = getattr(owner, spec.name, None)
         own = owner.__dict__.get(spec.name)
@@ -118,7 +129,7 @@ class Patcher:
         original = vars(module).get(spec.name)
         if not isinstance(original, types.FunctionType):
             what = "has no function" if original is None else "has no plain function"
-            self.errors.append(f"{spec.module} {what} {spec.name}")
+            self.errors.append(f"{spec.module} {what} {spec.name}{_close(spec.name, module)}")
             return
         wrapper = self.wrap(spec, original)
         for other in list(sys.modules.values()):

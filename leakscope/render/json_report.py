@@ -74,6 +74,20 @@ def graph_dict(view: GraphView) -> dict[str, Any]:
     }
 
 
+def view_json(view: GraphView) -> str:
+    """``leakscope explain --format json``: one finding's graph as a JSON document (its ``graph`` as
+    in the report, with the target, mode and path it belongs to, and the paths there are)."""
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "target": view.target,
+        "mode": view.mode,
+        "path": view.path,
+        "paths": list(view.paths),
+        "graph": graph_dict(view),
+    }
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def _source(source: Any) -> dict[str, Any] | None:
     return (
         {"file": source.file, "line": source.line, "function": source.function} if source else None
