@@ -388,12 +388,12 @@ def explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
     return flags
 
 
-def _choices(ctx: typer.Context, name: str) -> tuple[str, ...] | None:
-    """The values the command's option ``name`` takes (None: it has no such option)."""
-    for param in ctx.command.params:
-        if param.name == name:
-            return tuple(getattr(getattr(param, "type", None), "choices", ()) or ())
-    return None
+def _choices(ctx: typer.Context, name: str) -> tuple[str, ...]:
+    """The values the command's option ``name`` takes: its enum's (empty: it has no such option)."""
+    value = ctx.params.get(name)
+    if isinstance(value, enum.Enum):
+        return tuple(str(member.value) for member in type(value))
+    return ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -448,9 +448,9 @@ def resolve(
         fail(exc.message, int(exc.exit_code), fmt, output)
     # A project's value this command does not take (explain's one mode, fix's two formats) leaves
     # the command's own default.
-    if settings.mode is not None and settings.mode not in (_choices(ctx, "mode") or ()):
+    if settings.mode is not None and settings.mode not in _choices(ctx, "mode"):
         settings = dataclasses.replace(settings, mode=None)
-    if settings.format is not None and settings.format not in (_choices(ctx, "fmt") or ()):
+    if settings.format is not None and settings.format not in _choices(ctx, "fmt"):
         settings = dataclasses.replace(settings, format=None)
     if settings.format is not None:
         fmt = FormatChoice(settings.format)

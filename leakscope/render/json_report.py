@@ -58,6 +58,7 @@ def graph_dict(view: GraphView) -> dict[str, Any]:
     return {
         "root": view.root,
         "total_nodes": view.total_nodes,
+        "graph_nodes": view.graph_nodes,
         "truncated": view.truncated,
         "nodes": [
             {
