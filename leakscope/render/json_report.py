@@ -14,6 +14,17 @@ from leakscope.serialize import SchemaError, from_data, value_from_data
 SCHEMA_VERSION = 1
 
 
+def schema() -> dict[str, Any]:
+    """The report's JSON Schema (draft 2020-12), shipped beside this module as
+    ``report.schema.json`` and generated from :mod:`leakscope.results` by docs/gen_schema.py."""
+    from importlib.resources import files
+
+    loaded: dict[str, Any] = json.loads(
+        files("leakscope.render").joinpath("report.schema.json").read_text(encoding="utf-8")
+    )
+    return loaded
+
+
 def finding_dict(finding: Finding) -> dict[str, Any]:
     """One finding as plain JSON data."""
     out: dict[str, Any] = {
