@@ -219,5 +219,7 @@ def test_the_schema_refuses_what_the_writer_never_writes() -> None:
     }
     assert list(validator.iter_errors(good)) == []
     assert list(validator.iter_errors({**good, "extra": 1}))
-    assert list(validator.iter_errors({**good, "results": [{**good["results"][0], "mode": "both"}]}))
+    assert list(
+        validator.iter_errors({**good, "results": [{**good["results"][0], "mode": "both"}]})
+    )
     assert list(validator.iter_errors({k: v for k, v in good.items() if k != "results"}))
