@@ -202,11 +202,13 @@ def main(argv: list[str]) -> int:
     wanted = text()
     if "--check" in argv:
         if SCHEMA_FILE.read_text(encoding="utf-8") != wanted:
-            print(f"{SCHEMA_FILE} is not the generated schema; run python docs/gen_schema.py")
+            sys.stderr.write(
+                f"{SCHEMA_FILE} is not the generated schema; run python docs/gen_schema.py\n"
+            )
             return 1
         return 0
     SCHEMA_FILE.write_text(wanted, encoding="utf-8")
-    print(f"wrote {SCHEMA_FILE}")
+    sys.stderr.write(f"wrote {SCHEMA_FILE}\n")
     return 0
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import re
 import runpy
-import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomllib
 import typer.main
 from typer.testing import CliRunner
 
