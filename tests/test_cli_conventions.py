@@ -139,6 +139,22 @@ def test_a_method_typo_fails_before_the_job_with_a_suggestion() -> None:
     assert method.returncode == 2 and "did you mean 'forward_step'?" in method.stderr
 
 
+def test_a_method_the_source_cannot_settle_stops_the_job_at_its_import(tmp_path: Path) -> None:
+    """``import *`` hides what a module binds: the typo is caught when the job imports it, and the
+    job ends there, with the suggestion, instead of running to its end."""
+    shutil.copy(FIXTURES / "watch" / "history_engine.py", tmp_path)
+    (tmp_path / "engines.py").write_text("from history_engine import *  # noqa: F403\n")
+    (tmp_path / "job.py").write_text(
+        "import engines\nprint('the job ran past its imports', flush=True)\n"
+    )
+    proc = _leakscope(
+        "watch", "--method", "engines:HistoryEngin.forward_step", "job.py", cwd=tmp_path
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert "engines has no class HistoryEngin; did you mean 'HistoryEngine'?" in proc.stderr
+    assert "the job ran past its imports" not in proc.stderr + proc.stdout
+
+
 def test_terminal_width_and_colour(verl_report: Path) -> None:
     # On an 80-column terminal every line fits (tables folded, growth lines wrapped), in colour.
     code, shown = _on_terminal("render", str(verl_report))
