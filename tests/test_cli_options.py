@@ -223,3 +223,14 @@ def test_the_schema_refuses_what_the_writer_never_writes() -> None:
         validator.iter_errors({**good, "results": [{**good["results"][0], "mode": "both"}]})
     )
     assert list(validator.iter_errors({k: v for k, v in good.items() if k != "results"}))
+
+
+def test_readme_says_why_byte_figures_differ() -> None:
+    """A newcomer's first check measures its own node cost; the README says so and how the docs fix it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_output = readme.index(
+        "<!-- output: leakscope check leakscope.models.engines:LeakyFSDPEngine -->"
+    )
+    note = readme[first_output : readme.index("### Installing it beside your own engines")]
+    assert "LEAKSCOPE_NODE_BYTES=746 leakscope check" in note
+    assert "measures once per machine" in note

@@ -94,8 +94,10 @@ def fix(
     """
     settings = resolve(ctx)
     shown, output = settings.fmt, settings.output
-    if diff and shown is not FormatChoice.text:
+    if diff and fmt is FixFormat.json:  # a project's format = "json" gives way to --diff
         fail("--diff writes a patch, not a report; drop --format json", 2, shown, output)
+    if diff:
+        shown = FormatChoice.text
     from leakscope.api import fix as run_fix
     from leakscope.render import fixes as render_fixes
 

@@ -32,7 +32,8 @@ _STYLE = {
 def fold(text: str, width: int | None) -> str:
     """``text`` with each line longer than ``width`` wrapped at spaces, its continuation lines
     indented four columns past the line's own indent; unchanged when ``width`` is None (a log, a
-    pipe or a file: a path there is copied whole). A word longer than the width is cut."""
+    pipe or a file). A word longer than the width (a deep path) is never cut: it stays whole on a
+    line of its own, for the terminal to soft-wrap and a copy to take whole."""
     if width is None:
         return text
     import textwrap
@@ -49,6 +50,7 @@ def fold(text: str, width: int | None) -> str:
                 width,
                 initial_indent=indent,
                 subsequent_indent=indent + "    ",
+                break_long_words=False,
                 break_on_hyphens=False,
             )
             or [line]
@@ -174,10 +176,12 @@ def render(
     )
     for result in report.results:
         console.print()
-        for block in _result_block(result, fail_on, width):
-            # Text lines are folded by fold() on a terminal (rich wraps the verdict line) and never
-            # wrapped elsewhere: paths and fixes are copied into editors from logs and files.
-            console.print(block, soft_wrap=width is None and not hasattr(block, "columns"))
+        for i, block in enumerate(_result_block(result, fail_on, width)):
+            # On a terminal rich folds the table and wraps the verdict line; the other lines were
+            # wrapped by fold() (a path stays whole). Elsewhere nothing wraps: paths and fixes are
+            # copied into editors from logs and files.
+            table = hasattr(block, "columns")
+            console.print(block, soft_wrap=not table and (i > 0 or width is None))
     console.print()
     console.print(
         Text(
