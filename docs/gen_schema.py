@@ -38,7 +38,7 @@ class Shape:
 
 
 def _shapes() -> dict[type, Shape]:
-    from leakscope.diagnose.projection import Projection, Scale
+    from leakscope.diagnose.projection import Projection, Scale, Term
     from leakscope.render.json_report import SCHEMA_VERSION
     from leakscope.results import (
         Finding,
@@ -72,6 +72,8 @@ def _shapes() -> dict[type, Shape]:
         WatchSummary: Shape(
             override={"calls": {"type": "array", "items": {"type": "object"}}},
         ),
+        # each term also in words: "leaf+grad: 2 x tokens x hidden x 2 B"
+        Term: Shape(extra={"text": (text, True)}),
         # the projection is written flat: its scale's fields beside its own
         Projection: Shape(
             exclude=("scale",),
