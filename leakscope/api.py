@@ -42,7 +42,8 @@ def check(
         from leakscope.runner.isolation import check_isolated
 
         # the child resolves the device
-        return _with_snippets(check_isolated(targets, options, on_result=on_result), targets)
+        report = check_isolated(targets, options, on_result=on_result)
+        return _with_snippets(one_row_per_error(report), targets)
     import torch
 
     from leakscope.harness.distributed import gather_report, session
@@ -60,17 +61,35 @@ def check(
                 results.append(result)
                 if on_result is not None:
                     on_result(result)
-        return _with_snippets(
-            gather_report(
-                Report(
-                    results=tuple(results),
-                    leakscope_version=__version__,
-                    torch_version=str(torch.__version__),
-                    python_version=platform.python_version(),
-                )
-            ),
-            targets,
+        report = gather_report(
+            Report(
+                results=tuple(results),
+                leakscope_version=__version__,
+                torch_version=str(torch.__version__),
+                python_version=platform.python_version(),
+            )
         )
+        return _with_snippets(one_row_per_error(report), targets)
+
+
+def one_row_per_error(report: Report) -> Report:
+    """``report`` with one error result per target and error: a target that cannot be imported
+    (or whose process died) fails the same way in every mode, and is one row, counted once, under
+    the first mode it was asked in. Errors that differ by mode keep a row each."""
+    import dataclasses
+
+    seen: set[tuple[object, ...]] = set()
+    kept = []
+    for result in report.results:
+        if result.error is not None and not result.findings:
+            key = (result.target, result.settings, result.rank, result.verdict, result.error)
+            if key in seen:
+                continue
+            seen.add(key)
+        kept.append(result)
+    if len(kept) == len(report.results):
+        return report
+    return dataclasses.replace(report, results=tuple(kept))
 
 
 def _with_snippets(report: Report, targets: Sequence[Any]) -> Report:
@@ -144,4 +163,4 @@ def fix(
     return fix_report(report, verdicts, apply=apply, tolerance=tolerance())
 
 
-__all__ = ["check", "explain", "fix"]
+__all__ = ["check", "explain", "fix", "one_row_per_error"]

@@ -7,12 +7,11 @@ No detection logic here. torch is imported only when a command runs a check, so
 from __future__ import annotations
 
 import sys
-from typing import Annotated
 
 import typer
 
-from leakscope import __version__
 from leakscope.commands import check, estimate, explain, fix, render, watch
+from leakscope.commands.common import Version
 from leakscope.errors import ExitCode
 
 app = typer.Typer(
@@ -35,21 +34,8 @@ app.command(
 app.command("render")(render.render_report)
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"leakscope {__version__}")
-        raise typer.Exit(0)
-
-
 @app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
-        ),
-    ] = False,
-) -> None:
+def _root(version: Version = False) -> None:
     """leakscope: catch forward_step outputs that keep autograd graphs alive, before they OOM."""
 
 

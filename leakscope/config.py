@@ -40,6 +40,10 @@ KEYS = (
     "allowlist",
     "micro-batch",
     "set",
+    # the command line's run settings, for CI (NOTE [Options declared once] in commands/common.py)
+    "timeout",
+    "jobs",
+    "format",
 )
 ALLOW_KEYS = ("path", "reason", "target", "mode")
 #: what one ``[tool.leakscope.micro-batch]`` entry may say
@@ -62,6 +66,12 @@ class Settings:
     micro_batch: tuple[MicroBatchKey, ...] = ()
     #: adapter settings: ``(key, value)`` for every target, ``(target, key, value)`` for one
     set: tuple[tuple[str, ...], ...] = ()
+    #: ``leakscope check --timeout``: seconds per isolated target (0: no limit)
+    timeout: float | None = None
+    #: ``leakscope check --jobs``: targets checked at once
+    jobs: int | None = None
+    #: ``--format``: the report's format, for the commands that write it
+    format: str | None = None
     #: where these settings were read (a file path, or a marker / call description)
     origin: str | None = None
 
@@ -219,6 +229,15 @@ def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
     return tuple(out)
 
 
+def _timeout(where: str, key: str, value: Any) -> float:
+    """Seconds: a number of 0 or more (0: no limit)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise _fail(where, key, f"expected seconds (a number, 0 for no limit), got {value!r}")
+    if value == float("inf"):
+        raise _fail(where, key, "expected a finite number of seconds; give 0 for no limit")
+    return float(value)
+
+
 def _scalar(where: str, key: str, value: Any) -> str:
     if isinstance(value, bool):
         return str(value).lower()
@@ -291,6 +310,16 @@ def parse(table: Mapping[str, Any], where: str) -> Settings:
             values["micro_batch"] = _micro_batch(where, value)
         elif key == "set":
             values["set"] = _settings(where, value)
+        elif key == "timeout":
+            values["timeout"] = _timeout(where, key, value)
+        elif key == "jobs":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise _fail(where, key, f"expected a positive integer, got {value!r}")
+            values["jobs"] = value
+        elif key == "format":
+            from leakscope.render import FORMATS
+
+            values["format"] = _string(where, key, value, FORMATS)
         else:  # allowlist
             if isinstance(value, (Mapping, AllowEntry)):
                 value = [value]

@@ -311,9 +311,12 @@ class GraphView:
     path: str
     root: int | None
     nodes: tuple[ViewNode, ...]
+    #: every node below the reference, the drawing's (leaves' AccumulateGrad nodes included)
     total_nodes: int
     truncated: bool
     paths: tuple[str, ...] = ()
+    #: the graph nodes counted (NOTE [One node count]): a finding's ``graph_nodes``
+    graph_nodes: int = 0
 
 
 # What `leakscope fix` did about each leaking finding (NOTE [A fix is proven, not worded]).

@@ -41,6 +41,45 @@ def _run_from_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
 
 
+def validate_report(doc: Any) -> None:
+    """Fail unless ``doc`` is valid under the shipped JSON report schema (leakscope/render/report.schema.json)."""
+    import jsonschema
+
+    from leakscope.render.json_report import schema
+
+    errors = sorted(
+        jsonschema.Draft202012Validator(schema()).iter_errors(doc), key=lambda e: list(e.path)
+    )
+    if errors:
+        first = errors[0]
+        pytest.fail(
+            f"the JSON report breaks its schema at {'/'.join(map(str, first.absolute_path))}: "
+            f"{first.message[:500]} ({len(errors)} errors)"
+        )
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _every_report_valid() -> Any:
+    """Every JSON report this process writes (the library, the CLI through CliRunner, ``render``,
+    ``fix --format json``) is validated against the shipped schema as it is written; reports of
+    child processes are validated where the tests read them (:func:`run_venv_check` and the tests
+    of tests/test_report_schema.py)."""
+    from leakscope.render import json_report
+
+    written = json_report.report_dict
+
+    def checked(report: Any, *, debug: bool = False) -> dict[str, Any]:
+        doc = written(report, debug=debug)
+        validate_report(doc)
+        return doc
+
+    json_report.report_dict = checked  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        json_report.report_dict = written  # type: ignore[assignment]
+
+
 def holder_path(root: str, *steps: str | int) -> HolderPath:
     """A hand-built holder path for renderer and policy tests: names are keys, ints are indices
     (``holder_path("output", "model_output", "entropy")`` is ``output.model_output.entropy``)."""
@@ -109,6 +148,7 @@ def run_venv_check(python: Path, *args: str, timeout: float = 900) -> tuple[int,
         pytest.fail(
             f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
         )
+    validate_report(doc)
     return proc.returncode, doc
 
 

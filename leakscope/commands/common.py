@@ -2,20 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
 
 import typer
 
 from leakscope import __version__
 from leakscope.atomic import write_atomic
-from leakscope.errors import ExitCode
+from leakscope.errors import ExitCode, LeakscopeError
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
+    from leakscope.config import Settings
+    from leakscope.options import CheckOptions
     from leakscope.results import Report
 
 DEFAULT_TARGET = "leakscope.models.engines:FSDPEngine"
@@ -47,11 +50,45 @@ class DeviceChoice(str, enum.Enum):
     cuda = "cuda"
 
 
+class ColorChoice(str, enum.Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+# NOTE [Options declared once]: every option two commands share is declared here, once, with one
+# help text; a command lists only the options it accepts, so its --help offers nothing it refuses.
+# Their values are resolved in one place, :func:`resolve`: the command line's explicit flags, then
+# [tool.leakscope], then the command's defaults.
+
 Format = Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")]
 Output = Annotated[
     Path | None,
     typer.Option(
         "--output", "-o", help="Write the report to FILE instead of stdout.", metavar="FILE"
+    ),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "--quiet",
+        "-q",
+        help="Print no report on stdout (--output still writes it); one summary line on stderr.",
+    ),
+]
+Config = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        metavar="FILE",
+        help="Read the tool.leakscope table of FILE instead of ./pyproject.toml; flags override it.",
+    ),
+]
+Color = Annotated[
+    ColorChoice,
+    typer.Option(
+        "--color",
+        help="Colour the text report: auto (on a terminal, unless NO_COLOR is set), always, never.",
     ),
 ]
 MicroBatches = Annotated[
@@ -107,6 +144,52 @@ Confirm = Annotated[
     typer.Option(
         "--confirm/--no-confirm",
         help="Re-run the step to prove each holder retains on its own.",
+    ),
+]
+FailOn = Annotated[
+    FailOnChoice | None,
+    typer.Option(
+        "--fail-on",
+        help="Exit 1 on a leak (default), or also on a warning such as until-gc.",
+        show_default=False,
+    ),
+]
+Timeout = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        metavar="SECONDS",
+        help="Kill a target's check after SECONDS (isolated only; 0: no limit). Default: 600.",
+        show_default=False,
+    ),
+]
+Jobs = Annotated[
+    int,
+    typer.Option(
+        "--jobs",
+        "-j",
+        min=1,
+        metavar="N",
+        help="Check N targets at once, each in its own process; the report keeps their order.",
+    ),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"leakscope {__version__}")
+        raise typer.Exit(0)
+
+
+Version = Annotated[
+    bool,
+    typer.Option(
+        "--version",
+        "-V",
+        callback=_version,
+        is_eager=True,
+        expose_value=True,
+        help="Print the version and exit.",
     ),
 ]
 
@@ -200,6 +283,28 @@ def fail(message: str, code: int, fmt: FormatChoice, output: Path | None) -> NoR
     raise typer.Exit(code)
 
 
+def use_color(choice: ColorChoice, stream: TextIO | None = None) -> bool:
+    """``--color``: ``always``/``never`` as said; ``auto`` on a terminal unless ``NO_COLOR`` is set
+    (https://no-color.org: any non-empty value), or when ``FORCE_COLOR`` is."""
+    if choice is ColorChoice.always:
+        return True
+    if choice is ColorChoice.never or os.environ.get("NO_COLOR", ""):
+        return False
+    if os.environ.get("FORCE_COLOR", ""):
+        return True
+    return (stream or sys.stdout).isatty()
+
+
+def terminal_width(stream: TextIO | None = None) -> int | None:
+    """The terminal's columns when ``stream`` (stdout) is one, else None: a log, a pipe or a file is
+    never wrapped, so a path is copied from there whole. ``COLUMNS`` wins, as everywhere."""
+    import shutil
+
+    if not (stream or sys.stdout).isatty():
+        return None
+    return max(shutil.get_terminal_size((120, 24)).columns, 40)
+
+
 def report_text(
     report: Report,
     fmt: FormatChoice,
@@ -207,17 +312,36 @@ def report_text(
     *,
     fail_on: str = "leak",
     debug: bool = False,
+    color: ColorChoice = ColorChoice.auto,
 ) -> str:
-    """The report in ``fmt``: text coloured and folded to 120 columns only on a terminal, never
-    wrapped in a log, a pipe or a file (a path is copied from there whole)."""
+    """The report in ``fmt``: text coloured (:func:`use_color`) and wrapped to the terminal's width only
+    when it goes to a terminal (:func:`terminal_width`), never wrapped in a log, a pipe or a file."""
     from leakscope.render import render
 
     if fmt is FormatChoice.text:
-        terminal_out = output is None and sys.stdout.isatty()
+        on_terminal = output is None and sys.stdout.isatty()
+        colored = use_color(color) if output is None else color is ColorChoice.always
         return render(
-            report, "text", color=terminal_out, width=120 if terminal_out else None, fail_on=fail_on
+            report,
+            "text",
+            color=colored,
+            width=terminal_width() if on_terminal else None,
+            fail_on=fail_on,
         )
     return render(report, fmt.value, debug=debug, fail_on=fail_on)
+
+
+def summarize(report: Report, fail_on: str, output: Path | None) -> None:
+    """When the report went to ``-o FILE`` or nowhere (``-q``): each error and the summary line on
+    stderr, so no run ends in silence (``leakscope: 0 leak, 0 clean, 1 error (exit 3); report in FILE``)."""
+    from leakscope.policy import exit_code
+    from leakscope.render.summary import report_line
+
+    for result in report.results:
+        if result.error:
+            typer.echo(f"leakscope: {terminal(result.target)}: {terminal(result.error)}", err=True)
+    where = f"; report in {terminal(output)}" if output is not None else ""
+    typer.echo(f"{report_line(report, exit_code(report, fail_on), fail_on)}{where}", err=True)
 
 
 def print_tracebacks(report: Report) -> None:
@@ -231,7 +355,7 @@ def print_tracebacks(report: Report) -> None:
             )
 
 
-#: options whose command-line value beats ``[tool.leakscope]`` (and their config key)
+#: each option a [tool.leakscope] key can set: its parameter name in a command -> the key
 CONFIGURABLE = {
     "mode": "mode",
     "model": "model",
@@ -240,7 +364,12 @@ CONFIGURABLE = {
     "micro_batches": "micro_batches",
     "fail_on": "fail_on",
     "set_values": "set",
+    "timeout": "timeout",
+    "jobs": "jobs",
+    "fmt": "format",
 }
+#: seconds one target's isolated check may take (tiny models: a real check takes seconds)
+DEFAULT_TIMEOUT = 600.0
 
 
 def explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
@@ -259,25 +388,172 @@ def explicit_flags(ctx: typer.Context | None) -> dict[str, object]:
     return flags
 
 
+def _choices(ctx: typer.Context, name: str) -> tuple[str, ...]:
+    """The values the command's option ``name`` takes: its enum's (empty: it has no such option)."""
+    value = ctx.params.get(name)
+    if isinstance(value, enum.Enum):
+        return tuple(str(member.value) for member in type(value))
+    return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One command's settings, resolved once (:func:`resolve`): what every command passes on."""
+
+    #: the targets: the command line's, else [tool.leakscope]'s, else the built-in engine
+    targets: tuple[str, ...]
+    #: the library's options
+    options: CheckOptions
+    #: what fails the run (``leak`` or ``warning``)
+    fail_on: str
+    fmt: FormatChoice
+    output: Path | None
+    quiet: bool
+    color: ColorChoice
+    debug: bool
+    #: the project settings the options came from (explain reads its targets)
+    settings: Settings
+
+
+def resolve(
+    ctx: typer.Context,
+    *,
+    targets: list[str] | None = None,
+    every_setting: bool = True,
+    fixed: dict[str, object] | None = None,
+) -> Run:
+    """The one settings path: the command line's explicit flags over ``[tool.leakscope]`` (or
+    ``--config FILE``) over the command's defaults, validated once; a bad value fails in one line
+    (exit 2), and ``-o FILE`` is checked before anything runs. ``fixed``: settings the command
+    sets itself (``estimate``'s growth run), over both; ``targets``: the command's own TARGET
+    arguments when it does not call them ``targets``."""
+    from leakscope import config as project_config
+    from leakscope.errors import ConfigError, UsageError
+    from leakscope.harness.distributed import launcher_env
+    from leakscope.harness.target import split_target
+    from leakscope.options import CheckOptions
+
+    params = ctx.params
+    fmt = FormatChoice(_plain(params.get("fmt", "text")))
+    output: Path | None = params.get("output")
+    check_output(
+        output, fmt
+    )  # before anything runs: a report that cannot be written is not run for
+    try:
+        flags = {**explicit_flags(ctx), **(fixed or {})}
+        settings = project_config.discover(params.get("config")).override(
+            project_config.parse(flags, "the command line")
+        )
+    except ConfigError as exc:
+        fail(exc.message, int(exc.exit_code), fmt, output)
+    # A project's value this command does not take (explain's one mode, fix's two formats) leaves
+    # the command's own default.
+    if settings.mode is not None and settings.mode not in _choices(ctx, "mode"):
+        settings = dataclasses.replace(settings, mode=None)
+    if settings.format is not None and settings.format not in _choices(ctx, "fmt"):
+        settings = dataclasses.replace(settings, format=None)
+    if settings.format is not None:
+        fmt = FormatChoice(settings.format)
+    torchrun = launcher_env() is not None
+    # Under torchrun the ranks must be the processes torchrun started: check in them.
+    isolate = bool(params.get("isolate", True)) and not torchrun
+    device = params.get("device", DeviceChoice.auto)
+    try:
+        chosen = tuple(targets or params.get("targets") or settings.targets or [DEFAULT_TARGET])
+        for target in (*chosen, *([settings.factory] if settings.factory else [])):
+            split_target(target)
+        if settings.timeout is not None and not isolate and not torchrun:
+            raise UsageError("--timeout needs a child process to kill; drop --no-isolate")
+        limit = DEFAULT_TIMEOUT if settings.timeout is None else (settings.timeout or None)
+        scale = None
+        if params.get("at") is not None:
+            from leakscope.diagnose.projection import parse_at
+
+            scale = parse_at(params["at"])
+        mode = _plain(params.get("mode", "both"))
+        base = CheckOptions(
+            modes=project_config.modes_of(mode),
+            model=params.get("model", "peft-checkpoint"),
+            factory=params.get("factory"),
+            confirm=params.get("confirm", True),
+            micro_batches=params.get("micro_batches", 3),
+            device=None if device is DeviceChoice.auto else _plain(device),
+            at=scale,
+            isolate=isolate,
+            timeout=limit if isolate else None,
+            jobs=1 if torchrun else (settings.jobs or params.get("jobs", 1)),
+            every_setting=every_setting,
+        )
+        options = settings.check_options(base)
+        if options.model == "hf-lora":
+            _require_hf()
+    except LeakscopeError as exc:
+        fail(exc.message, int(exc.exit_code), fmt, output)
+    return Run(
+        targets=chosen,
+        options=options,
+        fail_on=settings.effective_fail_on,
+        fmt=fmt,
+        output=output,
+        quiet=bool(params.get("quiet", False)),
+        color=params.get("color", ColorChoice.auto),
+        debug=bool(params.get("debug", False)),
+        settings=settings,
+    )
+
+
+def _plain(value: object) -> str:
+    return str(value.value if isinstance(value, enum.Enum) else value)
+
+
+def _require_hf() -> None:
+    """``--model hf-lora`` without transformers/peft is a usage error (checked without importing them)."""
+    from leakscope.errors import UsageError
+    from leakscope.models.names import HF_EXTRA_HINT, missing_hf
+
+    missing = missing_hf()
+    if missing:
+        raise UsageError(
+            f"--model hf-lora needs {' and '.join(missing)}, which is not installed; {HF_EXTRA_HINT}"
+        )
+
+
 __all__ = [
     "DEFAULT_TARGET",
+    "DEFAULT_TIMEOUT",
     "At",
+    "Color",
+    "ColorChoice",
+    "Config",
+    "Confirm",
     "Debug",
     "Device",
     "DeviceChoice",
+    "Factory",
+    "FailOn",
     "FailOnChoice",
     "Format",
     "FormatChoice",
+    "Jobs",
     "MicroBatches",
-    "Model",
+    "Mode",
     "ModeChoice",
+    "Model",
     "Output",
+    "Quiet",
+    "Run",
     "SetValues",
+    "Timeout",
+    "Version",
     "check_output",
     "emit",
     "explicit_flags",
     "fail",
     "print_tracebacks",
     "report_text",
+    "resolve",
+    "summarize",
+    "terminal_width",
+    "use_color",
     "write_atomic",
 ]

@@ -8,15 +8,22 @@ import typer
 
 from leakscope.commands import check
 from leakscope.commands.common import (
+    Color,
+    ColorChoice,
+    Config,
     Debug,
-    DeviceChoice,
+    Factory,
     Format,
     FormatChoice,
+    MicroBatches,
     Mode,
     ModeChoice,
     Model,
+    Output,
+    Quiet,
     SetValues,
-    explicit_flags,
+    Version,
+    resolve,
 )
 
 #: micro-batches of estimate's growth run: enough to tell a growing leak from a bounded one
@@ -41,31 +48,25 @@ def estimate(
     ],
     mode: Mode = ModeChoice.train,
     fmt: Format = FormatChoice.text,
+    output: Output = None,
+    quiet: Quiet = False,
+    factory: Factory = None,
     model: Model = "peft-checkpoint",
+    micro_batches: MicroBatches = MICRO_BATCHES,
+    config: Config = None,
     set_values: SetValues = None,
     debug: Debug = False,
+    color: Color = ColorChoice.auto,
+    version: Version = False,
 ) -> None:
     """Project what a leak costs at your scale: bytes per micro-batch, per update, and when memory runs out.
 
     Same exit codes as check. The model behind the projection is in docs/estimate.md.
     """
     # The flags given to estimate beat [tool.leakscope] as they do for check; its growth run is
-    # its own: the config's micro-batches must not replace it.
-    flags = {**explicit_flags(ctx), "micro_batches": MICRO_BATCHES}
+    # its own (--micro-batches, else 3): the config's micro-batches, set for check, do not replace it.
     check.run(
-        flags,
-        targets=[target],
-        mode=mode,
-        fmt=fmt,
-        output=None,
-        factory=None,
-        model=model,
-        confirm=True,
-        micro_batches=MICRO_BATCHES,
-        device=DeviceChoice.auto,
-        at=at,
-        debug=debug,
-        every_setting=False,
+        resolve(ctx, targets=[target], every_setting=False, fixed={"micro_batches": micro_batches})
     )
 
 

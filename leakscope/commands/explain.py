@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -11,14 +12,31 @@ import typer
 
 from leakscope.commands.common import (
     DEFAULT_TARGET,
+    Config,
+    Debug,
+    Factory,
     FormatChoice,
-    ModeChoice,
+    Model,
+    Output,
+    Version,
     emit,
-    explicit_flags,
     fail,
+    resolve,
 )
 from leakscope.errors import LeakscopeError
 from leakscope.render.escape import terminal
+
+
+class ExplainMode(str, enum.Enum):
+    """explain draws one step's graph: one mode."""
+
+    train = "train"
+    forward_only = "forward-only"
+
+
+class ExplainFormat(str, enum.Enum):
+    text = "text"
+    json = "json"
 
 
 def explain(
@@ -30,9 +48,14 @@ def explain(
     path: Annotated[
         str | None, typer.Option("--path", help="The finding to explain (default: the first).")
     ] = None,
-    mode: Annotated[
-        ModeChoice, typer.Option("--mode", help="train or forward-only.")
-    ] = ModeChoice.train,
+    mode: Annotated[ExplainMode, typer.Option("--mode", help="Which step to drive.")] = (
+        ExplainMode.train
+    ),
+    fmt: Annotated[
+        ExplainFormat,
+        typer.Option("--format", "-f", help="The graph on stdout: a text tree, or JSON."),
+    ] = ExplainFormat.text,
+    output: Output = None,
     dot: Annotated[
         Path | None,
         typer.Option("--dot", metavar="FILE", help="Also write the graph as Graphviz DOT text."),
@@ -43,53 +66,44 @@ def explain(
     max_lines: Annotated[
         int, typer.Option("--max-lines", min=5, help="Print at most N tree lines.")
     ] = 200,
-    model: Annotated[
-        str, typer.Option("--model", help="Tiny model (see `check --help`).")
-    ] = "peft-checkpoint",
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks.")] = False,
+    model: Model = "peft-checkpoint",
+    factory: Factory = None,
+    config: Config = None,
+    debug: Debug = False,
+    version: Version = False,
 ) -> None:
     """Draw the graph one finding keeps alive: nodes, saved tensors with shapes and bytes, leaves.
 
     Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
     """
-    from leakscope import config as project_config
     from leakscope.api import explain as run_explain
-    from leakscope.errors import ConfigError
-    from leakscope.options import CheckOptions
     from leakscope.render.dot import render as render_dot
     from leakscope.render.tree import render as render_tree
     from leakscope.results import Mode
 
-    try:  # [tool.leakscope] fills what the command line did not give
-        settings = project_config.discover().override(
-            project_config.parse(explicit_flags(ctx), "the command line")
-        )
-    except ConfigError as exc:
-        fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
-    # a config's "both" is a check setting; explain then keeps its own --mode
-    mode = ModeChoice(settings.mode) if settings.mode not in (None, "both") else mode
-    model = settings.model or model
-    if mode is ModeChoice.both:
-        fail(
-            "explain takes one mode: --mode train or --mode forward-only",
-            2,
-            FormatChoice.text,
-            None,
-        )
-    if target is None:  # as check does: the project's first target, else the built-in engine
-        target = settings.targets[0] if settings.targets else DEFAULT_TARGET
+    # [tool.leakscope] fills what the command line did not give; a project's "both" is a check
+    # setting, and explain keeps its own --mode (its help offers only the modes it takes)
+    settings = resolve(ctx, targets=[target] if target else None)
+    fmt_, output = settings.fmt, settings.output
+    one_mode = settings.options.modes[0]
     try:
-        options = CheckOptions(model=model)
         with contextlib.redirect_stdout(sys.stderr):
-            view = run_explain(target, path, options, Mode(mode.value), max_nodes=max_nodes)
+            view = run_explain(
+                settings.targets[0], path, settings.options, Mode(one_mode), max_nodes=max_nodes
+            )
     except LeakscopeError as exc:
         if debug and exc.detail:
             typer.echo(terminal(exc.detail, newlines=True), err=True)
-        fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
-    emit(render_tree(view, max_lines=max_lines), None)
+        fail(exc.message, int(exc.exit_code), fmt_, output)
+    if fmt_ is FormatChoice.json:
+        from leakscope.render.json_report import view_json
+
+        emit(view_json(view), output)
+    else:
+        emit(render_tree(view, max_lines=max_lines), output)
     if dot is not None:
         dot.write_text(render_dot(view), encoding="utf-8")
         typer.echo(f"leakscope: wrote {dot}", err=True)
 
 
-__all__ = ["explain"]
+__all__ = ["ExplainFormat", "ExplainMode", "explain"]

@@ -5,31 +5,33 @@ from __future__ import annotations
 import contextlib
 import enum
 import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from leakscope.commands.check import DEFAULT_TIMEOUT, prepare
 from leakscope.commands.common import (
     DEFAULT_TARGET,
+    Config,
     Confirm,
     Debug,
     Device,
     DeviceChoice,
     Factory,
     FormatChoice,
+    Jobs,
     MicroBatches,
     Mode,
     ModeChoice,
     Model,
     Output,
+    Quiet,
     SetValues,
-    check_output,
+    Timeout,
+    Version,
     emit,
-    explicit_flags,
     fail,
     print_tracebacks,
+    resolve,
 )
 from leakscope.errors import LeakscopeError
 from leakscope.render.escape import terminal
@@ -51,7 +53,12 @@ def fix(
         ),
     ] = None,
     diff: Annotated[
-        bool, typer.Option("--diff", help="Print each edit as a unified diff against its file.")
+        bool,
+        typer.Option(
+            "--diff",
+            help="Write the verified edits as one unified patch (git apply reads it) on stdout, "
+            "and the report on stderr.",
+        ),
     ] = False,
     apply: Annotated[
         bool,
@@ -65,6 +72,7 @@ def fix(
         FixFormat, typer.Option("--format", "-f", help="Report format on stdout.")
     ] = FixFormat.text,
     output: Output = None,
+    quiet: Quiet = False,
     mode: Mode = ModeChoice.both,
     factory: Factory = None,
     model: Model = "peft-checkpoint",
@@ -72,34 +80,11 @@ def fix(
     micro_batches: MicroBatches = 3,
     device: Device = DeviceChoice.auto,
     debug: Debug = False,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            "--config",
-            metavar="FILE",
-            help="Read the tool.leakscope table of FILE instead of ./pyproject.toml.",
-        ),
-    ] = None,
+    config: Config = None,
     set_values: SetValues = None,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--timeout",
-            metavar="SECONDS",
-            help=f"Kill a target's check, or one proof run, after SECONDS (0: no limit). Default: {DEFAULT_TIMEOUT:g}.",
-            show_default=False,
-        ),
-    ] = None,
-    jobs: Annotated[
-        int,
-        typer.Option(
-            "--jobs",
-            "-j",
-            min=1,
-            metavar="N",
-            help="Check N targets at once (the proofs run one at a time).",
-        ),
-    ] = 1,
+    timeout: Timeout = None,
+    jobs: Jobs = 1,
+    version: Version = False,
 ) -> None:
     """Check engines, then prove each finding's one-line fix: re-run with the edit and compare one train
     step's gradients. Verified edits are written with --apply; nothing is written without it.
@@ -107,42 +92,42 @@ def fix(
     Exit codes: 0 nothing to fix, or every fix verified (with --apply: written), 1 a leak remains
     without a verified (or written) fix, 2 usage error, 3 a target could not be checked.
     """
-    shown = FormatChoice(fmt.value)
-    check_output(output, shown)  # before anything runs (NOTE [Reports are never lost])
-    targets_, options, _gate = prepare(
-        explicit_flags(ctx),
-        targets=list(targets or []),
-        mode=mode,
-        fmt=shown,
-        output=output,
-        factory=factory,
-        model=model,
-        confirm=confirm,
-        micro_batches=micro_batches,
-        device=device,
-        at=None,
-        config=config,
-        isolate=True,
-        timeout=timeout,
-        jobs=jobs,
-    )
+    settings = resolve(ctx)
+    shown, output = settings.fmt, settings.output
+    if diff and fmt is FixFormat.json:  # a project's format = "json" gives way to --diff
+        fail("--diff writes a patch, not a report; drop --format json", 2, shown, output)
+    if diff:
+        shown = FormatChoice.text
     from leakscope.api import fix as run_fix
     from leakscope.render import fixes as render_fixes
 
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            report = run_fix(targets_, options, apply=apply)
+            report = run_fix(list(settings.targets), settings.options, apply=apply)
     except LeakscopeError as exc:
         if debug and exc.detail:
             typer.echo(terminal(exc.detail, newlines=True), err=True)
         fail(exc.message, int(exc.exit_code), shown, output)
     if debug:  # tracebacks go to stderr, never into the report on stdout
         print_tracebacks(report.report)
-    if fmt is FixFormat.json:
-        text = render_fixes.render_json(report, debug=debug)
-    else:
-        text = render_fixes.render_text(report, diff=diff)
-    emit(text, output)
+    if diff:  # stdout (or -o) carries the patch only; the report goes to stderr
+        emit(render_fixes.render_patch(report), output)
+        if not quiet:
+            typer.echo(render_fixes.render_text(report), err=True, nl=False)
+    elif output is not None or not quiet:
+        emit(
+            render_fixes.render_json(report, debug=debug)
+            if shown is FormatChoice.json
+            else render_fixes.render_text(report),
+            output,
+        )
+    if quiet or (output is not None and not diff):  # no run ends in silence
+        for result in report.report.results:
+            if result.error:
+                typer.echo(
+                    f"leakscope: {terminal(result.target)}: {terminal(result.error)}", err=True
+                )
+        typer.echo(f"leakscope: {terminal(render_fixes.summary_line(report))}", err=True)
     raise typer.Exit(render_fixes.exit_code(report))
 
 

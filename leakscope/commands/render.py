@@ -8,10 +8,13 @@ from typing import Annotated
 import typer
 
 from leakscope.commands.common import (
+    Color,
+    ColorChoice,
     FailOnChoice,
     Format,
     FormatChoice,
     Output,
+    Version,
     check_output,
     emit,
     fail,
@@ -34,6 +37,8 @@ def render_report(
         FailOnChoice,
         typer.Option("--fail-on", help="As check's --fail-on: what the summary counts as failing."),
     ] = FailOnChoice.leak,
+    color: Color = ColorChoice.auto,
+    version: Version = False,
 ) -> None:
     """Render a saved JSON report in any format (html for a page to look at); torch is not needed.
 
@@ -55,7 +60,7 @@ def render_report(
         report = load(text, str(report_file))
     except UsageError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
-    emit(report_text(report, fmt, output, fail_on=fail_on.value), output)
+    emit(report_text(report, fmt, output, fail_on=fail_on.value, color=color), output)
 
 
 __all__ = ["render_report"]

@@ -3,20 +3,26 @@
 from __future__ import annotations
 
 import enum
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from leakscope.commands.common import (
+    Color,
+    ColorChoice,
     Format,
     FormatChoice,
     Output,
+    Quiet,
+    Version,
     check_output,
     emit,
     fail,
     print_tracebacks,
     report_text,
+    summarize,
 )
 from leakscope.errors import LeakscopeError, UsageError
 from leakscope.render.escape import terminal
@@ -76,6 +82,7 @@ def watch(
     ] = ThenChoice.stop,
     fmt: Format = FormatChoice.text,
     output: Output = None,
+    quiet: Quiet = False,
     timeout: Annotated[
         float | None,
         typer.Option(
@@ -112,12 +119,14 @@ def watch(
             help="With --emit-test: a finding path you confirm is deliberate, allowlisted in the test (repeatable).",
         ),
     ] = None,
+    color: Color = ColorChoice.auto,
+    version: Version = False,
 ) -> None:
     """Run a training job and find which earlier step's graph it keeps alive, who holds it, and the bytes.
 
     Exit codes as for check: 0 clean, 1 a leak, 2 usage error, 3 the step could not be watched or the job failed.
     """
-    from leakscope.live.methods import parse_method
+    from leakscope.live.methods import parse_method, unknown_in_source
     from leakscope.live.session import WatchOptions
 
     check_output(output, fmt)  # before the job runs
@@ -138,8 +147,13 @@ def watch(
     try:
         if script is None and module is None:
             raise UsageError("give a script to run (leakscope watch train.py ...) or -m MODULE")
+        # NOTE [A typo in --method fails before the job]: the job's sys.path starts with the
+        # script's directory (python SCRIPT.py) or the working directory (python -m)
+        search = [str(Path(script).resolve().parent) if script else str(Path.cwd()), *sys.path]
         for text in method or []:
-            parse_method(text)
+            problem = unknown_in_source(parse_method(text), search)
+            if problem is not None:
+                raise UsageError(problem)
         if timeout is not None and (timeout < 0 or timeout != timeout):
             raise UsageError(
                 f"--timeout {timeout:g} is negative; give seconds > 0, or 0 for no limit"
@@ -168,7 +182,7 @@ def watch(
         fail(exc.message, int(exc.exit_code), fmt, output)
     if emit_test is not None and done.reporting:
         _emit_test(done.report, emit_test, list(allow or []), script)
-    raise typer.Exit(_output(done, fmt, output, debug))
+    raise typer.Exit(_output(done, fmt, output, debug, quiet=quiet, color=color))
 
 
 def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) -> None:
@@ -202,7 +216,15 @@ def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) ->
     )
 
 
-def _output(done: JobResult, fmt: FormatChoice, output: Path | None, debug: bool) -> int:
+def _output(
+    done: JobResult,
+    fmt: FormatChoice,
+    output: Path | None,
+    debug: bool,
+    *,
+    quiet: bool = False,
+    color: ColorChoice = ColorChoice.auto,
+) -> int:
     """Print a watch's errors on stderr and its report; the exit code."""
     from leakscope.policy import exit_code
 
@@ -211,12 +233,19 @@ def _output(done: JobResult, fmt: FormatChoice, output: Path | None, debug: bool
         # A torchrun rank other than 0: rank 0 reports (and exits with) the merged verdict, and this
         # rank has waited until it printed (NOTE [One launch's store]); it exits with its job's own code.
         return int(done.job_exit_code)
-    for result in report.results:
-        if result.verdict.value == "error" and result.error:
-            typer.echo(f"leakscope: {terminal(result.target)}: {terminal(result.error)}", err=True)
     if debug:  # tracebacks go to stderr, never into the report on stdout
         print_tracebacks(report)
-    emit(report_text(report, fmt, output, debug=debug), output)
+    if output is not None or quiet:
+        if output is not None:
+            emit(report_text(report, fmt, output, debug=debug, color=color), output)
+        summarize(report, "leak", output)  # each error, and the summary line
+    else:
+        for result in report.results:
+            if result.verdict.value == "error" and result.error:
+                typer.echo(
+                    f"leakscope: {terminal(result.target)}: {terminal(result.error)}", err=True
+                )
+        emit(report_text(report, fmt, output, debug=debug, color=color), output)
     return exit_code(report)
 
 

@@ -18,6 +18,7 @@ decided by one rule. Tensor-free: the harness describes what it observed
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
@@ -117,7 +118,10 @@ def held_finding(
         bytes_by_cause=by_cause,
         source=held.source,
         called_from=held.called_from,
-        graph=held.graph,
+        # NOTE [One node count]: the drawing says the count the bytes were computed from
+        graph=dataclasses.replace(held.graph, graph_nodes=held.graph_nodes)
+        if held.graph is not None
+        else None,
         kind=kind,
         node_cost=node_cost if held.graph_nodes and node_bytes else None,
     )

@@ -180,18 +180,26 @@ def target_directory(target: Any) -> Path | None:
         return None
     if _looks_like_path(module_part):
         return Path(module_part).resolve().parent
+    found = module_file(module_part, [str(Path.cwd()), *sys.path])
+    return found.parent if found is not None else None
+
+
+def module_file(name: str, search: list[str]) -> Path | None:
+    """The file of module ``name`` (a package: its ``__init__.py``), located on ``search`` as the
+    import system would, without importing (and so without executing) any package. None when it is
+    not found there, or is built in."""
     from importlib.machinery import PathFinder
 
-    search: list[str] | None = [str(Path.cwd()), *sys.path]
+    path: list[str] | None = search
     spec = None
-    for part in module_part.split("."):
-        if search is None or not part.isidentifier():
+    for part in name.split("."):
+        if path is None or not part.isidentifier():
             return None
-        spec = PathFinder.find_spec(part, search)
+        spec = PathFinder.find_spec(part, path)
         if spec is None:
             return None
-        search = list(spec.submodule_search_locations or []) or None
+        path = list(spec.submodule_search_locations or []) or None
     origin = spec.origin if spec is not None else None
-    return (
-        Path(origin).resolve().parent if origin and origin not in ("built-in", "frozen") else None
-    )
+    if not origin or origin in ("built-in", "frozen") or not origin.endswith(".py"):
+        return None
+    return Path(origin).resolve()

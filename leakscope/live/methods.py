@@ -135,6 +135,107 @@ def parse_method(text: str) -> MethodSpec:
     return MethodSpec(module, tuple(parts[:-1]), parts[-1])
 
 
+def unknown_in_source(spec: MethodSpec, search: list[str]) -> str | None:
+    """Why ``spec`` cannot exist, read from its module's source without importing it, or None.
+
+    NOTE [A typo in --method fails before the job]: importing the user's module to check its names
+    would run its top-level code (and a real job's imports take minutes), so the module's file is
+    found as the import system would and parsed: a class or function that the module never binds
+    (no ``class``, ``def``, assignment or import of that name, no ``import *``, no module
+    ``__getattr__``) cannot be there at import time either, and is refused before the job starts,
+    with the names it does bind that come close. Anything the source cannot settle (a name bound
+    by an import, a method a class may inherit, a module not found on the path the job starts
+    with) is left to the job: the patcher reports it when the module is imported.
+    """
+    import ast
+
+    from leakscope.harness.target import module_file
+
+    path = module_file(spec.module, search)
+    if path is None:
+        return None
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return None
+    body: list[ast.stmt] = tree.body
+    owner = spec.module
+    for depth, wanted in enumerate((*spec.cls, spec.name)):
+        names, dynamic = _bound(body)
+        if dynamic:
+            return None
+        if wanted not in names:
+            kind = (
+                "class" if depth < len(spec.cls) else ("function" if spec.is_function else "method")
+            )
+            return _no_such(owner, kind, wanted, names)
+        node = names[wanted]
+        if depth == len(spec.cls):
+            return None
+        if not isinstance(node, ast.ClassDef):
+            return None  # bound another way (an import, an assignment): the job will tell
+        if (
+            node.decorator_list
+            or node.keywords
+            or any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases)
+        ):
+            return None  # its methods may be inherited or added: only a plain class is settled here
+        owner = f"{owner}:{'.'.join(spec.cls[: depth + 1])}"
+        body = node.body
+    return None
+
+
+def _no_such(owner: str, kind: str, name: str, names: Mapping[str, Any]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, [n for n in names if not n.startswith("__")], n=3)
+    hint = (
+        f"did you mean {', '.join(repr(c) for c in close)}?"
+        if close
+        else f"it defines: {', '.join(sorted(n for n in names if not n.startswith('_'))[:8]) or 'nothing public'}"
+    )
+    return f"--method: {owner} has no {kind} {name!r}; {hint}"
+
+
+def _bound(body: list[Any]) -> tuple[dict[str, Any], bool]:
+    """The names a module or class body binds (name -> its statement), and whether it may bind
+    others the source does not show (``import *``, a module ``__getattr__``, ``globals()``/``setattr``)."""
+    import ast
+
+    names: dict[str, Any] = {}
+    dynamic = False
+    stack = list(body)
+    while stack:
+        node = stack.pop(0)
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.setdefault(node.name, node)
+            if node.name == "__getattr__":
+                dynamic = True
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    dynamic = True
+                names.setdefault(alias.asname or alias.name.partition(".")[0], node)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for leaf in ast.walk(target):
+                    if isinstance(leaf, ast.Name):
+                        names.setdefault(leaf.id, node)
+        elif isinstance(node, (ast.If, ast.Try, ast.With, ast.For, ast.While)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                stack.extend(getattr(node, field, []) or [])
+        elif isinstance(node, ast.ExceptHandler):
+            stack.extend(node.body)
+        elif isinstance(node, ast.Expr):
+            text = ast.dump(node)
+            if "globals" in text or "setattr" in text or "__dict__" in text:
+                dynamic = True
+        elif isinstance(node, ast.Match):
+            dynamic = True
+    return names, dynamic
+
+
 def engine_of(spec: MethodSpec, self_: Any) -> Any:
     """The engine of a watched call whose ``self`` is ``self_``: ``self_`` itself, or for a
     framework's call site (:data:`ENGINE_ATTRIBUTES`) the user's object it runs.

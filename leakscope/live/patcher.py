@@ -54,6 +54,15 @@ class _PatchedGlobal:
     wrapper: Any
 
 
+def _close(name: str, module: types.ModuleType) -> str:
+    """``; did you mean 'HistoryEngine'?`` from the module's own names, or nothing."""
+    import difflib
+
+    names = [n for n in vars(module) if isinstance(n, str) and not n.startswith("__")]
+    close = difflib.get_close_matches(name, names, n=3)
+    return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+
+
 class Patcher:
     """Patch each spec's method with the wrapper the factory builds; restore exactly."""
 
@@ -67,6 +76,9 @@ class Patcher:
         self.history: list[str] = []
         #: one line per spec whose module was imported but has no such method
         self.errors: list[str] = []
+        #: called with that line when a module imported during the job lacks its method (the watch
+        #: may end the job there: NOTE [A typo in --method fails before the job])
+        self.on_error: Callable[[str], None] | None = None
         self._finder: _PatchOnImport | None = None
 
     def install(self) -> None:
@@ -83,8 +95,11 @@ class Patcher:
 
     def loaded(self, module: types.ModuleType) -> None:
         """A hooked module finished executing: patch its methods."""
+        before = len(self.errors)
         for spec in self.pending.pop(module.__name__, []):
             self._patch(spec, module)
+        if len(self.errors) > before and self.on_error is not None:
+            self.on_error(self.errors[-1])
 
     def found(self) -> list[str]:
         """The methods patched so far (as ``pkg.mod:Class.method``), restored or not."""
@@ -100,7 +115,9 @@ class Patcher:
             if owner is None:
                 break
         if not isinstance(owner, type):
-            self.errors.append(f"{spec.module} has no class {'.'.join(spec.cls)}")
+            self.errors.append(
+                f"{spec.module} has no class {'.'.join(spec.cls)}{_close(spec.cls[-1], module)}"
+            )
             return
         original = getattr(owner, spec.name, None)
         own = owner.__dict__.get(spec.name)
@@ -118,7 +135,7 @@ class Patcher:
         original = vars(module).get(spec.name)
         if not isinstance(original, types.FunctionType):
             what = "has no function" if original is None else "has no plain function"
-            self.errors.append(f"{spec.module} {what} {spec.name}")
+            self.errors.append(f"{spec.module} {what} {spec.name}{_close(spec.name, module)}")
             return
         wrapper = self.wrap(spec, original)
         for other in list(sys.modules.values()):

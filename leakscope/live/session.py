@@ -82,6 +82,8 @@ class Watch:
         )
         self.observer.on_done = self._detach
         self.patcher = Patcher(specs, self._wrap)
+        if options.methods and options.then == "stop" and stop_in_this_process:
+            self.patcher.on_error = self._stop_on_missing
         self.report: Report | None = None
         #: the job's own failure, one line, when it raised or exited non-zero
         self.job_error: str | None = None
@@ -130,6 +132,14 @@ class Watch:
                 busy.release()
 
         return leakscope_watched
+
+    def _stop_on_missing(self, problem: str) -> None:
+        """A named --method's module was imported without it: end the job now, at the import, rather
+        than after it ran (NOTE [A typo in --method fails before the job]); the report says why."""
+        from leakscope.live.observer import WatchStop
+
+        if not self.observer.calls:
+            raise WatchStop(problem)
 
     def start(self) -> Watch:
         self.patcher.install()

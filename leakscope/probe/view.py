@@ -13,11 +13,13 @@ from typing import Any
 
 from leakscope.probe import safe
 from leakscope.probe.autograd import (
+    UINT64_MAX,
     accumulated_leaf,
     ctx_values,
     next_nodes,
     node_name,
     saved_values,
+    sequence_nr,
     storage_nbytes,
 )
 from leakscope.results import GraphView, Slot, ViewNode
@@ -55,6 +57,7 @@ def build_view(
     ids: dict[int, int] = {}  # id(python node) -> view id
     keep: list[Any] = []  # hold wrappers so ids stay unique while walking
     described: list[ViewNode] = []
+    counted = 0  # NOTE [One node count]: AccumulateGrad nodes are drawn, not counted
     queue = [root]
     head = 0
     while head < len(queue):
@@ -64,6 +67,8 @@ def build_view(
             continue
         ids[id(node)] = len(keep)
         keep.append(node)
+        if sequence_nr(node) != UINT64_MAX:
+            counted += 1
         children = next_nodes(node)
         queue.extend(c for c in children if id(c) not in ids)
         if len(described) < max_nodes:
@@ -79,7 +84,9 @@ def build_view(
     keep.clear()
     ids.clear()
     queue.clear()
-    return GraphView(target, mode, path, 0, tuple(linked), total, total > len(linked))
+    return GraphView(
+        target, mode, path, 0, tuple(linked), total, total > len(linked), graph_nodes=counted
+    )
 
 
 #: nodes a finding's own graph description keeps (the report's HTML drawing; ``explain`` draws more)

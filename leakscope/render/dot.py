@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from leakscope.render.escape import terminal
-from leakscope.render.summary import human_bytes
+from leakscope.render.summary import human_bytes, node_count
 from leakscope.results import GraphView
 
 
@@ -18,7 +18,7 @@ def render(view: GraphView, **_: Any) -> str:
     """``digraph retained { ... }``: one node per graph node, saved slots in the label."""
     lines = ["digraph retained {", "  rankdir=TB;", "  node [shape=box, fontname=monospace];"]
     lines.append(
-        f"  label={_quote(f'{view.target} [{view.mode}] {view.path}: {view.total_nodes} nodes')};"
+        f"  label={_quote(f'{view.target} [{view.mode}] {view.path}: {node_count(view.graph_nodes, view.total_nodes)}')};"
     )
     if view.truncated:
         lines.append(f"  // truncated: {len(view.nodes)} of {view.total_nodes} nodes described")

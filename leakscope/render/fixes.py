@@ -1,7 +1,8 @@
 """``leakscope fix``'s report: what was proven for each leaking finding, as text or JSON (pure strings).
 
-Text: one block per finding (its status, the edit, why it is verified or not, the
-diff with ``--diff``), then a summary line with the exit code. JSON: a versioned
+Text: one block per finding (its status, the edit, why it is verified or not), then a
+summary line with the exit code. ``--diff``: a plain unified patch of the verified edits, which
+``git apply`` and ``patch -p1`` read. JSON: a versioned
 document with the same per-finding data and the check's whole report
 (docs/fix.md describes both).
 """
@@ -59,8 +60,8 @@ def summary_line(fixes: FixReport) -> str:
     return f"{line} (exit {exit_code(fixes)})"
 
 
-def render_text(fixes: FixReport, *, diff: bool = False) -> str:
-    """Each leaking finding, its fix's status and reason (and with ``diff`` the unified diff)."""
+def render_text(fixes: FixReport) -> str:
+    """Each leaking finding, its fix's status and reason (``--diff`` is :func:`render_patch`)."""
     lines: list[str] = []
     for result in fixes.report.results:
         if result.verdict.value == "error":
@@ -76,8 +77,6 @@ def render_text(fixes: FixReport, *, diff: bool = False) -> str:
             lines.append(f"  {fix.reason}")
             if fix.status is not FixStatus.VERIFIED:
                 lines.append(f"  fix: {fix.hint}")
-            if diff and fix.diff:
-                lines.extend(f"  {line}" for line in fix.diff.rstrip("\n").splitlines())
         else:
             if fix.reason != "no one-line edit":
                 lines.append(f"  {fix.reason}")
@@ -89,6 +88,20 @@ def render_text(fixes: FixReport, *, diff: bool = False) -> str:
         )
     lines.append(summary_line(fixes))
     return "\n".join(terminal(line) for line in lines) + "\n"
+
+
+def render_patch(fixes: FixReport) -> str:
+    """The verified edits (what ``--apply`` writes) as one unified patch, each edit once, paths
+    ``a/FILE`` and ``b/FILE`` as ``git diff`` writes them: ``git apply`` and ``patch -p1`` read it
+    as it is. Empty when no edit is verified. Not escaped: it is the file's own text, and a
+    patch with its bytes changed would not apply (stdout of ``--diff`` is a patch, not a report)."""
+    seen: set[str] = set()
+    parts = []
+    for fix in fixes.fixes:
+        if fix.status is FixStatus.VERIFIED and fix.diff and fix.diff not in seen:
+            seen.add(fix.diff)
+            parts.append(fix.diff if fix.diff.endswith("\n") else fix.diff + "\n")
+    return "".join(parts)
 
 
 def fix_dict(fix: FixResult) -> dict[str, Any]:
@@ -122,4 +135,12 @@ def render_json(fixes: FixReport, *, debug: bool = False) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-__all__ = ["SCHEMA_VERSION", "exit_code", "fix_dict", "render_json", "render_text", "summary_line"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "exit_code",
+    "fix_dict",
+    "render_json",
+    "render_patch",
+    "render_text",
+    "summary_line",
+]

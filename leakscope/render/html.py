@@ -24,6 +24,7 @@ from leakscope.render.graph_layout import Box, layout
 from leakscope.render.summary import (
     growth_line,
     human_bytes,
+    node_count,
     projection_line,
     report_line,
     result_line,
@@ -405,7 +406,8 @@ def _snippet(title: str, finding: Finding, source: Source) -> str:
 def _graph_figure(key: str, result: TargetResult, finding: Finding, view: GraphView) -> str:
     svg = graph_svg(view, key)
     shown = len(view.nodes)
-    caption = f"retained graph below <code>{_e(finding.path)}</code>: {_e(view.total_nodes)} nodes"
+    count = node_count(finding.graph_nodes, view.total_nodes)
+    caption = f"retained graph below <code>{_e(finding.path)}</code>: {_e(count)}"
     if view.truncated:
         left = view.total_nodes - shown
         caption += (
@@ -414,7 +416,7 @@ def _graph_figure(key: str, result: TargetResult, finding: Finding, view: GraphV
         )
     caption += ". Red: saves tensors for backward (their bytes stay alive); amber: a leaf that is not a Parameter, or its grad."
     return (
-        f'<details class="graph" open><summary>Retained graph ({_e(view.total_nodes)} nodes)</summary>'
+        f'<details class="graph" open><summary>Retained graph ({_e(count)})</summary>'
         f'<figure class="graph-figure"><div class="scroll">{svg}</div><figcaption>{caption}</figcaption></figure></details>'
     )
 

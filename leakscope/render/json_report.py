@@ -14,6 +14,17 @@ from leakscope.serialize import SchemaError, from_data, value_from_data
 SCHEMA_VERSION = 1
 
 
+def schema() -> dict[str, Any]:
+    """The report's JSON Schema (draft 2020-12), shipped beside this module as
+    ``report.schema.json`` and generated from :mod:`leakscope.results` by docs/gen_schema.py."""
+    from importlib.resources import files
+
+    loaded: dict[str, Any] = json.loads(
+        files("leakscope.render").joinpath("report.schema.json").read_text(encoding="utf-8")
+    )
+    return loaded
+
+
 def finding_dict(finding: Finding) -> dict[str, Any]:
     """One finding as plain JSON data."""
     out: dict[str, Any] = {
@@ -58,6 +69,7 @@ def graph_dict(view: GraphView) -> dict[str, Any]:
     return {
         "root": view.root,
         "total_nodes": view.total_nodes,
+        "graph_nodes": view.graph_nodes,
         "truncated": view.truncated,
         "nodes": [
             {
@@ -72,6 +84,20 @@ def graph_dict(view: GraphView) -> dict[str, Any]:
             for node in view.nodes
         ],
     }
+
+
+def view_json(view: GraphView) -> str:
+    """``leakscope explain --format json``: one finding's graph as a JSON document (its ``graph`` as
+    in the report, with the target, mode and path it belongs to, and the paths there are)."""
+    doc = {
+        "schema_version": SCHEMA_VERSION,
+        "target": view.target,
+        "mode": view.mode,
+        "path": view.path,
+        "paths": list(view.paths),
+        "graph": graph_dict(view),
+    }
+    return json.dumps(doc, indent=2) + "\n"
 
 
 def _source(source: Any) -> dict[str, Any] | None:

@@ -23,6 +23,22 @@ def human_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def node_count(graph_nodes: int, drawn: int) -> str:
+    """``26 graph nodes (35 drawn, 9 not counted: AccumulateGrad and earlier steps' nodes)``.
+
+    NOTE [One node count]: a finding's ``graph_nodes`` is the number of autograd nodes of the
+    judged step that its holder keeps alive, the count its bytes are computed from (each node at
+    ``node_cost``). A leaf's or parameter's AccumulateGrad node is not counted (it lives as long as
+    its tensor, whoever holds the graph), nor is a node an earlier step created. The drawing
+    (``graph.total_nodes``, ``explain``, the HTML figure) shows every node below the reference, so
+    it can have more; every format says the counted number first, in these words.
+    """
+    text = f"{graph_nodes} graph node{'s' if graph_nodes != 1 else ''}"
+    if drawn > graph_nodes:
+        text += f" ({drawn} drawn, {drawn - graph_nodes} not counted: AccumulateGrad and earlier steps' nodes)"
+    return text
+
+
 def leak_size(result: TargetResult) -> str:
     """``12.0 KiB per micro-batch, growing`` / ``23.0 MiB held until the next step, bounded``."""
     size = human_bytes(result.retained_bytes)
@@ -214,6 +230,7 @@ __all__ = [
     "human_bytes",
     "label",
     "leak_size",
+    "node_count",
     "projection_line",
     "report_line",
     "result_detail",

@@ -29,7 +29,36 @@ _STYLE = {
 }
 
 
-def _result_block(result: TargetResult, fail_on: str) -> list[Any]:
+def fold(text: str, width: int | None) -> str:
+    """``text`` with each line longer than ``width`` wrapped at spaces, its continuation lines
+    indented four columns past the line's own indent; unchanged when ``width`` is None (a log, a
+    pipe or a file). A word longer than the width (a deep path) is never cut: it stays whole on a
+    line of its own, for the terminal to soft-wrap and a copy to take whole."""
+    if width is None:
+        return text
+    import textwrap
+
+    out = []
+    for line in text.split("\n"):
+        if len(line) <= width:
+            out.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip(" "))]
+        out.extend(
+            textwrap.wrap(
+                line.strip(),
+                width,
+                initial_indent=indent,
+                subsequent_indent=indent + "    ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            )
+            or [line]
+        )
+    return "\n".join(out)
+
+
+def _result_block(result: TargetResult, fail_on: str, width: int | None = None) -> list[Any]:
     """The verdict line, the findings table, and one block per finding: every engine string escaped
     (:func:`~leakscope.render.escape.terminal`), every cell a ``Text`` that rich never parses as markup."""
     from rich import box
@@ -53,7 +82,7 @@ def _result_block(result: TargetResult, fail_on: str) -> list[Any]:
         head.append(f"  {warning_count(result)} (fails --fail-on warning)")
     blocks: list[Any] = [head]
     if result.error:
-        blocks.append(Text(f"  error: {terminal(result.error)}"))
+        blocks.append(Text(fold(f"  error: {terminal(result.error)}", width)))
     if result.findings:
         table = Table(show_header=True, header_style="bold", expand=False, box=box.SIMPLE_HEAD)
         for column in ("path", "holder", "grad_fn", "cause", "kind", "bytes", "confirmed"):
@@ -86,19 +115,17 @@ def _result_block(result: TargetResult, fail_on: str) -> list[Any]:
             if f.allowed_reason:
                 lines.append(f"    allowed: {f.allowed_reason}")
             lines.append(f"    fix: {f.hint}")
-            blocks.append(Text("\n".join(terminal(line) for line in lines)))
+            blocks.append(Text(fold("\n".join(terminal(line) for line in lines), width)))
     if result.growth is not None:
-        blocks.append(Text(terminal(growth_line(result))))
+        blocks.append(Text(fold(terminal(growth_line(result)), width)))
     if result.projection is not None:
-        blocks.append(
-            Text(
-                "\n".join(terminal(line) for line in projection_line(result.projection).split("\n"))
-            )
-        )
+        lines = projection_line(result.projection).split("\n")
+        blocks.append(Text(fold("\n".join(terminal(line) for line in lines), width)))
     if set(result.keys_read) - _TOKEN_KEYS:  # synthesised keys: say what the engine was fed
-        blocks.append(Text(terminal(f"  micro-batch keys read: {', '.join(result.keys_read)}")))
+        keys = terminal(f"  micro-batch keys read: {', '.join(result.keys_read)}")
+        blocks.append(Text(fold(keys, width)))
     for warning in result.warnings:
-        blocks.append(Text(f"  warning: {terminal(warning)}", style="yellow"))
+        blocks.append(Text(fold(f"  warning: {terminal(warning)}", width), style="yellow"))
     return blocks
 
 
@@ -118,8 +145,8 @@ def render(
 ) -> str:
     """The report as terminal text (ANSI colours only when ``color``).
 
-    ``width``: fold table cells to fit a terminal this wide; None (for logs, files and
-    pipes) never wraps a line, so a path is never cut mid-word. The footer's exit code
+    ``width``: fit a terminal this wide (table cells folded, long lines wrapped at spaces by
+    :func:`fold`); None (for logs, files and pipes) never wraps a line, so a path is never cut. The footer's exit code
     is :func:`leakscope.policy.exit_code` under ``fail_on``, the process's own, and each
     verdict line says what that gate made of the result (``WARNING`` when a warning fails it).
     Tracebacks are never part of the report (``--debug`` writes them to stderr).
@@ -149,9 +176,12 @@ def render(
     )
     for result in report.results:
         console.print()
-        for block in _result_block(result, fail_on):
-            # Text lines (paths, fixes) are never wrapped: they are copied into editors.
-            console.print(block, soft_wrap=not hasattr(block, "columns"))
+        for i, block in enumerate(_result_block(result, fail_on, width)):
+            # On a terminal rich folds the table and wraps the verdict line; the other lines were
+            # wrapped by fold() (a path stays whole). Elsewhere nothing wraps: paths and fixes are
+            # copied into editors from logs and files.
+            table = hasattr(block, "columns")
+            console.print(block, soft_wrap=not table and (i > 0 or width is None))
     console.print()
     console.print(
         Text(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from leakscope.render.escape import terminal
-from leakscope.render.summary import human_bytes
+from leakscope.render.summary import human_bytes, node_count
 from leakscope.results import GraphView, ViewNode
 
 
@@ -31,7 +31,7 @@ def render(view: GraphView, *, max_lines: int = 200, **_: Any) -> str:
         return terminal(f"{view.target} [{view.mode}]: no retained graph") + "\n"
     nodes = {n.id: n for n in view.nodes}
     lines = [
-        f"{view.target} [{view.mode}] {view.path}: {view.total_nodes} graph nodes"
+        f"{view.target} [{view.mode}] {view.path}: {node_count(view.graph_nodes, view.total_nodes)}"
         + (f" (first {len(view.nodes)} described)" if view.truncated else "")
     ]
     shown: set[int] = set()

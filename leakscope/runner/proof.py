@@ -208,6 +208,9 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
                 )
     fixes: list[FixResult] = []
     results = []
+    # One fix per edit (or per holder without one) of a target: the same line found in train and in
+    # forward-only is one fix, counted and printed once.
+    seen: set[tuple[str, object]] = set()
     for result in report.results:
         findings = []
         for finding in result.findings:
@@ -221,6 +224,10 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
             findings.append(finding)
             if finding.severity is not Severity.LEAK:
                 continue
+            key = (result.target, derived if derived is not None else str(finding.path))
+            if key in seen:
+                continue
+            seen.add(key)
             if derived is None or verdict is None:
                 fixes.append(
                     FixResult(
