@@ -16,6 +16,20 @@
 # changed gradient. Between variants every user module loaded since the child
 # started is dropped from ``sys.modules``, so module state (a registry list, a
 # class attribute) starts empty each time, as in a fresh job.
+
+# NOTE [Every gradient the step's backward reaches]
+# A detach that removes a gradient is the one mistake a fix must never make, and
+# it can remove the gradient of a model leakscope has no name for: a critic on a
+# plain wrapper object (``self.critic.net``), a parameter only an optimizer's
+# group holds, a buffer that requires grad. So the leaves compared are found from
+# the graph, not from attribute names: each ``torch.autograd.backward`` (and
+# ``torch.autograd.grad``) the step calls first walks its roots' graph to the
+# ``AccumulateGrad`` nodes and records their ``variable``s (:func:`_graph_leaves`).
+# Names come from a bounded walk of the model and the engine through modules,
+# plain objects, containers and optimizers (:func:`_named_leaves`); a leaf the
+# graph reached that no walk names is compared by the order the graph reached it.
+# A leaf with a gradient on one side only (the detach cut it off) is a changed
+# gradient, never "unchanged".
 """
 
 from __future__ import annotations
@@ -242,36 +256,151 @@ class StepTensors:
     with_grad: int
 
 
-def _parameters(model: Any, engine: Any) -> list[tuple[str, Any]]:
-    """The model's parameters, then the engine's own: its modules' parameters and its leaf tensors
-    that require grad (a learnable coefficient), each once."""
+def _graph_leaves(roots: Sequence[Any]) -> list[Any]:
+    """Every leaf tensor a backward from ``roots`` accumulates into, in the order the graph reaches
+    them: the ``variable`` of each ``AccumulateGrad`` node reachable from the roots' ``grad_fn``
+    (NOTE [Every gradient the step's backward reaches]). Iterative, each node once."""
+    leaves: list[Any] = []
+    seen: set[int] = set()
+    stack = [safe.grad_fn(t) for t in roots if safe.is_tensor(t)]
+    stack.reverse()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = getattr(node, "variable", None) if type(node).__name__ == "AccumulateGrad" else None
+        if variable is not None:
+            leaves.append(variable)
+            continue
+        nexts = getattr(node, "next_functions", ()) or ()
+        stack.extend(reversed([fn for fn, _ in nexts if fn is not None]))
+    return leaves
+
+
+@contextlib.contextmanager
+def _backward_roots(found: list[Any]) -> Iterator[None]:
+    """Within the block, each ``torch.autograd.backward`` (``Tensor.backward`` calls it) and
+    ``torch.autograd.grad`` first records the leaves its graph reaches into ``found``; the original
+    functions are back in place after the block, whatever happens."""
+    import torch
+
+    backward, grad = torch.autograd.backward, torch.autograd.grad
+
+    def roots_of(tensors: Any) -> list[Any]:
+        return list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+
+    def recording_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        found.extend(_graph_leaves(roots_of(tensors)))
+        return backward(tensors, *args, **kwargs)
+
+    def recording_grad(outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        found.extend(_graph_leaves(roots_of(outputs)))
+        return grad(outputs, *args, **kwargs)
+
+    torch.autograd.backward = recording_backward  # type: ignore[assignment]
+    torch.autograd.grad = recording_grad  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.autograd.backward = backward
+        torch.autograd.grad = grad
+
+
+#: how deep the walk from the model and the engine looks for named leaves (``engine.critic.net``)
+_NAME_DEPTH = 4
+
+
+def _named_leaves(model: Any, engine: Any) -> list[tuple[str, Any]]:
+    """Leaf tensors that require grad, named by how the model and the engine hold them: the model's
+    parameters and buffers, then the engine's, through modules, plain objects (a critic on a wrapper,
+    ``engine.critic.net.weight``), dicts, lists and optimizers' parameter groups, each once (read as
+    the walk reads: NOTE [Reads that run no user code])."""
     import torch
 
     seen: set[int] = set()
+    visited: set[int] = set()
     out: list[tuple[str, Any]] = []
 
-    def add(name: str, t: Any) -> None:
-        if id(t) not in seen:
+    def add(name: str, t: Any, *, parameter: bool = False) -> None:
+        # A module's parameters are compared whether they require grad or not (a frozen base
+        # weight's value after the step); any other tensor only when it is a leaf that requires grad.
+        if id(t) not in seen and (
+            parameter or (safe.is_tensor(t) and safe.is_leaf(t) and safe.requires_grad(t))
+        ):
             seen.add(id(t))
             out.append((name, t))
 
-    if isinstance(model, torch.nn.Module):
-        for name, p in model.named_parameters():
-            add(f"module.{name}", p)
-    if safe.is_instance(
-        engine, torch.nn.Module
-    ):  # a LightningModule: its own parameters (and the model's again)
-        for name, p in engine.named_parameters():
-            add(f"engine.{name}", p)
-    attrs = dict(
-        safe.instance_dict(engine) or {}
-    )  # read as the walk reads (NOTE [Reads that run no user code])
-    for attr, value in attrs.items():
-        if safe.is_instance(value, torch.nn.Module):
-            for name, p in value.named_parameters():
-                add(f"engine.{attr}.{name}", p)
-        elif safe.is_tensor(value) and safe.is_leaf(value) and safe.requires_grad(value):
-            add(f"engine.{attr}", value)
+    def walk(name: str, value: Any, depth: int) -> None:
+        if id(value) in visited or depth > _NAME_DEPTH:
+            return
+        visited.add(id(value))
+        if safe.is_tensor(value):
+            add(name, value)
+        elif safe.is_instance(value, torch.nn.Module):
+            for sub, p in value.named_parameters():
+                add(f"{name}.{sub}", p, parameter=True)
+            for sub, b in value.named_buffers():
+                add(f"{name}.{sub}", b)
+            for attr, v in (safe.instance_dict(value) or {}).items():
+                if attr not in ("_parameters", "_buffers", "_modules"):
+                    walk(f"{name}.{attr}", v, depth + 1)
+        elif safe.is_instance(value, torch.optim.Optimizer):
+            groups = (safe.instance_dict(value) or {}).get("param_groups", [])
+            for g, group in enumerate(groups if safe.is_exactly(groups, (list,)) else []):
+                params = group.get("params", []) if safe.is_exactly(group, (dict,)) else []
+                for i, p in enumerate(params if safe.is_exactly(params, (list, tuple)) else []):
+                    add(f"{name}.param_groups[{g}].params[{i}]", p)
+        elif safe.is_exactly(value, (dict,)):
+            for key, v in list(value.items()):
+                if safe.is_exactly(key, (str, int)):
+                    walk(f"{name}[{key!r}]", v, depth + 1)
+        elif safe.is_exactly(value, (list, tuple)):
+            for i, v in enumerate(list(value)):
+                walk(f"{name}[{i}]", v, depth + 1)
+        elif not safe.is_exactly(value, (str, bytes, int, float, bool, type(None))):
+            attrs = safe.instance_dict(value)
+            if attrs is not None and not isinstance(value, (type, types.ModuleType)):
+                for attr, v in list(attrs.items()):
+                    walk(f"{name}.{attr}", v, depth + 1)
+
+    walk("module", model, 0)
+    walk("engine", engine, 0)
+    return out
+
+
+def _has_data(t: Any) -> bool:
+    """Whether ``t``'s storage holds its elements: FSDP2 frees an unsharded parameter's storage after
+    the step (the leaf its backward accumulated into), and reading it then crashes."""
+    try:
+        needed = (t.storage_offset() + t.numel()) * t.element_size()
+        return bool(t.untyped_storage().nbytes() >= needed)
+    except Exception:
+        return False
+
+
+def _plain(t: Any) -> Any:
+    """A detached plain copy of ``t`` to compare: a ``DTensor`` (an FSDP2 parameter or its
+    gradient) as its local shard, which ``torch.allclose`` can take."""
+    t = t.detach()
+    if callable(getattr(type(t), "to_local", None)):
+        t = t.to_local()
+    return t.clone()
+
+
+def _leaves(model: Any, engine: Any, reached: Sequence[Any]) -> list[tuple[str, Any]]:
+    """NOTE [Every gradient the step's backward reaches]: the named leaves, then each leaf the step's
+    backward reached that no name was found for, named by the order the graph reached it (a leaf
+    whose storage was freed, FSDP2's unsharded parameter, is compared through the sharded one its
+    gradient went to)."""
+    out = _named_leaves(model, engine)
+    named = {id(t) for _, t in out}
+    unnamed = 0
+    for t in reached:
+        if id(t) not in named and _has_data(t):
+            named.add(id(t))
+            out.append((f"leaf {unnamed} the step's backward reached (shape {list(safe.shape(t))})", t))
+            unnamed += 1
     return out
 
 
@@ -298,7 +427,9 @@ def capture(
         model, engine = build_subject(spec, options)
         try:
             micro_batch = make_micro_batch(spec, options, 0)
-            initial = {id(p): p.detach().clone() for _, p in _parameters(model, engine)}
+            before_step = _leaves(model, engine, ())
+            initial = {id(p): _plain(p) for _, p in before_step}
+            reached: list[Any] = []
             if detach_stores:
                 from leakscope.harness.stored import StoreTracer
                 from leakscope.probe.library import is_library_file
@@ -309,28 +440,31 @@ def capture(
                 )
                 tracer.install()
                 try:
-                    step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
+                    with _backward_roots(reached):
+                        step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
                 finally:
                     tracer.remove()
                     roots.clear()
                 if not tracer.detached:
                     raise EngineError("the store could not be replaced by a detached copy")
             else:
-                step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
+                with _backward_roots(reached):
+                    step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
             tensors: dict[str, Any] = {}
             with_grad = (
                 0  # tensors that tell something: a gradient, or a value the step's update moved
             )
-            for name, p in _parameters(model, engine):
+            for name, p in _leaves(model, engine, [*(t for _, t in before_step), *reached]):
                 before = initial.get(id(p))
-                moved = (
-                    before is None or before.shape != p.shape or not torch.equal(before, p.detach())
-                )
+                value = _plain(p)
+                moved = before is None or before.shape != value.shape or not torch.equal(before, value)
                 if p.grad is not None or moved:
                     with_grad += 1
-                tensors[f"gradient of {name}"] = None if p.grad is None else p.grad.detach().clone()
-                tensors[f"value of {name} after the step"] = p.detach().clone()
+                tensors[f"gradient of {name}"] = None if p.grad is None else _plain(p.grad)
+                tensors[f"value of {name} after the step"] = value
             initial.clear()
+            before_step.clear()
+            reached.clear()
             del micro_batch
         finally:
             if spec.close_engine is not None:
