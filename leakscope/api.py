@@ -123,6 +123,7 @@ def fix(
     *,
     apply: bool = False,
     on_result: Callable[[TargetResult], None] | None = None,
+    allow_outside: bool = False,
 ) -> FixReport:
     """Check each target, then prove every one-line edit its findings carry, and with ``apply`` write
     the verified ones into the user's files.
@@ -132,16 +133,23 @@ def fix(
     unless ``apply``, and then only verified edits, atomically, and only where the line still reads
     as it did at the check. The returned :class:`~leakscope.results.FixReport` carries the
     check's report with each edit marked verified or not, and one result per leaking finding.
+    Only files under the current directory (the project being checked) are edited, unless
+    ``allow_outside``.
     """
+    import os
+
     from leakscope.harness.proof import tolerance
     from leakscope.runner.proof import fix_report, prove_target, verdicts_of
 
     options = options or CheckOptions()
     report = check(targets, options, on_result=on_result)
+    root = None if allow_outside else os.getcwd()
     verdicts = verdicts_of(
-        report, lambda target, groups, original: prove_target(target, groups, original, options)
+        report,
+        lambda target, groups, original: prove_target(target, groups, original, options),
+        root,
     )
-    return fix_report(report, verdicts, apply=apply, tolerance=tolerance())
+    return fix_report(report, verdicts, apply=apply, tolerance=tolerance(), root=root)
 
 
 __all__ = ["check", "explain", "fix"]

@@ -61,6 +61,13 @@ def fix(
             "line changed since the check). Unverified edits are never written.",
         ),
     ] = False,
+    allow_outside: Annotated[
+        bool,
+        typer.Option(
+            "--allow-outside",
+            help="Also prove and write edits of files outside the current directory (the project).",
+        ),
+    ] = False,
     fmt: Annotated[
         FixFormat, typer.Option("--format", "-f", help="Report format on stdout.")
     ] = FixFormat.text,
@@ -126,12 +133,13 @@ def fix(
         timeout=timeout,
         jobs=jobs,
     )
+    _refuse_input(output, targets_, shown)
     from leakscope.api import fix as run_fix
     from leakscope.render import fixes as render_fixes
 
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            report = run_fix(targets_, options, apply=apply)
+            report = run_fix(targets_, options, apply=apply, allow_outside=allow_outside)
     except LeakscopeError as exc:
         if debug and exc.detail:
             typer.echo(terminal(exc.detail, newlines=True), err=True)
@@ -144,6 +152,24 @@ def fix(
         text = render_fixes.render_text(report, diff=diff)
     emit(text, output)
     raise typer.Exit(render_fixes.exit_code(report))
+
+
+def _refuse_input(output: Path | None, targets: list[str], shown: FormatChoice) -> None:
+    """An output path that is an input (a target's own file) is refused, exit 2 (NOTE [Files are the
+    user's] in ``leakscope/harness/patch.py``)."""
+    if output is None:
+        return
+    from leakscope.harness.target import target_file
+
+    written = output.resolve()
+    for target in targets:
+        if target_file(target) == written:
+            fail(
+                f"{terminal(output)} is the file of {terminal(target)}, an input: write the report elsewhere",
+                2,
+                shown,
+                None,
+            )
 
 
 __all__ = ["FixFormat", "fix"]

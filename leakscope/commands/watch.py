@@ -130,6 +130,7 @@ def watch(
             fmt,
             output,
         )
+    _refuse_inputs([p for p in (output, emit_test) if p is not None], script, fmt)
     argv = list(args or [])
     if (
         module is not None and script is not None
@@ -169,6 +170,23 @@ def watch(
     if emit_test is not None and done.reporting:
         _emit_test(done.report, emit_test, list(allow or []), script)
     raise typer.Exit(_output(done, fmt, output, debug))
+
+
+def _refuse_inputs(outputs: list[Path], script: str | None, fmt: FormatChoice) -> None:
+    """An output path that is the script itself (``--emit-test train.py train.py``), or the same path
+    twice, is refused before the job runs, exit 2."""
+    written = [p.resolve() for p in outputs]
+    if len(set(written)) < len(written):
+        fail("-o and --emit-test name the same file: give each its own", 2, fmt, None)
+    if script is not None:
+        for given, path in zip(outputs, written, strict=True):
+            if path == Path(script).resolve():
+                fail(
+                    f"{terminal(given)} is the script being watched, an input: write it elsewhere",
+                    2,
+                    fmt,
+                    None,
+                )
 
 
 def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) -> None:

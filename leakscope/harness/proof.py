@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from leakscope.errors import EngineError, LeakscopeError, TargetError
+from leakscope.harness.patch import source_lines
 from leakscope.harness.protocol import EngineSpec
 from leakscope.options import CheckOptions
 from leakscope.probe import safe
@@ -74,8 +75,10 @@ class _EditedLoader(importlib.machinery.SourceFileLoader):
         self._text = text
 
     def get_data(self, path: str) -> bytes:
-        if path == self.path:
-            return self._text.encode("utf-8")
+        if path == self.path:  # in the file's own encoding, which its coding cookie still declares
+            from leakscope.harness.patch import source_encoding
+
+            return self._text.encode(source_encoding(super().get_data(path)))
         return super().get_data(path)
 
     def path_stats(self, path: str) -> Mapping[str, Any]:
@@ -132,6 +135,18 @@ def in_project(file: str) -> bool:
     return not ({"site-packages", "dist-packages"} & set(Path(file).parts))
 
 
+def outside(file: str, root: str | None) -> bool:
+    """Whether ``file`` lies outside the project directory ``root`` (None: no bound, ``--allow-outside``):
+    a fix edits only files under the project being checked (NOTE [Files are the user's])."""
+    if root is None:
+        return False
+    try:
+        Path(file).resolve().relative_to(Path(root).resolve())
+    except (OSError, ValueError):
+        return True
+    return False
+
+
 def user_modules(since: set[str]) -> list[str]:
     """Modules loaded after ``since`` whose file is in the user's project (:func:`in_project`)."""
     names = []
@@ -176,7 +191,7 @@ def edited_modules(
     finder = _EditedFinder(by_path)
     sys.meta_path.insert(0, finder)
     for path, text in by_path.items():  # tracebacks and stored-at lines read the edited lines
-        linecache.cache[path] = (len(text), None, text.splitlines(keepends=True), path)
+        linecache.cache[path] = (len(text), None, source_lines(text), path)
     try:
         if target is not None:
             _load_file_target(target, by_path)
@@ -524,6 +539,7 @@ __all__ = [
     "edited_modules",
     "forget",
     "in_project",
+    "outside",
     "step_error",
     "tolerance",
     "user_modules",

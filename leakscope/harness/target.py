@@ -171,15 +171,22 @@ def target_directory(target: Any) -> Path | None:
     without importing (and so without executing) any package; an object: its
     module's file, if that module is already imported. None when not found.
     """
+    file = target_file(target)
+    return file.parent if file is not None else None
+
+
+def target_file(target: Any) -> Path | None:
+    """The file that defines ``target`` (resolved), found without running any code, as
+    :func:`target_directory` finds its directory; None when not found."""
     if not isinstance(target, str):
         module = sys.modules.get(getattr(target, "__module__", "") or "")
         file = getattr(module, "__file__", None)
-        return Path(file).resolve().parent if file else None
+        return Path(file).resolve() if file else None
     module_part = target.rpartition(":")[0]
     if not module_part:
         return None
     if _looks_like_path(module_part):
-        return Path(module_part).resolve().parent
+        return Path(module_part).resolve()
     from importlib.machinery import PathFinder
 
     search: list[str] | None = [str(Path.cwd()), *sys.path]
@@ -192,6 +199,4 @@ def target_directory(target: Any) -> Path | None:
             return None
         search = list(spec.submodule_search_locations or []) or None
     origin = spec.origin if spec is not None else None
-    return (
-        Path(origin).resolve().parent if origin and origin not in ("built-in", "frozen") else None
-    )
+    return Path(origin).resolve() if origin and origin not in ("built-in", "frozen") else None

@@ -128,11 +128,14 @@ Verdicts = dict[tuple[str, Edit], tuple[bool, str]]
 
 
 def verdicts_of(
-    report: Report, prove: Callable[[str, list[EditGroup], dict[str, list[str]]], TargetProof]
+    report: Report,
+    prove: Callable[[str, list[EditGroup], dict[str, list[str]]], TargetProof],
+    root: str | None = None,
 ) -> Verdicts:
     """``(verified, reason)`` for each ``(target, edit)`` of the report, proven target by target with
-    ``prove`` (:func:`prove_target`). Edits verified one by one but not together are not verified."""
-    groups = edit_groups(report)
+    ``prove`` (:func:`prove_target`). Edits verified one by one but not together are not verified.
+    ``root``: only files under this directory are edited (None: anywhere)."""
+    groups = edit_groups(report, root)
     verdicts: Verdicts = {}
     for target in dict.fromkeys(g.target for g in groups):
         mine = [g for g in groups if g.target == target]
@@ -160,13 +163,14 @@ def verdicts_of(
     return verdicts
 
 
-def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: str) -> FixReport:
+def fix_report(
+    report: Report, verdicts: Verdicts, *, apply: bool, tolerance: str, root: str | None = None
+) -> FixReport:
     """The fix report: the check's report with each edit marked, a diff per edit against the file as it
     reads now, and with ``apply`` the verified edits written (NOTE [An edit applies only to the line it
     was derived from]); one :class:`FixResult` per leaking finding, in report order."""
-    from leakscope.atomic import write_atomic
     from leakscope.errors import LeakscopeError
-    from leakscope.harness.patch import applied, read_source, unified_diff
+    from leakscope.harness.patch import applied, read_source, unified_diff, write_source
 
     diffs: dict[Edit, str] = {}
     for _, edit in verdicts:
@@ -192,10 +196,7 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
                     chosen[edit.line] = edit
             try:
                 path = Path(file)
-                write_atomic(
-                    path,
-                    applied(read_source(path), list(chosen.values()), name=file).encode("utf-8"),
-                )
+                write_source(path, applied(read_source(path), list(chosen.values()), name=file))
                 written.update({edit: None for edit in chosen.values()})
             except LeakscopeError as exc:
                 written.update({edit: f"not applied: {exc.message}" for edit in chosen.values()})
@@ -228,7 +229,7 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
                         result.mode.value,
                         str(finding.path),
                         FixStatus.NONE,
-                        no_edit_reason(finding),
+                        no_edit_reason(finding, root),
                         finding.hint,
                     )
                 )
