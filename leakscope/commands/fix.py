@@ -46,7 +46,19 @@ def fix(
         list[str] | None,
         typer.Argument(
             metavar="TARGET",
-            help=f"Engines to check and fix, as for check. Default: the [tool.leakscope] targets, else {DEFAULT_TARGET}.",
+            help="Engines to check and fix, as for check, or a training script and its arguments "
+            f"(train.py [ARGS]...: watched, and each fix proven by re-running it). Default: the "
+            f"[tool.leakscope] targets, else {DEFAULT_TARGET}.",
+            show_default=False,
+        ),
+    ] = None,
+    method: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--method",
+            metavar="pkg.mod:Class.method",
+            help="For a script: the step to watch (repeatable), as for watch. Default: the built-in "
+            "step methods, else every Tensor.backward call.",
             show_default=False,
         ),
     ] = None,
@@ -116,9 +128,18 @@ def fix(
     """
     shown = FormatChoice(fmt.value)
     check_output(output, shown)  # before anything runs (NOTE [Reports are never lost])
+    given = list(targets or [])
+    if given and _is_script(given[0]):
+        _fix_script(
+            given, list(method or []), apply, allow_outside, fmt, output, diff, debug, timeout
+        )
+        return
+    unknown = next((t for t in given if t.startswith("-")), None)
+    if unknown is not None:
+        fail(f"no such option: {terminal(unknown)}; see leakscope fix --help", 2, shown, output)
     targets_, options, _gate = prepare(
         explicit_flags(ctx),
-        targets=list(targets or []),
+        targets=given,
         mode=mode,
         fmt=shown,
         output=output,
@@ -150,6 +171,68 @@ def fix(
         text = render_fixes.render_json(report, debug=debug)
     else:
         text = render_fixes.render_text(report, diff=diff)
+    emit(text, output)
+    raise typer.Exit(render_fixes.exit_code(report))
+
+
+def _is_script(target: str) -> bool:
+    """``train.py`` (a path without ``:Name``) is a script to watch and fix; ``x.py:Engine`` is a target."""
+    return target.endswith(".py") and ":" not in Path(target).name
+
+
+def _fix_script(
+    given: list[str],
+    methods: list[str],
+    apply: bool,
+    allow_outside: bool,
+    fmt: FixFormat,
+    output: Path | None,
+    diff: bool,
+    debug: bool,
+    timeout: float | None,
+) -> None:
+    """``leakscope fix train.py [ARGS]``: watch the job, prove each edit by re-running it, report (NOTE
+    [A script's fix is proven by re-running it])."""
+    from leakscope.api import fix_script
+    from leakscope.live.methods import parse_method
+    from leakscope.render import fixes as render_fixes
+
+    shown = FormatChoice(fmt.value)
+    script, argv = given[0], given[1:]
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if output is not None and output.resolve() == Path(script).resolve():
+        fail(
+            f"{terminal(output)} is the script being fixed, an input: write the report elsewhere",
+            2,
+            shown,
+            None,
+        )
+    try:
+        for text in methods:
+            parse_method(text)
+        with contextlib.redirect_stdout(sys.stderr):
+            report = fix_script(
+                script,
+                argv,
+                methods=methods,
+                apply=apply,
+                allow_outside=allow_outside,
+                timeout=timeout,
+            )
+    except LeakscopeError as exc:
+        if debug and exc.detail:
+            typer.echo(terminal(exc.detail, newlines=True), err=True)
+        fail(exc.message, int(exc.exit_code), shown, output)
+    if debug:
+        print_tracebacks(report.report)
+    if fmt is FixFormat.json:
+        text = render_fixes.render_json(report, debug=debug)
+    elif diff:  # the patch alone on stdout (git apply takes it); the summary on stderr
+        typer.echo(render_fixes.render_text(report), err=True, nl=False)
+        text = render_fixes.render_patch(report)
+    else:
+        text = render_fixes.render_text(report, diff=False)
     emit(text, output)
     raise typer.Exit(render_fixes.exit_code(report))
 

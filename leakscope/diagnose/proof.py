@@ -120,7 +120,7 @@ def decide(
         )
     paths = ", ".join(dict.fromkeys(path for _, path in group.findings))
     return True, (
-        f"verified: with the edit no graph is held at {paths}, and one train step's gradients and parameters"
+        f"verified: with the edit no graph is held at {paths}, and {grads.subject}"
         f" are unchanged ({grads.compared} tensors within {tolerance}; max |diff| {_number(grads.max_diff)})"
     )
 

@@ -339,7 +339,9 @@ def _return_detached(code: str, path: HolderPath) -> str | None:
         return None
     raw = code.encode("utf-8")
     return (
-        raw[: node.col_offset].decode("utf-8") + rebuilt + raw[node.end_col_offset :].decode("utf-8")
+        raw[: node.col_offset].decode("utf-8")
+        + rebuilt
+        + raw[node.end_col_offset :].decode("utf-8")
     )
 
 

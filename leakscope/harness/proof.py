@@ -24,7 +24,7 @@
 # group holds, a buffer that requires grad. So the leaves compared are found from
 # the graph, not from attribute names: each ``torch.autograd.backward`` (and
 # ``torch.autograd.grad``) the step calls first walks its roots' graph to the
-# ``AccumulateGrad`` nodes and records their ``variable``s (:func:`_graph_leaves`).
+# ``AccumulateGrad`` nodes and records their ``variable``s (:func:`graph_leaves`).
 # Names come from a bounded walk of the model and the engine through modules,
 # plain objects, containers and optimizers (:func:`_named_leaves`); a leaf the
 # graph reached that no walk names is compared by the order the graph reached it.
@@ -42,6 +42,7 @@ import importlib.util
 import linecache
 import math
 import sys
+import threading
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -91,9 +92,23 @@ class _EditedFinder(importlib.abc.MetaPathFinder):
 
     def __init__(self, texts: Mapping[str, str]) -> None:
         self.texts = dict(texts)
+        self._busy = threading.local()
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        # Another finder that asks the finders after it (a watch's import hook) asks this one again:
+        # the inner call answers None, so each finder is asked once per lookup.
+        if getattr(self._busy, "on", False):
+            return None
+        self._busy.on = True
+        try:
+            return self._find(fullname, path, target)
+        finally:
+            self._busy.on = False
+
+    def _find(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None
     ) -> importlib.machinery.ModuleSpec | None:
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -255,6 +270,8 @@ class GradientCheck:
     error: str | None = None
     rtol: float = RTOL
     atol: float = ATOL
+    #: what was compared, in words, as the verdict says it
+    subject: str = "one train step's gradients and parameters"
 
     @property
     def equal(self) -> bool:
@@ -271,7 +288,7 @@ class StepTensors:
     with_grad: int
 
 
-def _graph_leaves(roots: Sequence[Any]) -> list[Any]:
+def graph_leaves(roots: Sequence[Any]) -> list[Any]:
     """Every leaf tensor a backward from ``roots`` accumulates into, in the order the graph reaches
     them: the ``variable`` of each ``AccumulateGrad`` node reachable from the roots' ``grad_fn``
     (NOTE [Every gradient the step's backward reaches]). Iterative, each node once."""
@@ -284,7 +301,9 @@ def _graph_leaves(roots: Sequence[Any]) -> list[Any]:
         if node is None or id(node) in seen:
             continue
         seen.add(id(node))
-        variable = getattr(node, "variable", None) if type(node).__name__ == "AccumulateGrad" else None
+        variable = (
+            getattr(node, "variable", None) if type(node).__name__ == "AccumulateGrad" else None
+        )
         if variable is not None:
             leaves.append(variable)
             continue
@@ -306,15 +325,15 @@ def _backward_roots(found: list[Any]) -> Iterator[None]:
         return list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
 
     def recording_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        found.extend(_graph_leaves(roots_of(tensors)))
+        found.extend(graph_leaves(roots_of(tensors)))
         return backward(tensors, *args, **kwargs)
 
     def recording_grad(outputs: Any, *args: Any, **kwargs: Any) -> Any:
-        found.extend(_graph_leaves(roots_of(outputs)))
+        found.extend(graph_leaves(roots_of(outputs)))
         return grad(outputs, *args, **kwargs)
 
-    torch.autograd.backward = recording_backward  # type: ignore[assignment]
-    torch.autograd.grad = recording_grad  # type: ignore[assignment]
+    torch.autograd.backward = recording_backward
+    torch.autograd.grad = recording_grad
     try:
         yield
     finally:
@@ -384,7 +403,7 @@ def _named_leaves(model: Any, engine: Any) -> list[tuple[str, Any]]:
     return out
 
 
-def _has_data(t: Any) -> bool:
+def has_data(t: Any) -> bool:
     """Whether ``t``'s storage holds its elements: FSDP2 frees an unsharded parameter's storage after
     the step (the leaf its backward accumulated into), and reading it then crashes."""
     try:
@@ -394,7 +413,7 @@ def _has_data(t: Any) -> bool:
         return False
 
 
-def _plain(t: Any) -> Any:
+def plain_copy(t: Any) -> Any:
     """A detached plain copy of ``t`` to compare: a ``DTensor`` (an FSDP2 parameter or its
     gradient) as its local shard, which ``torch.allclose`` can take."""
     t = t.detach()
@@ -412,9 +431,11 @@ def _leaves(model: Any, engine: Any, reached: Sequence[Any]) -> list[tuple[str, 
     named = {id(t) for _, t in out}
     unnamed = 0
     for t in reached:
-        if id(t) not in named and _has_data(t):
+        if id(t) not in named and has_data(t):
             named.add(id(t))
-            out.append((f"leaf {unnamed} the step's backward reached (shape {list(safe.shape(t))})", t))
+            out.append(
+                (f"leaf {unnamed} the step's backward reached (shape {list(safe.shape(t))})", t)
+            )
             unnamed += 1
     return out
 
@@ -443,7 +464,7 @@ def capture(
         try:
             micro_batch = make_micro_batch(spec, options, 0)
             before_step = _leaves(model, engine, ())
-            initial = {id(p): _plain(p) for _, p in before_step}
+            initial = {id(p): plain_copy(p) for _, p in before_step}
             reached: list[Any] = []
             if detach_stores:
                 from leakscope.harness.stored import StoreTracer
@@ -471,11 +492,13 @@ def capture(
             )
             for name, p in _leaves(model, engine, [*(t for _, t in before_step), *reached]):
                 before = initial.get(id(p))
-                value = _plain(p)
-                moved = before is None or before.shape != value.shape or not torch.equal(before, value)
+                value = plain_copy(p)
+                moved = (
+                    before is None or before.shape != value.shape or not torch.equal(before, value)
+                )
                 if p.grad is not None or moved:
                     with_grad += 1
-                tensors[f"gradient of {name}"] = None if p.grad is None else _plain(p.grad)
+                tensors[f"gradient of {name}"] = None if p.grad is None else plain_copy(p.grad)
                 tensors[f"value of {name} after the step"] = value
             initial.clear()
             before_step.clear()
@@ -536,6 +559,9 @@ __all__ = [
     "StepTensors",
     "capture",
     "compare",
+    "graph_leaves",
+    "has_data",
+    "plain_copy",
     "edited_modules",
     "forget",
     "in_project",

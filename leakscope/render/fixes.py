@@ -83,12 +83,16 @@ def render_text(fixes: FixReport, *, diff: bool = False) -> str:
                 lines.append(f"  {fix.reason}")
             lines.append(f"  fix: {fix.hint}")
         lines.append("")
-    if fixes.fixes:
-        lines.append(
-            f"gradients compared after one train step, same seed and micro-batch, {fixes.tolerance}"
-        )
+    if any(f.status is not FixStatus.NONE for f in fixes.fixes):  # an edit was run, not only worded
+        lines.append(f"{fixes.compared}, {fixes.tolerance}")
     lines.append(summary_line(fixes))
     return "\n".join(terminal(line) for line in lines) + "\n"
+
+
+def render_patch(fixes: FixReport) -> str:
+    """Every verified edit as one unified patch, and nothing else (``leakscope fix --diff train.py |
+    git apply``); empty when none was verified."""
+    return fixes.patch
 
 
 def fix_dict(fix: FixResult) -> dict[str, Any]:
@@ -122,4 +126,12 @@ def render_json(fixes: FixReport, *, debug: bool = False) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-__all__ = ["SCHEMA_VERSION", "exit_code", "fix_dict", "render_json", "render_text", "summary_line"]
+__all__ = [
+    "SCHEMA_VERSION",
+    "exit_code",
+    "fix_dict",
+    "render_json",
+    "render_patch",
+    "render_text",
+    "summary_line",
+]
