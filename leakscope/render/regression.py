@@ -171,7 +171,7 @@ def test_keeps_no_autograd_graph(leakscope, target: str) -> None:
 """
 
 
-_JOB_DOC = ",\nand watches the job again where the job itself (its loop, its module state) kept one"
+_JOB_DOC = ", and watches the job again where the job itself\n(its loop, its module state) kept one"
 _JOB_IMPORTS = "import subprocess\nimport sys\nfrom pathlib import Path\n\n"
 _JOB_TEST = """
 
