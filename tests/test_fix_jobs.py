@@ -22,8 +22,8 @@ pytestmark = pytest.mark.integration
 FAST = ("--mode", "train", "--micro-batches", "1", "--no-confirm")
 #: a representative set of the registry (the whole of it takes too long on one core): the verl shape,
 #: a metric stored into the returned metrics, an engine list, a running sum, a module global, a
-#: learnable coefficient, a critic on a plain wrapper whose detach would cut its gradient, and the
-#: clean look-alikes
+#: learnable coefficient, a critic on a plain wrapper whose detach would cut its gradient, a weight
+#: average updated outside torch.no_grad(), and the clean look-alikes
 REPRESENTATIVE = (
     "verl_bug",
     "verl_fix",
@@ -38,6 +38,8 @@ REPRESENTATIVE = (
     "learnable_coefficient",
     "critic_wrapper",
     "critic_wrapper_clean",
+    "ema_update",
+    "ema_update_clean",
 )
 #: leaky fixtures of the set where no edit can be right: fix writes nothing and says why
 NO_SAFE_EDIT = {"critic_wrapper"}
