@@ -460,7 +460,11 @@ def capture(
         str
     ] = []  # torch state the engine left changed: restored, and no concern of a proof
     with torch_state(changed), process_group(options.device), single_threaded():
-        model, engine = build_subject(spec, options)
+        # The same seed for the engine's own modules too (a critic it builds): both sides of a
+        # comparison start from the same weights; the process's generator is left as it was.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model, engine = build_subject(spec, options)
         try:
             micro_batch = make_micro_batch(spec, options, 0)
             before_step = _leaves(model, engine, ())
