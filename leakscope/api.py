@@ -142,6 +142,7 @@ def fix(
     *,
     apply: bool = False,
     on_result: Callable[[TargetResult], None] | None = None,
+    allow_outside: bool = False,
 ) -> FixReport:
     """Check each target, then prove every one-line edit its findings carry, and with ``apply`` write
     the verified ones into the user's files.
@@ -151,16 +152,83 @@ def fix(
     unless ``apply``, and then only verified edits, atomically, and only where the line still reads
     as it did at the check. The returned :class:`~leakscope.results.FixReport` carries the
     check's report with each edit marked verified or not, and one result per leaking finding.
+    Only files under the current directory (the project being checked) are edited, unless
+    ``allow_outside``.
     """
+    import os
+
     from leakscope.harness.proof import tolerance
     from leakscope.runner.proof import fix_report, prove_target, verdicts_of
 
     options = options or CheckOptions()
     report = check(targets, options, on_result=on_result)
+    root = None if allow_outside else os.getcwd()
     verdicts = verdicts_of(
-        report, lambda target, groups, original: prove_target(target, groups, original, options)
+        report,
+        lambda target, groups, original: prove_target(target, groups, original, options),
+        root,
     )
-    return fix_report(report, verdicts, apply=apply, tolerance=tolerance())
+    return fix_report(report, verdicts, apply=apply, tolerance=tolerance(), root=root)
 
 
-__all__ = ["check", "explain", "fix", "one_row_per_error"]
+def fix_script(
+    script: str,
+    argv: Sequence[str] = (),
+    *,
+    methods: Sequence[str] = (),
+    apply: bool = False,
+    allow_outside: bool = False,
+    steps: int | None = None,
+    timeout: float | None = None,
+) -> FixReport:
+    """Watch the training script ``script`` (run with ``argv``) as ``leakscope watch`` does, then prove
+    every edit its findings carry by running the job again with the edit, for a few backward calls with
+    the same seeds (NOTE [A script's fix is proven by re-running it]); with ``apply`` write the verified
+    ones. ``methods``: the steps to watch; none: the built-in adapters' steps, and where the job
+    imports none of them, every ``Tensor.backward`` call (:data:`BACKWARD_METHOD`).
+    """
+    import os
+
+    from leakscope.harness.proof import tolerance
+    from leakscope.live.job import watch_job
+    from leakscope.live.session import WatchOptions
+    from leakscope.runner.proof import fix_report, verdicts_of
+    from leakscope.scriptproof import DEFAULT_STEPS, prove_script
+
+    chosen = tuple(methods)
+    report = watch_job(script, list(argv), WatchOptions(methods=chosen), timeout=timeout).report
+    if not chosen and report.results and all(r.verdict.value == "error" for r in report.results):
+        # NOTE: the job called no built-in step method; watch every backward call instead.
+        chosen = (BACKWARD_METHOD,)
+        report = watch_job(script, list(argv), WatchOptions(methods=chosen), timeout=timeout).report
+    root = None if allow_outside else os.getcwd()
+    n = steps or DEFAULT_STEPS
+    verdicts = verdicts_of(
+        report,
+        lambda _target, groups, original: prove_script(
+            script,
+            argv,
+            chosen,
+            groups,
+            original,
+            steps=n,
+            timeout=timeout,
+        ),
+        root,
+    )
+    n = steps or DEFAULT_STEPS
+    return fix_report(
+        report,
+        verdicts,
+        apply=apply,
+        tolerance=tolerance(),
+        root=root,
+        compared=f"losses and gradients compared over the job's first {n} backward calls, same seeds",
+    )
+
+
+#: the step ``fix_script`` watches in a job that calls no built-in step method
+BACKWARD_METHOD = "torch._tensor:Tensor.backward"
+
+
+__all__ = ["BACKWARD_METHOD", "check", "explain", "fix", "fix_script", "one_row_per_error"]

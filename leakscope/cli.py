@@ -27,7 +27,9 @@ app = typer.Typer(
 app.command("check")(check.check)
 app.command("estimate")(estimate.estimate)
 app.command("explain")(explain.explain)
-app.command("fix")(fix.fix)
+app.command("fix", context_settings={"ignore_unknown_options": True})(
+    fix.fix
+)  # a script's own options (leakscope fix train.py --lr 1e-4) pass through to it
 app.command(
     "watch", context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True}
 )(watch.watch)

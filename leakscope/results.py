@@ -366,3 +366,7 @@ class FixReport:
     tolerance: str = ""
     #: ``--apply`` was given
     apply: bool = False
+    #: every verified edit as one unified patch (``git apply`` takes it), file by file
+    patch: str = ""
+    #: what each proof compared, in words
+    compared: str = "gradients compared after one train step, same seed and micro-batch"

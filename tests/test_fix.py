@@ -56,12 +56,16 @@ FIXABLE = (
     "library_distribution",
     "library_log_buffer",
     "library_thread_local",
+    "metric_dict",
     "micro_batch_write",
     "model_state",
     "module_global",
     "nodes_only",
     "rl_keys",
     "thread_forward",
+    # verl's shape: a returned container of attached tensors, detached at the return (NOTE [Detached
+    # at the return])
+    "verl_bug",
 )
 #: leaky fixtures where no one-line edit can be right, so the judge derives none (NOTE [Fixes that never
 #: break training], NOTE [The names a fix detaches]); fix proposes nothing and writes nothing:
@@ -73,10 +77,19 @@ WRONG_EDITS = {
     # the entropy bonus reads self.scaled back: a detached copy stored there changes a gradient (a run
     # shows it), so the fix is "detach only after the loss", not an edit of the storing line
     "loss_reads_stored": ("engine.scaled", "no one-line edit"),
+    # the value loss reads the stored values back through a critic on a plain wrapper object: the
+    # detach would remove the critic's gradient, which the proof sees (NOTE [Every gradient the step's
+    # backward reaches])
+    "critic_wrapper": ("engine.values[0]", "no one-line edit"),
 }
 #: the clean look-alikes of the fixtures above: fix proposes nothing for them
-CLEAN_TWINS = tuple(
-    f"{name}_clean" for name in (*FIXABLE, *WRONG_EDITS) if (FIXTURES / f"{name}_clean.py").exists()
+CLEAN_TWINS = (
+    *(
+        f"{name}_clean"
+        for name in (*FIXABLE, *WRONG_EDITS)
+        if (FIXTURES / f"{name}_clean.py").exists()
+    ),
+    "verl_fix",
 )
 #: fast enough for the suite, and still each holder's single step (the growth run is not needed to
 #: find these holders)
@@ -261,6 +274,38 @@ def test_a_detach_that_would_cut_a_gradient_is_proven_to_change_it() -> None:
     assert not verified  # ...but a gradient changed
     assert reason.startswith("not verified: the edit changes the gradient of module."), reason
     assert "beyond rtol=1e-05, atol=1e-07" in reason
+
+
+def test_a_detach_that_removes_a_wrapped_critics_gradient_is_never_verified() -> None:
+    """critic_wrapper's value head sits on a plain object (``self.critic.net``): the obvious detach where
+    the values are stored removes the critic's whole gradient, and the proof, which compares every leaf
+    the step's backward reaches, says so by name."""
+    file = "fixtures/critic_wrapper.py"
+    lines = (ROOT / file).read_text().splitlines()
+    number = next(i for i, line in enumerate(lines, 1) if "self.values.append(" in line)
+    before = lines[number - 1].strip()
+    edit = Edit(
+        file,
+        number,
+        13,
+        before,
+        "self.values.append(self.critic.net(features).squeeze(-1).detach())",
+    )
+    target = fixture_target("critic_wrapper")
+    group = EditGroup(target, edit, (("train", "engine.values[0]"),))
+    proof = prove_target(
+        target,
+        [group],
+        {"train": ["engine.values[0]"]},
+        CheckOptions(modes=(Mode.TRAIN,), micro_batches=1, confirm=False),
+    )
+    (result,) = proof.proofs[0].results
+    assert result.verdict is Verdict.CLEAN  # the holder is gone...
+    verified, reason = decide(group, proof.proofs[0], {"train": ["engine.values[0]"]})
+    assert not verified  # ...and the critic lost its gradient
+    assert reason.startswith("not verified: the edit changes the gradient of engine.critic.net."), (
+        reason
+    )
 
 
 # -- edits as text ------------------------------------------------------------------------------------

@@ -139,6 +139,7 @@ def watch(
             fmt,
             output,
         )
+    _refuse_inputs([p for p in (output, emit_test) if p is not None], script, fmt)
     argv = list(args or [])
     if (
         module is not None and script is not None
@@ -181,17 +182,51 @@ def watch(
     except LeakscopeError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
     if emit_test is not None and done.reporting:
-        _emit_test(done.report, emit_test, list(allow or []), script)
+        _emit_test(done.report, emit_test, list(allow or []), script, argv, list(method or []))
     raise typer.Exit(_output(done, fmt, output, debug, quiet=quiet, color=color))
 
 
-def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) -> None:
-    """Write the regression test for the report's leaking classes (NOTE [From a real job to a gate]);
-    say on stderr what it checks, or that there was nothing to write."""
+def _refuse_inputs(outputs: list[Path], script: str | None, fmt: FormatChoice) -> None:
+    """An output path that is the script itself (``--emit-test train.py train.py``), or the same path
+    twice, is refused before the job runs, exit 2."""
+    written = [p.resolve() for p in outputs]
+    if len(set(written)) < len(written):
+        fail("-o and --emit-test name the same file: give each its own", 2, fmt, None)
+    if script is not None:
+        for given, path in zip(outputs, written, strict=True):
+            if path == Path(script).resolve():
+                fail(
+                    f"{terminal(given)} is the script being watched, an input: write it elsewhere",
+                    2,
+                    fmt,
+                    None,
+                )
+
+
+def _emit_test(
+    report: Any,
+    path: Path,
+    allow: list[str],
+    script: str | None,
+    argv: list[str],
+    methods: list[str],
+) -> None:
+    """Write the regression test for the report's leaking classes, and for a graph the job itself
+    holds, a watch of the job (NOTE [From a real job to a gate]); say on stderr what it checks, or
+    that there was nothing to write."""
+    import os
+
     from leakscope.atomic import write_atomic
     from leakscope.render import regression
 
     found = regression.leaking_classes(report, script)
+    note = regression.job_note(report, script, allow)
+    if note is not None:
+        typer.echo(f"leakscope: {terminal(note)}", err=True)
+    held = regression.job_held(report, allow) if script else []
+    if held:
+        found = {**found, terminal(f"the job {script}"): held}
+        found = {k: v for k, v in found.items() if v}
     if not found:
         typer.echo(f"leakscope: no step kept a graph: {terminal(path)} not written", err=True)
         return
@@ -205,7 +240,15 @@ def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) ->
                 err=True,
             )
     try:
-        write_atomic(path, regression.render(report, allow=allow, script=script).encode("utf-8"))
+        text = regression.render(
+            report,
+            allow=allow,
+            script=script,
+            args=argv,
+            methods=methods,
+            cwd=os.path.relpath(os.getcwd(), path.resolve().parent),
+        )
+        write_atomic(path, text.encode("utf-8"))
     except OSError as exc:
         typer.echo(
             f"leakscope: error: cannot write {terminal(path)}: {exc.strerror or exc}", err=True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from leakscope.harness.proof import GradientCheck, in_project
+from leakscope.harness.proof import GradientCheck, in_project, outside
 from leakscope.results import Edit, Finding, Report, Severity, TargetResult, Verdict
 
 
@@ -43,13 +43,18 @@ def leaking(result: TargetResult) -> list[Finding]:
     return [f for f in result.findings if f.severity is Severity.LEAK]
 
 
-def edit_groups(report: Report) -> list[EditGroup]:
+def edit_groups(report: Report, root: str | None = None) -> list[EditGroup]:
     """Each distinct edit of each target, with the findings it is for, in report order; an edit of a
-    file outside the user's project (an installed package's line) is never proposed."""
+    file that is not the user's (an installed package's line), or outside the project directory
+    ``root`` (None: anywhere), is never proposed."""
     groups: dict[tuple[str, Edit], list[tuple[str, str]]] = {}
     for result in report.results:
         for finding in leaking(result):
-            if finding.edit is not None and in_project(finding.edit.file):
+            if (
+                finding.edit is not None
+                and in_project(finding.edit.file)
+                and not outside(finding.edit.file, root)
+            ):
                 groups.setdefault((result.target, _bare(finding.edit)), []).append(
                     (result.mode.value, str(finding.path))
                 )
@@ -115,17 +120,23 @@ def decide(
         )
     paths = ", ".join(dict.fromkeys(path for _, path in group.findings))
     return True, (
-        f"verified: with the edit no graph is held at {paths}, and one train step's gradients and parameters"
+        f"verified: with the edit no graph is held at {paths}, and {grads.subject}"
         f" are unchanged ({grads.compared} tensors within {tolerance}; max |diff| {_number(grads.max_diff)})"
     )
 
 
-def no_edit_reason(finding: Finding) -> str:
+def no_edit_reason(finding: Finding, root: str | None = None) -> str:
     """Why a finding has no edit to prove, in words."""
     if finding.edit is not None and not in_project(finding.edit.file):
         return (
             f"no one-line edit in your code: the line that stored it is in an installed package"
-            f" ({finding.edit.file}:{finding.edit.line}), which leakscope never edits"
+            f" ({finding.edit.file}:{finding.edit.line}), which leakscope never edits: upgrade the"
+            " library, or call it on detached values, or under torch.no_grad() where only numbers are used"
+        )
+    if finding.edit is not None and outside(finding.edit.file, root):
+        return (
+            f"not edited: {finding.edit.file}:{finding.edit.line} is outside the project being checked"
+            f" ({root}); give --allow-outside to prove and write edits there"
         )
     return "no one-line edit"
 

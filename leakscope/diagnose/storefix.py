@@ -10,11 +10,13 @@ named only for verl's engines.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import json
 import re
 from collections.abc import Iterator
 
-from leakscope.holders import HolderPath, SegmentKind, shorten
+from leakscope.holders import HolderPath, Segment, SegmentKind, shorten
 from leakscope.results import Cause, Holder, Source
 
 #: the adapter whose engines get verl's own fix named
@@ -246,14 +248,113 @@ def fix_for(
     return f"at {at}: {rewritten}{' (or .item() for a scalar)' if store.op == 'attribute' else ''}{graph_note}"
 
 
+# NOTE [Detached at the return]
+# A step that returns a container of attached tensors (verl's ``model_output``)
+# is fixed where verl fixed it (verl#6699): at the return, after the loss is
+# computed, the returned container's tensors are detached; the loss the caller
+# runs backward on (the return's first element) is left as it is. The return is
+# parsed (``ast``) and the holder path followed through the literals it builds
+# (``{"model_output": model_output}``) to the expression that holds the graph;
+# a tensor is detached there, and a container holding it (the path goes on past
+# that expression) is rebuilt with every tensor in it detached
+# (``{k: v.detach() if hasattr(v, "detach") else v for k, v in X.items()}``), so
+# the findings of one container (``log_probs``, ``entropy``) share one edit. A
+# container reached only through a name is rebuilt key by key down to it
+# (``{**output, "model_output": {...}}``). Nothing else on the line changes.
+
+_DETACHED_ITEMS = '{{k: v.detach() if hasattr(v, "detach") else v for k, v in {0}.items()}}'
+_DETACHED_ENTRIES = '[v.detach() if hasattr(v, "detach") else v for v in {0}]'
+
+
+def _source(code: str, node: ast.expr) -> str:
+    """The text of ``node`` in the one-line ``code`` (``ast`` offsets count UTF-8 bytes)."""
+    raw = code.encode("utf-8")
+    return raw[node.col_offset : node.end_col_offset].decode("utf-8")
+
+
+def _rebuilt(expr: str, rest: tuple[Segment, ...]) -> str | None:
+    """``expr`` with the tensor at ``rest`` below it detached (NOTE [Detached at the return])."""
+    if not rest:
+        return _detached(expr)
+    head = rest[0]
+    if len(rest) == 1:  # the container the tensor is in: every tensor in it detached
+        if head.kind is SegmentKind.KEY:
+            return _DETACHED_ITEMS.format(_atom(expr))
+        if head.kind is SegmentKind.INDEX:
+            return _DETACHED_ENTRIES.format(_atom(expr))
+        return None
+    if head.kind is SegmentKind.KEY and isinstance(head.name, (str, int)):
+        key = json.dumps(head.name)
+        inner = _rebuilt(f"{_atom(expr)}[{key}]", rest[1:])
+        return None if inner is None else f"{{**{_atom(expr)}, {key}: {inner}}}"
+    return None
+
+
+def _atom(expr: str) -> str:
+    return expr if re.fullmatch(r"[\w.]+(?:\[[^\[\]]+\])*", expr) else f"({expr})"
+
+
+def _return_detached(code: str, path: HolderPath) -> str | None:
+    """The ``return loss, output`` line with the returned tensor at ``path`` detached (NOTE
+    [Detached at the return]); None when the line is not such a return or the path cannot be followed."""
+    if path.root != "output":
+        return None
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return None
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Return):
+        return None
+    value = tree.body[0].value
+    if not isinstance(value, ast.Tuple) or len(value.elts) != 2:
+        return None
+    node: ast.expr = value.elts[1]
+    segments = path.segments
+    while segments:
+        head, child = segments[0], None
+        if isinstance(node, ast.Dict) and head.kind is SegmentKind.KEY:
+            for key, item in zip(node.keys, node.values, strict=True):
+                if isinstance(key, ast.Constant) and key.value == head.name:
+                    child = item
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "dict"
+            and head.kind is SegmentKind.KEY
+        ):
+            child = next((k.value for k in node.keywords if k.arg == head.name), None)
+        elif isinstance(node, (ast.Tuple, ast.List)) and head.kind is SegmentKind.INDEX:
+            index = head.name
+            if isinstance(index, int) and 0 <= index < len(node.elts):
+                child = node.elts[index]
+        if child is None:
+            break
+        node, segments = child, segments[1:]
+    if isinstance(node, (ast.Dict, ast.List, ast.Tuple, ast.Set)) or any(
+        isinstance(n, ast.Lambda) for n in ast.walk(node)
+    ):
+        return None  # a literal the path could not be followed into, or a closure
+    rebuilt = _rebuilt(_source(code, node), segments)
+    if rebuilt is None:
+        return None
+    raw = code.encode("utf-8")
+    return (
+        raw[: node.col_offset].decode("utf-8")
+        + rebuilt
+        + raw[node.end_col_offset :].decode("utf-8")
+    )
+
+
 def rewrite(store: StoreSite, path: HolderPath) -> str | None:
     """The stored-at line rewritten so that it stores a detached value (the line's text, stripped),
     or None when no one-line rewrite can be derived: the names that held the graph when the line ran
     are detached where they are read (NOTE [The names a fix detaches]), else the value the line
     stores; never a container literal or constructor."""
     code = _without_comment(store.code)
-    if store.op == "return" or not _complete(code):
-        return None  # a return, or one line of a statement that goes on (``x = torch.cat([``)
+    if not _complete(code):
+        return None  # one line of a statement that goes on (``x = torch.cat([``)
+    if store.op == "return":
+        return _return_detached(code, path)
     if store.graph_names:
         by_names = _names_detached(code, store.graph_names)
         if by_names is not None:

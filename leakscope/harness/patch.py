@@ -15,7 +15,12 @@ rule for what an :class:`~leakscope.results.Edit` does to a file, used by all th
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
+import os
+import re
+import tokenize
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,10 +35,48 @@ class StaleEdit(LeakscopeError):
     exit_code = ExitCode.LEAK
 
 
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def source_lines(text: str) -> list[str]:
+    """``text``'s lines with their endings, broken where Python breaks source lines (NOTE [Files are
+    the user's]): a form feed or a Unicode line separator inside a line stays in it."""
+    return _LINE.findall(text)
+
+
+def source_encoding(data: bytes) -> str:
+    """The encoding Python reads a source file of ``data`` in (its coding cookie, a BOM, else UTF-8)."""
+    try:
+        return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+    except SyntaxError:
+        return "utf-8"
+
+
 def read_source(path: Path) -> str:
-    """The file's text, line endings kept as they are."""
-    with open(path, encoding="utf-8", newline="") as f:
-        return f.read()
+    """The file's text in the encoding Python reads it in, line endings kept as they are; raises
+    :class:`~leakscope.errors.UsageError` when it does not decode (never a traceback)."""
+    data = path.read_bytes()
+    encoding = source_encoding(data)
+    try:
+        return data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as exc:
+        raise UsageError(
+            f"cannot read {path} as {encoding} (its declared encoding): {exc}; fix its coding cookie"
+        ) from None
+
+
+def write_source(path: Path, text: str) -> None:
+    """Write ``text`` over the source file ``path`` (NOTE [Files are the user's]): in the encoding the
+    file had, atomically, keeping its mode and, where this process may, its owner and group."""
+    from leakscope.atomic import write_atomic
+
+    info = path.stat()
+    data = text.encode(source_encoding(path.read_bytes()))
+    write_atomic(path, data)
+    with contextlib.suppress(OSError):  # only root (or the owner, for a group it is in) may
+        now = path.stat()
+        if (now.st_uid, now.st_gid) != (info.st_uid, info.st_gid):
+            os.chown(path, info.st_uid, info.st_gid)
 
 
 def applied(text: str, edits: Sequence[Edit], *, name: str = "the file") -> str:
@@ -42,7 +85,7 @@ def applied(text: str, edits: Sequence[Edit], *, name: str = "the file") -> str:
     Two edits of one line must agree; raises :class:`StaleEdit` when a line does not read
     ``before`` any more.
     """
-    lines = text.splitlines(keepends=True)
+    lines = source_lines(text)
     by_line: dict[int, Edit] = {}
     for edit in edits:
         other = by_line.get(edit.line)
@@ -77,8 +120,8 @@ def applied(text: str, edits: Sequence[Edit], *, name: str = "the file") -> str:
 def unified_diff(file: str, before: str, after: str) -> str:
     """``git diff`` style: ``--- a/FILE``, ``+++ b/FILE``, three lines of context."""
     diff = difflib.unified_diff(
-        before.splitlines(keepends=True),
-        after.splitlines(keepends=True),
+        source_lines(before),
+        source_lines(after),
         f"a/{file}",
         f"b/{file}",
         n=3,
@@ -96,4 +139,13 @@ def edit_lines(edit: Edit) -> tuple[str, str]:
     return f"{indent}{edit.before}", f"{indent}{edit.after}"
 
 
-__all__ = ["StaleEdit", "applied", "edit_lines", "read_source", "unified_diff"]
+__all__ = [
+    "StaleEdit",
+    "applied",
+    "edit_lines",
+    "read_source",
+    "source_encoding",
+    "source_lines",
+    "unified_diff",
+    "write_source",
+]

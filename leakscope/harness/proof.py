@@ -16,6 +16,20 @@
 # changed gradient. Between variants every user module loaded since the child
 # started is dropped from ``sys.modules``, so module state (a registry list, a
 # class attribute) starts empty each time, as in a fresh job.
+
+# NOTE [Every gradient the step's backward reaches]
+# A detach that removes a gradient is the one mistake a fix must never make, and
+# it can remove the gradient of a model leakscope has no name for: a critic on a
+# plain wrapper object (``self.critic.net``), a parameter only an optimizer's
+# group holds, a buffer that requires grad. So the leaves compared are found from
+# the graph, not from attribute names: each ``torch.autograd.backward`` (and
+# ``torch.autograd.grad``) the step calls first walks its roots' graph to the
+# ``AccumulateGrad`` nodes and records their ``variable``s (:func:`graph_leaves`).
+# Names come from a bounded walk of the model and the engine through modules,
+# plain objects, containers and optimizers (:func:`_named_leaves`); a leaf the
+# graph reached that no walk names is compared by the order the graph reached it.
+# A leaf with a gradient on one side only (the detach cut it off) is a changed
+# gradient, never "unchanged".
 """
 
 from __future__ import annotations
@@ -28,12 +42,14 @@ import importlib.util
 import linecache
 import math
 import sys
+import threading
 import types
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from leakscope.errors import EngineError, LeakscopeError, TargetError
+from leakscope.harness.patch import source_lines
 from leakscope.harness.protocol import EngineSpec
 from leakscope.options import CheckOptions
 from leakscope.probe import safe
@@ -60,8 +76,10 @@ class _EditedLoader(importlib.machinery.SourceFileLoader):
         self._text = text
 
     def get_data(self, path: str) -> bytes:
-        if path == self.path:
-            return self._text.encode("utf-8")
+        if path == self.path:  # in the file's own encoding, which its coding cookie still declares
+            from leakscope.harness.patch import source_encoding
+
+            return self._text.encode(source_encoding(super().get_data(path)))
         return super().get_data(path)
 
     def path_stats(self, path: str) -> Mapping[str, Any]:
@@ -74,9 +92,23 @@ class _EditedFinder(importlib.abc.MetaPathFinder):
 
     def __init__(self, texts: Mapping[str, str]) -> None:
         self.texts = dict(texts)
+        self._busy = threading.local()
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        # Another finder that asks the finders after it (a watch's import hook) asks this one again:
+        # the inner call answers None, so each finder is asked once per lookup.
+        if getattr(self._busy, "on", False):
+            return None
+        self._busy.on = True
+        try:
+            return self._find(fullname, path, target)
+        finally:
+            self._busy.on = False
+
+    def _find(
+        self, fullname: str, path: Sequence[str] | None, target: types.ModuleType | None
     ) -> importlib.machinery.ModuleSpec | None:
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -116,6 +148,18 @@ def in_project(file: str) -> bool:
     if is_library_file(file):
         return False
     return not ({"site-packages", "dist-packages"} & set(Path(file).parts))
+
+
+def outside(file: str, root: str | None) -> bool:
+    """Whether ``file`` lies outside the project directory ``root`` (None: no bound, ``--allow-outside``):
+    a fix edits only files under the project being checked (NOTE [Files are the user's])."""
+    if root is None:
+        return False
+    try:
+        Path(file).resolve().relative_to(Path(root).resolve())
+    except (OSError, ValueError):
+        return True
+    return False
 
 
 def user_modules(since: set[str]) -> list[str]:
@@ -162,7 +206,7 @@ def edited_modules(
     finder = _EditedFinder(by_path)
     sys.meta_path.insert(0, finder)
     for path, text in by_path.items():  # tracebacks and stored-at lines read the edited lines
-        linecache.cache[path] = (len(text), None, text.splitlines(keepends=True), path)
+        linecache.cache[path] = (len(text), None, source_lines(text), path)
     try:
         if target is not None:
             _load_file_target(target, by_path)
@@ -226,6 +270,8 @@ class GradientCheck:
     error: str | None = None
     rtol: float = RTOL
     atol: float = ATOL
+    #: what was compared, in words, as the verdict says it
+    subject: str = "one train step's gradients and parameters"
 
     @property
     def equal(self) -> bool:
@@ -242,36 +288,155 @@ class StepTensors:
     with_grad: int
 
 
-def _parameters(model: Any, engine: Any) -> list[tuple[str, Any]]:
-    """The model's parameters, then the engine's own: its modules' parameters and its leaf tensors
-    that require grad (a learnable coefficient), each once."""
+def graph_leaves(roots: Sequence[Any]) -> list[Any]:
+    """Every leaf tensor a backward from ``roots`` accumulates into, in the order the graph reaches
+    them: the ``variable`` of each ``AccumulateGrad`` node reachable from the roots' ``grad_fn``
+    (NOTE [Every gradient the step's backward reaches]). Iterative, each node once."""
+    leaves: list[Any] = []
+    seen: set[int] = set()
+    stack = [safe.grad_fn(t) for t in roots if safe.is_tensor(t)]
+    stack.reverse()
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        variable = (
+            getattr(node, "variable", None) if type(node).__name__ == "AccumulateGrad" else None
+        )
+        if variable is not None:
+            leaves.append(variable)
+            continue
+        nexts = getattr(node, "next_functions", ()) or ()
+        stack.extend(reversed([fn for fn, _ in nexts if fn is not None]))
+    return leaves
+
+
+@contextlib.contextmanager
+def _backward_roots(found: list[Any]) -> Iterator[None]:
+    """Within the block, each ``torch.autograd.backward`` (``Tensor.backward`` calls it) and
+    ``torch.autograd.grad`` first records the leaves its graph reaches into ``found``; the original
+    functions are back in place after the block, whatever happens."""
+    import torch
+
+    backward, grad = torch.autograd.backward, torch.autograd.grad
+
+    def roots_of(tensors: Any) -> list[Any]:
+        return list(tensors) if isinstance(tensors, (list, tuple)) else [tensors]
+
+    def recording_backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        found.extend(graph_leaves(roots_of(tensors)))
+        return backward(tensors, *args, **kwargs)
+
+    def recording_grad(outputs: Any, *args: Any, **kwargs: Any) -> Any:
+        found.extend(graph_leaves(roots_of(outputs)))
+        return grad(outputs, *args, **kwargs)
+
+    torch.autograd.backward = recording_backward
+    torch.autograd.grad = recording_grad
+    try:
+        yield
+    finally:
+        torch.autograd.backward = backward
+        torch.autograd.grad = grad
+
+
+#: how deep the walk from the model and the engine looks for named leaves (``engine.critic.net``)
+_NAME_DEPTH = 4
+
+
+def _named_leaves(model: Any, engine: Any) -> list[tuple[str, Any]]:
+    """Leaf tensors that require grad, named by how the model and the engine hold them: the model's
+    parameters and buffers, then the engine's, through modules, plain objects (a critic on a wrapper,
+    ``engine.critic.net.weight``), dicts, lists and optimizers' parameter groups, each once (read as
+    the walk reads: NOTE [Reads that run no user code])."""
     import torch
 
     seen: set[int] = set()
+    visited: set[int] = set()
     out: list[tuple[str, Any]] = []
 
-    def add(name: str, t: Any) -> None:
-        if id(t) not in seen:
+    def add(name: str, t: Any, *, parameter: bool = False) -> None:
+        # A module's parameters are compared whether they require grad or not (a frozen base
+        # weight's value after the step); any other tensor only when it is a leaf that requires grad.
+        if id(t) not in seen and (
+            parameter or (safe.is_tensor(t) and safe.is_leaf(t) and safe.requires_grad(t))
+        ):
             seen.add(id(t))
             out.append((name, t))
 
-    if isinstance(model, torch.nn.Module):
-        for name, p in model.named_parameters():
-            add(f"module.{name}", p)
-    if safe.is_instance(
-        engine, torch.nn.Module
-    ):  # a LightningModule: its own parameters (and the model's again)
-        for name, p in engine.named_parameters():
-            add(f"engine.{name}", p)
-    attrs = dict(
-        safe.instance_dict(engine) or {}
-    )  # read as the walk reads (NOTE [Reads that run no user code])
-    for attr, value in attrs.items():
-        if safe.is_instance(value, torch.nn.Module):
-            for name, p in value.named_parameters():
-                add(f"engine.{attr}.{name}", p)
-        elif safe.is_tensor(value) and safe.is_leaf(value) and safe.requires_grad(value):
-            add(f"engine.{attr}", value)
+    def walk(name: str, value: Any, depth: int) -> None:
+        if id(value) in visited or depth > _NAME_DEPTH:
+            return
+        visited.add(id(value))
+        if safe.is_tensor(value):
+            add(name, value)
+        elif safe.is_instance(value, torch.nn.Module):
+            for sub, p in value.named_parameters():
+                add(f"{name}.{sub}", p, parameter=True)
+            for sub, b in value.named_buffers():
+                add(f"{name}.{sub}", b)
+            for attr, v in (safe.instance_dict(value) or {}).items():
+                if attr not in ("_parameters", "_buffers", "_modules"):
+                    walk(f"{name}.{attr}", v, depth + 1)
+        elif safe.is_instance(value, torch.optim.Optimizer):
+            groups = (safe.instance_dict(value) or {}).get("param_groups", [])
+            for g, group in enumerate(groups if safe.is_exactly(groups, (list,)) else []):
+                params = group.get("params", []) if safe.is_exactly(group, (dict,)) else []
+                for i, p in enumerate(params if safe.is_exactly(params, (list, tuple)) else []):
+                    add(f"{name}.param_groups[{g}].params[{i}]", p)
+        elif safe.is_exactly(value, (dict,)):
+            for key, v in list(value.items()):
+                if safe.is_exactly(key, (str, int)):
+                    walk(f"{name}[{key!r}]", v, depth + 1)
+        elif safe.is_exactly(value, (list, tuple)):
+            for i, v in enumerate(list(value)):
+                walk(f"{name}[{i}]", v, depth + 1)
+        elif not safe.is_exactly(value, (str, bytes, int, float, bool, type(None))):
+            attrs = safe.instance_dict(value)
+            if attrs is not None and not isinstance(value, (type, types.ModuleType)):
+                for attr, v in list(attrs.items()):
+                    walk(f"{name}.{attr}", v, depth + 1)
+
+    walk("module", model, 0)
+    walk("engine", engine, 0)
+    return out
+
+
+def has_data(t: Any) -> bool:
+    """Whether ``t``'s storage holds its elements: FSDP2 frees an unsharded parameter's storage after
+    the step (the leaf its backward accumulated into), and reading it then crashes."""
+    try:
+        needed = (t.storage_offset() + t.numel()) * t.element_size()
+        return bool(t.untyped_storage().nbytes() >= needed)
+    except Exception:
+        return False
+
+
+def plain_copy(t: Any) -> Any:
+    """A detached plain copy of ``t`` to compare: a ``DTensor`` (an FSDP2 parameter or its
+    gradient) as its local shard, which ``torch.allclose`` can take."""
+    t = t.detach()
+    if callable(getattr(type(t), "to_local", None)):
+        t = t.to_local()
+    return t.clone()
+
+
+def _leaves(model: Any, engine: Any, reached: Sequence[Any]) -> list[tuple[str, Any]]:
+    """NOTE [Every gradient the step's backward reaches]: the named leaves, then each leaf the step's
+    backward reached that no name was found for, named by the order the graph reached it (a leaf
+    whose storage was freed, FSDP2's unsharded parameter, is compared through the sharded one its
+    gradient went to)."""
+    out = _named_leaves(model, engine)
+    named = {id(t) for _, t in out}
+    unnamed = 0
+    for t in reached:
+        if id(t) not in named and has_data(t):
+            named.add(id(t))
+            out.append(
+                (f"leaf {unnamed} the step's backward reached (shape {list(safe.shape(t))})", t)
+            )
+            unnamed += 1
     return out
 
 
@@ -295,10 +460,16 @@ def capture(
         str
     ] = []  # torch state the engine left changed: restored, and no concern of a proof
     with torch_state(changed), process_group(options.device), single_threaded():
-        model, engine = build_subject(spec, options)
+        # The same seed for the engine's own modules too (a critic it builds): both sides of a
+        # comparison start from the same weights; the process's generator is left as it was.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model, engine = build_subject(spec, options)
         try:
             micro_batch = make_micro_batch(spec, options, 0)
-            initial = {id(p): p.detach().clone() for _, p in _parameters(model, engine)}
+            before_step = _leaves(model, engine, ())
+            initial = {id(p): plain_copy(p) for _, p in before_step}
+            reached: list[Any] = []
             if detach_stores:
                 from leakscope.harness.stored import StoreTracer
                 from leakscope.probe.library import is_library_file
@@ -309,28 +480,33 @@ def capture(
                 )
                 tracer.install()
                 try:
-                    step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
+                    with _backward_roots(reached):
+                        step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
                 finally:
                     tracer.remove()
                     roots.clear()
                 if not tracer.detached:
                     raise EngineError("the store could not be replaced by a detached copy")
             else:
-                step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
+                with _backward_roots(reached):
+                    step_once(spec, engine, micro_batch, Mode.TRAIN, seed=0)
             tensors: dict[str, Any] = {}
             with_grad = (
                 0  # tensors that tell something: a gradient, or a value the step's update moved
             )
-            for name, p in _parameters(model, engine):
+            for name, p in _leaves(model, engine, [*(t for _, t in before_step), *reached]):
                 before = initial.get(id(p))
+                value = plain_copy(p)
                 moved = (
-                    before is None or before.shape != p.shape or not torch.equal(before, p.detach())
+                    before is None or before.shape != value.shape or not torch.equal(before, value)
                 )
                 if p.grad is not None or moved:
                     with_grad += 1
-                tensors[f"gradient of {name}"] = None if p.grad is None else p.grad.detach().clone()
-                tensors[f"value of {name} after the step"] = p.detach().clone()
+                tensors[f"gradient of {name}"] = None if p.grad is None else plain_copy(p.grad)
+                tensors[f"value of {name} after the step"] = value
             initial.clear()
+            before_step.clear()
+            reached.clear()
             del micro_batch
         finally:
             if spec.close_engine is not None:
@@ -387,9 +563,13 @@ __all__ = [
     "StepTensors",
     "capture",
     "compare",
+    "graph_leaves",
+    "has_data",
+    "plain_copy",
     "edited_modules",
     "forget",
     "in_project",
+    "outside",
     "step_error",
     "tolerance",
     "user_modules",

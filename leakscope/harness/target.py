@@ -171,17 +171,23 @@ def target_directory(target: Any) -> Path | None:
     without importing (and so without executing) any package; an object: its
     module's file, if that module is already imported. None when not found.
     """
+    file = target_file(target)
+    return file.parent if file is not None else None
+
+
+def target_file(target: Any) -> Path | None:
+    """The file that defines ``target`` (resolved), found without running any code, as
+    :func:`target_directory` finds its directory; None when not found."""
     if not isinstance(target, str):
         module = sys.modules.get(getattr(target, "__module__", "") or "")
         file = getattr(module, "__file__", None)
-        return Path(file).resolve().parent if file else None
+        return Path(file).resolve() if file else None
     module_part = target.rpartition(":")[0]
     if not module_part:
         return None
     if _looks_like_path(module_part):
-        return Path(module_part).resolve().parent
-    found = module_file(module_part, [str(Path.cwd()), *sys.path])
-    return found.parent if found is not None else None
+        return Path(module_part).resolve()
+    return module_file(module_part, [str(Path.cwd()), *sys.path])
 
 
 def module_file(name: str, search: list[str]) -> Path | None:

@@ -34,8 +34,11 @@ class Outcome:
     frames: list[types.FrameType] = dataclasses.field(default_factory=list)
 
 
-def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
-    """Run ``target`` (a script path, or a module name with ``as_module``) with ``sys.argv`` = ``[target, *argv]``."""
+def run(
+    target: str, argv: Sequence[str], *, as_module: bool, source: bytes | None = None
+) -> Outcome:
+    """Run ``target`` (a script path, or a module name with ``as_module``) with ``sys.argv`` = ``[target, *argv]``.
+    ``source``: the script's text to run instead of the file's (``leakscope fix`` proving an edit of it)."""
     import runpy
 
     from leakscope.live.observer import WatchStop
@@ -59,8 +62,9 @@ def run(target: str, argv: Sequence[str], *, as_module: bool) -> Outcome:
         path0 = os.getcwd()
     else:
         require_script(target)
-        with open(target, "rb") as f:
-            source = f.read()
+        if source is None:
+            with open(target, "rb") as f:
+                source = f.read()
         try:
             code = compile(source, target, "exec")
         except SyntaxError as exc:

@@ -82,10 +82,8 @@ def render_text(fixes: FixReport) -> str:
                 lines.append(f"  {fix.reason}")
             lines.append(f"  fix: {fix.hint}")
         lines.append("")
-    if fixes.fixes:
-        lines.append(
-            f"gradients compared after one train step, same seed and micro-batch, {fixes.tolerance}"
-        )
+    if any(f.status is not FixStatus.NONE for f in fixes.fixes):  # an edit was run, not only worded
+        lines.append(f"{fixes.compared}, {fixes.tolerance}")
     lines.append(summary_line(fixes))
     return "\n".join(terminal(line) for line in lines) + "\n"
 

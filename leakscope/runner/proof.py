@@ -60,32 +60,36 @@ def prove_target(
 ) -> TargetProof:
     """Prove each edit group of ``target`` in one child process. ``original``: the check's leak paths by
     mode. A child that dies or times out leaves an error proof for every group it did not finish."""
-    from leakscope.serialize import from_data, to_data
+    from leakscope.serialize import to_data
 
     phase("proving fixes", target=target)
+    request = {
+        "target": target,
+        "options": to_data(options),
+        "groups": [to_data(g) for g in groups],
+        "original": {mode: list(paths) for mode, paths in original.items()},
+    }
+    per_run = options.timeout or DEFAULT_TIMEOUT_PER_RUN
+    return run_prover("leakscope.runner.proof", request, len(groups), per_run * (len(groups) + 2))
+
+
+def run_prover(module: str, request: dict[str, Any], groups: int, limit: float) -> TargetProof:
+    """Run ``python -m MODULE REQUEST.json`` (a proof child: this one, or the script prover
+    :mod:`leakscope.scriptproof`) and read its records; a child that dies or runs past
+    ``limit`` seconds leaves an error proof for every one of the ``groups`` it did not finish."""
+    from leakscope.serialize import from_data
+
     with tempfile.TemporaryDirectory(prefix="leakscope-proof-") as tmp:
-        request, results = Path(tmp, "request.json"), Path(tmp, "results.jsonl")
-        request.write_text(
-            json.dumps(
-                {
-                    "target": target,
-                    "options": to_data(options),
-                    "groups": [to_data(g) for g in groups],
-                    "original": {mode: list(paths) for mode, paths in original.items()},
-                    "results": str(results),
-                    "cwd": os.getcwd(),
-                }
-            ),
-            encoding="utf-8",
+        path, results = Path(tmp, "request.json"), Path(tmp, "results.jsonl")
+        path.write_text(
+            json.dumps({**request, "results": str(results), "cwd": os.getcwd()}), encoding="utf-8"
         )
         proc = subprocess.Popen(
-            [sys.executable, "-m", "leakscope.runner.proof", str(request)],
+            [sys.executable, "-m", module, str(path)],
             stdin=subprocess.DEVNULL,
             stdout=_stderr_fd(),
             start_new_session=True,
         )
-        per_run = options.timeout or DEFAULT_TIMEOUT_PER_RUN
-        limit = per_run * (len(groups) + 2)
         timed_out = False
         try:
             returncode = proc.wait(timeout=limit)
@@ -109,7 +113,7 @@ def prove_target(
                 tuple(int(i) for i in record["indices"]),
                 from_data(EditProof, record["combined"]),
             )
-    if len(proofs) < len(groups):
+    if len(proofs) < groups:
         fatal = next((r["fatal"] for r in records if "fatal" in r), None)
         if timed_out:
             why = f"the proof process timed out after {limit:g} s and was killed"
@@ -117,9 +121,9 @@ def prove_target(
             why = f"leakscope's proof process failed: {fatal}"
         else:
             why = _death_message(returncode)
-        for i in range(len(groups)):
+        for i in range(groups):
             proofs.setdefault(i, EditProof(error=why))
-    return TargetProof(tuple(proofs[i] for i in range(len(groups))), combined)
+    return TargetProof(tuple(proofs[i] for i in range(groups)), combined)
 
 
 # -- from proofs to a fix report -----------------------------------------------------------------
@@ -128,11 +132,14 @@ Verdicts = dict[tuple[str, Edit], tuple[bool, str]]
 
 
 def verdicts_of(
-    report: Report, prove: Callable[[str, list[EditGroup], dict[str, list[str]]], TargetProof]
+    report: Report,
+    prove: Callable[[str, list[EditGroup], dict[str, list[str]]], TargetProof],
+    root: str | None = None,
 ) -> Verdicts:
     """``(verified, reason)`` for each ``(target, edit)`` of the report, proven target by target with
-    ``prove`` (:func:`prove_target`). Edits verified one by one but not together are not verified."""
-    groups = edit_groups(report)
+    ``prove`` (:func:`prove_target`). Edits verified one by one but not together are not verified.
+    ``root``: only files under this directory are edited (None: anywhere)."""
+    groups = edit_groups(report, root)
     verdicts: Verdicts = {}
     for target in dict.fromkeys(g.target for g in groups):
         mine = [g for g in groups if g.target == target]
@@ -160,15 +167,33 @@ def verdicts_of(
     return verdicts
 
 
-def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: str) -> FixReport:
+def fix_report(
+    report: Report,
+    verdicts: Verdicts,
+    *,
+    apply: bool,
+    tolerance: str,
+    root: str | None = None,
+    compared: str | None = None,
+) -> FixReport:
     """The fix report: the check's report with each edit marked, a diff per edit against the file as it
     reads now, and with ``apply`` the verified edits written (NOTE [An edit applies only to the line it
     was derived from]); one :class:`FixResult` per leaking finding, in report order."""
-    from leakscope.atomic import write_atomic
     from leakscope.errors import LeakscopeError
-    from leakscope.harness.patch import applied, read_source, unified_diff
+    from leakscope.harness.patch import applied, read_source, unified_diff, write_source
 
     diffs: dict[Edit, str] = {}
+    patch: list[str] = []
+    verified_by_file: dict[str, list[Edit]] = {}
+    for (_, edit), (ok, _why) in verdicts.items():
+        if ok and edit not in verified_by_file.get(edit.file, []):
+            verified_by_file.setdefault(edit.file, []).append(edit)
+    for file, edits in verified_by_file.items():
+        try:
+            text = read_source(Path(file))
+            patch.append(unified_diff(file, text, applied(text, _one_per_line(edits), name=file)))
+        except (OSError, LeakscopeError):
+            pass
     for _, edit in verdicts:
         try:
             text = read_source(Path(edit.file))
@@ -192,10 +217,7 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
                     chosen[edit.line] = edit
             try:
                 path = Path(file)
-                write_atomic(
-                    path,
-                    applied(read_source(path), list(chosen.values()), name=file).encode("utf-8"),
-                )
+                write_source(path, applied(read_source(path), list(chosen.values()), name=file))
                 written.update({edit: None for edit in chosen.values()})
             except LeakscopeError as exc:
                 written.update({edit: f"not applied: {exc.message}" for edit in chosen.values()})
@@ -235,7 +257,7 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
                         result.mode.value,
                         str(finding.path),
                         FixStatus.NONE,
-                        no_edit_reason(finding),
+                        no_edit_reason(finding, root),
                         finding.hint,
                     )
                 )
@@ -259,8 +281,22 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
             )
         results.append(dataclasses.replace(result, findings=tuple(findings)))
     return FixReport(
-        dataclasses.replace(report, results=tuple(results)), tuple(fixes), tolerance, apply
+        dataclasses.replace(report, results=tuple(results)),
+        tuple(fixes),
+        tolerance,
+        apply,
+        "".join(patch),
+        *([compared] if compared is not None else []),
     )
+
+
+def _one_per_line(edits: Sequence[Edit]) -> list[Edit]:
+    """The first edit of each line (two verified edits of one line: the first is written, the other
+    waits for the next run)."""
+    chosen: dict[int, Edit] = {}
+    for edit in edits:
+        chosen.setdefault(edit.line, edit)
+    return list(chosen.values())
 
 
 # -- the child ------------------------------------------------------------------------------------
@@ -271,7 +307,7 @@ def _write(out: IO[str], record: dict[str, Any]) -> None:
     out.flush()
 
 
-def _edited_texts(edits: Sequence[Edit]) -> dict[Path, str]:
+def edited_texts(edits: Sequence[Edit]) -> dict[Path, str]:
     """Each edited file's text with its edits applied; raises what :func:`applied` raises."""
     from leakscope.harness.patch import applied, read_source
 
@@ -333,7 +369,7 @@ class _Prover:
         from leakscope.runner.inprocess import check_target
 
         try:
-            texts = _edited_texts(edits)
+            texts = edited_texts(edits)
         except LeakscopeError as exc:
             return EditProof(error=exc.message)
         try:
@@ -357,31 +393,41 @@ class _Prover:
 
 def _run(request: dict[str, Any], out: IO[str]) -> None:
     from leakscope.harness.runtime import resolve_device
-    from leakscope.serialize import from_data, options_from_data, to_data
+    from leakscope.serialize import options_from_data
 
     options = dataclasses.replace(
         options_from_data(request["options"]), isolate=False, timeout=None, jobs=1
     )
     options = resolve_device(options)
     target = request["target"]
+    prove_groups(request, out, _Prover(target, options).prove, target)
+
+
+def prove_groups(
+    request: dict[str, Any], out: IO[str], prove: Callable[[Sequence[Edit]], EditProof], target: str
+) -> None:
+    """The child's loop: prove each edit group alone, then the verified ones together, writing one
+    record each as it goes (a child that dies keeps what it wrote)."""
+    from leakscope.serialize import from_data, to_data
+
     groups = [from_data(EditGroup, g) for g in request["groups"]]
     original: dict[str, list[str]] = request["original"]
-    prover = _Prover(target, options)
     verified = []
     for i, group in enumerate(groups):
         phase(f"proving fix {i + 1} of {len(groups)}", target=target)
-        proof = prover.prove([group.edit])
+        proof = prove([group.edit])
         _write(out, {"group": i, "proof": to_data(proof)})
         if decide(group, proof, original)[0]:
             verified.append(i)
     if len(verified) >= 2:
         phase("proving the verified fixes together", target=target)
-        proof = prover.prove([groups[i].edit for i in verified])
+        proof = prove([groups[i].edit for i in verified])
         _write(out, {"combined": to_data(proof), "indices": verified})
 
 
-def main(argv: list[str]) -> NoReturn:
-    """Run one proof request and exit without running anything the engine registered."""
+def main(argv: list[str], run: Callable[[dict[str, Any], IO[str]], None] | None = None) -> NoReturn:
+    """Run one proof request (with ``run``, default this module's) and exit without running anything
+    the engine registered."""
     os.dup2(2, 1)  # engine prints, even from C, land on stderr
     sys.stdout = sys.stderr
     faulthandler.enable(file=sys.__stderr__ or sys.stderr)
@@ -391,7 +437,7 @@ def main(argv: list[str]) -> NoReturn:
     status = 0
     with open(request["results"], "a", encoding="utf-8") as out:
         try:
-            _run(request, out)
+            (run or _run)(request, out)
         except BaseException as exc:  # noqa: B036 - the parent turns this line into an error per edit
             import traceback
 
@@ -411,7 +457,11 @@ __all__ = [
     "DEFAULT_TIMEOUT_PER_RUN",
     "TargetProof",
     "Verdicts",
+    "prove_groups",
+    "run_prover",
+    "edited_texts",
     "fix_report",
+    "main",
     "prove_target",
     "verdicts_of",
 ]

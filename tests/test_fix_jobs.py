@@ -1,0 +1,161 @@
+"""``leakscope fix`` end to end on copies: the README's leaky engine (verl's shape) fixed at its return,
+a training script fixed by re-running it, a representative set of the fixture registry fixed (its
+clean look-alikes untouched), and outputs that are inputs refused."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import FIXTURES, ROOT, fixture_modules, fixture_target
+
+pytestmark = pytest.mark.integration
+
+FAST = ("--mode", "train", "--micro-batches", "1", "--no-confirm")
+#: a representative set of the registry (the whole of it takes too long on one core): the verl shape,
+#: a metric stored into the returned metrics, an engine list, a running sum, a module global, a
+#: learnable coefficient, a critic on a plain wrapper whose detach would cut its gradient, a weight
+#: average updated outside torch.no_grad(), and the clean look-alikes
+REPRESENTATIVE = (
+    "verl_bug",
+    "verl_fix",
+    "metric_dict",
+    "metric_dict_clean",
+    "rl_keys",
+    "rl_keys_clean",
+    "kept_losses",
+    "kept_losses_clean",
+    "module_global",
+    "module_global_clean",
+    "learnable_coefficient",
+    "critic_wrapper",
+    "critic_wrapper_clean",
+    "ema_update",
+    "ema_update_clean",
+)
+#: leaky fixtures of the set where no edit can be right: fix writes nothing and says why
+NO_SAFE_EDIT = {"critic_wrapper"}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    env.pop("PYTHONPATH", None)
+    env.update(extra)
+    return env
+
+
+def _run(
+    *args: str, cwd: Path, timeout: float = 900, **env: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "leakscope", *args],
+        cwd=cwd,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_readmes_leaky_engine_is_fixed_at_its_return(tmp_path: Path) -> None:
+    shutil.copy(ROOT / "leakscope" / "models" / "engines.py", tmp_path / "my_engines.py")
+    done = _run(
+        "fix", "my_engines:LeakyFSDPEngine", "--apply", "--format", "json", *FAST, cwd=tmp_path
+    )
+    doc = json.loads(done.stdout)
+    assert done.returncode == 0 == doc["exit_code"], done.stderr[-3000:]
+    paths = {f["path"] for f in doc["fixes"]}
+    assert paths == {"output.model_output.log_probs", "output.model_output.entropy"}
+    for fix in doc["fixes"]:
+        assert fix["status"] == "verified" and fix["applied"], fix
+        assert (
+            fix["edit"]["before"]
+            == 'return loss, {"model_output": model_output, "metrics": metrics}'
+        )
+    text = (tmp_path / "my_engines.py").read_text(encoding="utf-8")
+    assert (
+        'return loss, {"model_output": {k: v.detach() if hasattr(v, "detach") else v for k, v in'
+        ' model_output.items()}, "metrics": metrics}' in text
+    )
+    again = _run("check", "my_engines:LeakyFSDPEngine", "--format", "json", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:]
+
+
+def test_a_script_is_fixed_by_re_running_it_and_its_patch_applies(tmp_path: Path) -> None:
+    shutil.copytree(FIXTURES, tmp_path / "fixtures", ignore=shutil.ignore_patterns("__pycache__"))
+    script = "fixtures/watch/module_loop.py"
+    job = ("--method", "fixtures.watch.loops:Stepper.step", script, "--keep")
+    done = _run("fix", "--diff", *job, cwd=tmp_path, PYTHONPATH=str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "1 verified, 0 not verified" in done.stderr
+    assert "the job's losses and gradients over its first 3 backward calls" in done.stderr
+    assert done.stdout.startswith(f"--- a/{script}\n+++ b/{script}\n"), done.stdout
+    assert "-        kept.append(loss)\n+        kept.append(loss.detach())\n" in done.stdout
+    assert (tmp_path / script).read_bytes() == (FIXTURES / "watch" / "module_loop.py").read_bytes()
+    patched = subprocess.run(
+        ["git", "apply", "-"], input=done.stdout, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert patched.returncode == 0, patched.stderr
+    watched = _run("watch", *job, cwd=tmp_path, PYTHONPATH=str(tmp_path))
+    assert watched.returncode == 0, watched.stdout[-3000:]
+
+
+def test_outputs_that_are_inputs_are_refused(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "watch" / "history_job.py", tmp_path / "train.py")
+    shutil.copy(FIXTURES / "watch" / "history_engine.py", tmp_path / "history_engine.py")
+    before = (tmp_path / "train.py").read_bytes()
+    watched = _run("watch", "--emit-test", "train.py", "train.py", cwd=tmp_path)
+    assert watched.returncode == 2
+    assert "train.py is the script being watched, an input" in watched.stderr
+    fixed = _run("fix", "history_engine:HistoryEngine", "-o", "history_engine.py", cwd=tmp_path)
+    assert fixed.returncode == 2
+    assert "is the file of history_engine:HistoryEngine, an input" in fixed.stderr
+    assert (tmp_path / "train.py").read_bytes() == before
+    assert "Traceback" not in watched.stderr + fixed.stderr
+
+
+# -- the fixture registry ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def registry_fixed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, Any], dict[str, Any]]:
+    """A copy of fixtures/ after ``fix --apply`` on the representative set, and ``check`` of the copy:
+    the copy's root, the fix report and the check report."""
+    root = tmp_path_factory.mktemp("registry")
+    shutil.copytree(FIXTURES, root / "fixtures", ignore=shutil.ignore_patterns("__pycache__"))
+    targets = [fixture_target(n) for n in REPRESENTATIVE]
+    done = _run("fix", *targets, "--apply", "--format", "json", *FAST, "--jobs", "2", cwd=root)
+    fixed = json.loads(done.stdout)
+    checked = _run("check", *targets, "--format", "json", *FAST, "--jobs", "2", cwd=root)
+    return root, fixed, json.loads(checked.stdout)
+
+
+@pytest.mark.parametrize("name", [n for n in fixture_modules() if n in REPRESENTATIVE])
+def test_every_leaky_fixture_gets_a_verified_fix_and_no_clean_one_an_edit(
+    name: str, registry_fixed: tuple[Path, dict[str, Any], dict[str, Any]]
+) -> None:
+    root, fixed, checked = registry_fixed
+    leaky = importlib.import_module(f"fixtures.{name}").EXPECTED["train"][0] == "leak"
+    fixes = [f for f in fixed["fixes"] if f["target"] == fixture_target(name)]
+    after = [r["verdict"] for r in checked["results"] if r["target"] == fixture_target(name)]
+    unchanged = (root / "fixtures" / f"{name}.py").read_bytes() == (
+        FIXTURES / f"{name}.py"
+    ).read_bytes()
+    if not leaky:
+        assert fixes == [] and unchanged and after == ["clean"]
+    elif name in NO_SAFE_EDIT:
+        assert fixes and all(f["status"] == "none" and not f["applied"] for f in fixes), fixes
+        assert unchanged and after == ["leak"]
+    else:
+        assert fixes and all(f["status"] == "verified" and f["applied"] for f in fixes), fixes
+        assert not unchanged and after == ["clean"], after
