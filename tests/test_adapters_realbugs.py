@@ -205,7 +205,7 @@ def test_an_old_ppo_trainer_is_refused_with_the_minibatch_method_to_watch() -> N
     assert results["train"]["error"] == (
         "trl.trainer.ppo_trainer:PPOTrainer cannot be driven by leakscope check: trl 0.4.0 lacks a PPOTrainer "
         "built on transformers.Trainer (before TRL 0.12 its step is PPOTrainer.step); check drives "
-        "transformers.Trainer from 4.x and TRL's DPO/SFT trainers from 0.8 and GRPO from its first release; "
+        "transformers.Trainer from 4.x and every TRL trainer built on it; "
         f"watch the job's own step instead: leakscope watch --method {PPO.method} your_train.py"
     )
 

@@ -40,7 +40,10 @@ INSTALL_HINT = (
 #: the heads a tiny Llama can have: ``causal`` (next-token logits, a policy or a teacher) and
 #: ``score`` (one scalar per sequence, ``LlamaForSequenceClassification`` with one label: a reward
 #: or value model)
-HEADS = {"causal": ("LlamaForCausalLM", "CAUSAL_LM"), "score": ("LlamaForSequenceClassification", "SEQ_CLS")}
+HEADS = {
+    "causal": ("LlamaForCausalLM", "CAUSAL_LM"),
+    "score": ("LlamaForSequenceClassification", "SEQ_CLS"),
+}
 
 
 def _imports() -> tuple[Any, Any, Any]:
