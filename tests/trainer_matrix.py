@@ -106,7 +106,7 @@ CPO_BUG = {
     ".venv-trl083": ("TRL 0.8.3", "engine._stored_metrics.train.nll_loss[0]"),
     ".venv-trl084": ("TRL 0.8.4", None),
 }
-CPO_SETUP = ".ci/setup-trl-cpo.sh"
+CPO_SETUP = ".ci/setup-trl08.sh"
 CPO_TARGET = f"{TRL}.cpo_trainer:CPOTrainer"
 
 
