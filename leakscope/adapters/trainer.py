@@ -127,7 +127,7 @@ def missing_api(kind: str, cls: type) -> list[str]:
     missing.extend(
         f"TrainingArguments.{names[0]}" for names in NEEDED_FIELDS if not fields.intersection(names)
     )
-    init = set(trainer_build.parameters(cls))
+    init = set(trainer_build.init_parameters(cls))
     if "args" not in init or not init.intersection(("processing_class", "tokenizer")):
         missing.append("Trainer(args=..., processing_class= or tokenizer=...)")
     return missing
@@ -172,7 +172,7 @@ class TrainerAdapter:
         why = trainer_build.cannot_feed(resolved.obj)
         if why is None:
             return None
-        fed_by_step = "train_dataset" not in trainer_build.parameters(resolved.obj)
+        fed_by_step = "train_dataset" not in trainer_build.init_parameters(resolved.obj)
         return (
             f"{resolved.spec} cannot be built by leakscope check: {why}; build it with --factory "
             f"pkg.mod:make_trainer (a function make_trainer(model) that returns the trainer), or watch the job's "

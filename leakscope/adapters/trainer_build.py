@@ -51,10 +51,12 @@ CHAT_TEMPLATE = (
 
 # NOTE [Deriving a trainer]
 # What a trainer needs is read from the installed classes, in this order:
-# - its config class: the annotation of `args` in the nearest `__init__` of its MRO that
-#   annotates it (`args: CPOConfig | None`, TRL 0.8's `Optional[CPOConfig]`, a postponed
-#   string; in a union, the first TrainingArguments subclass), else the config exported beside
-#   it (`CPOTrainer` -> `CPOConfig`, in its module or in `trl`), else `TrainingArguments`. Each
+# - its config class: the annotation of `args` in the nearest `__init__` of its MRO, above
+#   transformers' own Trainer, that annotates it (`args: CPOConfig | None`, TRL 0.8's
+#   `Optional[CPOConfig]`, a postponed string; in a union, the first TrainingArguments
+#   subclass), else the config exported beside it (`CPOTrainer` -> `CPOConfig`, in its module or
+#   in `trl`), else `TrainingArguments`. A constructor that only passes `*args, **kwargs` on (a
+#   user's subclass, TRL's deprecated aliases) is read through to its base's. Each
 #   setting leakscope needs goes to that config when it has the field, else to `__init__` when it
 #   takes the argument, under the first spelling that exists (NOTE [Driving by signature]);
 # - its data format: tried in the order of FORMATS (prompt only, prompt + completion,
@@ -204,6 +206,20 @@ def parameters(function: Any) -> dict[str, inspect.Parameter]:
         return {}
 
 
+def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
+    """The parameters of ``cls``'s constructor, less ``self``: those of the nearest ``__init__`` in
+    its MRO that names any (a subclass whose ``__init__(*args, **kwargs)`` only passes them on, as
+    TRL's deprecated aliases do, takes its base's)."""
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        found = list(parameters(init).items())[1:]
+        if any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for _, p in found):
+            return dict(found)
+    return {}
+
+
 def fields(config_cls: Any) -> set[str]:
     return (
         {f.name for f in dataclasses.fields(config_cls)}
@@ -258,7 +274,7 @@ def _classes_in(annotation: Any, namespace: dict[str, Any]) -> list[Any]:
 def config_class(cls: type) -> type:
     """The config class ``cls`` is built with (NOTE [Deriving a trainer])."""
     base = _training_arguments()
-    for klass in cls.__mro__:
+    for klass in _above_trainer(cls):
         init = klass.__dict__.get("__init__")
         parameter = parameters(init).get("args") if init is not None else None
         if parameter is None or parameter.annotation is parameter.empty:
@@ -267,7 +283,7 @@ def config_class(cls: type) -> type:
         for found in _classes_in(parameter.annotation, namespace):
             if isinstance(found, type) and issubclass(found, base):
                 return found
-    for klass in cls.__mro__:
+    for klass in _above_trainer(cls):
         if klass.__name__.endswith("Trainer"):
             name = klass.__name__.removesuffix("Trainer") + "Config"
             module = inspect.getmodule(klass)
@@ -276,6 +292,17 @@ def config_class(cls: type) -> type:
                 if isinstance(found, type) and issubclass(found, base):
                     return found
     return base
+
+
+def _above_trainer(cls: type) -> list[type]:
+    """The classes of ``cls``'s MRO before transformers' own ``Trainer`` (whose ``args`` annotation,
+    ``TrainingArguments``, says nothing of the trainer built on it)."""
+    out = []
+    for klass in cls.__mro__:
+        if (klass.__module__, klass.__name__) == ("transformers.trainer", "Trainer"):
+            break
+        out.append(klass)
+    return out
 
 
 def _trl() -> Any:
@@ -314,7 +341,7 @@ def common_settings() -> list[tuple[tuple[str, ...], Any]]:
 
 def cannot_feed(cls: type) -> str | None:
     """Why ``cls`` cannot be built with data leakscope makes (NOTE [Deriving a trainer]), or None."""
-    init = parameters(cls)
+    init = init_parameters(cls)
     if "train_dataset" not in init:
         return f"{cls.__name__}.__init__ takes no train_dataset (it trains on what the script hands its own step())"
     judge = init.get("judge")
@@ -332,7 +359,7 @@ def extra_models(cls: type, model: Any) -> dict[str, Any]:
     """The models and reward functions ``cls``'s ``__init__`` asks for beside the trained one."""
     from leakscope.models.hf import build_tiny_llama
 
-    init = parameters(cls)
+    init = init_parameters(cls)
     out: dict[str, Any] = {}
     if "reward_funcs" in init:
         out["reward_funcs"] = [length_reward]
@@ -354,11 +381,11 @@ def build(cls: type, model: Any, fmt: Format) -> Any:
     tok = tokenizer()
     rows = ROWS * ACCUMULATION * 2
     config_cls = config_class(cls)
-    init_parameters = set(parameters(cls))
+    takes = set(init_parameters(cls))
     config_kwargs, init_kwargs = route(
-        common_settings() + list(fmt.settings), fields(config_cls), init_parameters
+        common_settings() + list(fmt.settings), fields(config_cls), takes
     )
-    init_kwargs["processing_class" if "processing_class" in init_parameters else "tokenizer"] = tok
+    init_kwargs["processing_class" if "processing_class" in takes else "tokenizer"] = tok
     if fmt.collator:
         from transformers import DataCollatorForLanguageModeling
 
@@ -427,6 +454,7 @@ __all__ = [
     "cannot_feed",
     "config_class",
     "extra_models",
+    "init_parameters",
     "length_reward",
     "needs_scorer",
     "route",
