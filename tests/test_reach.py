@@ -151,7 +151,7 @@ def test_a_trainer_release_that_cannot_be_driven_is_one_line_naming_the_range_an
     assert errors == {
         "trl.trainer.ppo_trainer:PPOTrainer cannot be driven by leakscope check: trl 0.8.6 lacks a PPOTrainer "
         "built on transformers.Trainer (before TRL 0.12 its step is PPOTrainer.step); check drives "
-        "transformers.Trainer from 4.x and TRL's DPO/SFT trainers from 0.8 and GRPO from its first release; "
+        "transformers.Trainer from 4.x and every TRL trainer built on it; "
         "watch the job's own step instead: leakscope watch --method trl.trainer.ppo_trainer:PPOTrainer.train_minibatch "
         "your_train.py"
     }

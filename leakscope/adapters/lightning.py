@@ -481,9 +481,14 @@ class _Run:
 # else leakscope's micro-batch. A `--factory` may return the module alone (built on leakscope's
 # network, the `net` it was given, it gets the micro-batches; on its own network, its own data
 # as above) or `(module, data)`, where data is a LightningDataModule, a data loader or any
-# iterable of batches: the data the user's script trains it on, which leakscope cannot see
-# otherwise (a pytorch-forecasting model built from the user's own data set). The loader is
-# iterated again from the start when it runs out.
+# iterable of batches: the data the user's script trains it on. A factory's module built for a
+# data set leakscope cannot see (a pytorch-forecasting model built from the user's own data set)
+# and returned alone, without data hooks, is fed a data set remade from what it recorded of its
+# own: `from_dataset` stores the data set's parameters (`dataset_parameters`: the columns, the
+# fitted encoders and normalisers, the window lengths), and the data set class's
+# `from_parameters` builds the same kind of data set on a frame leakscope makes with those columns
+# (each categorical at a category its encoder knows). The loader is iterated again from the start
+# when it runs out.
 
 #: rows of each batch of a data set leakscope makes (NOTE [Building a LightningModule])
 BATCH_ROWS = 4
@@ -524,6 +529,71 @@ DATASETS: dict[tuple[str, str], tuple[Any, str]] = {
         "two random-walk series, 'value' their target and one time-varying unknown real",
     ),
 }
+
+
+def _recorded_frame(parameters: dict[str, Any]) -> Any:
+    """A frame with the columns a pytorch-forecasting data set's ``parameters`` name: each group id
+    and categorical at a category its fitted encoder knows, every real and target a random walk,
+    enough time steps per group for a few windows."""
+    import numpy as np
+    import pandas as pd
+
+    def names(key: str) -> list[str]:
+        value = parameters.get(key) or []
+        return [value] if isinstance(value, str) else list(value)
+
+    encoders = parameters.get("categorical_encoders") or {}
+    steps = int(parameters["max_encoder_length"]) + int(parameters["max_prediction_length"]) + 16
+    rng = np.random.default_rng(0)
+    columns: dict[str, Any] = {parameters["time_idx"]: np.tile(np.arange(steps), 2)}
+    categoricals = [
+        *names("group_ids"),
+        *names("static_categoricals"),
+        *names("time_varying_known_categoricals"),
+        *names("time_varying_unknown_categoricals"),
+    ]
+    for name in categoricals:
+        known = list(getattr(encoders.get(name), "classes_", {}) or ["a", "b"])
+        columns[name] = np.repeat([str(known[0]), str(known[-1])], steps)
+    reals = [
+        *names("target"),
+        *names("static_reals"),
+        *names("time_varying_known_reals"),
+        *names("time_varying_unknown_reals"),
+    ]
+    for name in reals:
+        if name not in columns:
+            columns[name] = rng.standard_normal(2 * steps).cumsum().astype("float32")
+    frame = pd.DataFrame(columns)
+    if len(set(columns[names("group_ids")[0]])) == 1:  # one known group: two series of it in a row
+        frame[parameters["time_idx"]] = np.arange(2 * steps)
+    return frame
+
+
+def recorded_dataset(module: Any) -> Any:
+    """The data set a module built by ``from_dataset`` describes (NOTE [A module's own data]): the
+    data set class's ``from_parameters`` on a frame leakscope makes from the parameters the module
+    recorded (pytorch-forecasting's ``dataset_parameters``), or an EngineError naming the fix."""
+    cls = type(module).__qualname__
+    fix = f"make the factory return ({cls}.from_dataset(your_dataset), your_dataloader)"
+    found = dataset_parameter(type(module))
+    annotation = found[1] if found is not None else None
+    parameters = vars(module).get("dataset_parameters")
+    from_parameters = getattr(annotation, "from_parameters", None)
+    if not isinstance(parameters, dict) or not callable(from_parameters):
+        raise EngineError(
+            f"the factory's {cls} is built for a data set that leakscope cannot see, and has no data "
+            f"loader of its own nor the data set's parameters (dataset_parameters); {fix}"
+        )
+    try:
+        return from_parameters(parameters, _recorded_frame(parameters))
+    except Exception as exc:
+        text = str(exc).strip().splitlines()
+        raise EngineError(
+            f"the factory's {cls} is built for a data set that leakscope cannot see; remaking it from the "
+            f"{cls}.dataset_parameters it recorded raised {type(exc).__name__}: {text[0] if text else '(no message)'}; "
+            f"{fix}"
+        ) from exc
 
 
 def build_module(cls: Any, model: Any) -> tuple[Any, bool]:
@@ -706,12 +776,9 @@ class _Data:
             return own
         if self.dataset is None:
             if dataset_parameter(type(module)) is not None:
-                cls = type(module).__qualname__
-                raise EngineError(
-                    f"the factory's {cls} is built for a data set that leakscope cannot see, and has no data "
-                    f"loader of its own; make the factory return ({cls}.from_dataset(your_dataset), your_dataloader)"
-                )
-            return None
+                self.dataset = recorded_dataset(module)
+            if self.dataset is None:
+                return None
         dataset = self.dataset
         return lambda: _dataset_loader(dataset, stage)
 

@@ -1,17 +1,19 @@
-"""The built-in adapter for ``transformers.Trainer`` and TRL's trainers (``GRPOTrainer``,
-``DPOTrainer``, ``SFTTrainer``) and user subclasses of any of them.
+"""The built-in adapter for ``transformers.Trainer``, every TRL trainer built on it (``GRPOTrainer``,
+``DPOTrainer``, ``CPOTrainer``, ``KTOTrainer``, ``RewardTrainer``, ...) and user subclasses of any of them.
 
-A Trainer cannot be built as ``Trainer(model)``: it wants training arguments, a
-dataset, a tokenizer (and for GRPO, reward functions). This adapter builds what
-a user's script would, offline and tiny, and then runs the trainer's own code:
+A Trainer cannot be built as ``Trainer(model)``: it wants its config, a data set, a tokenizer
+(and, by trainer, reward functions, a teacher, a reward model). This adapter builds what a
+user's script would, offline and tiny, reading what each trainer needs from its installed
+signature (:mod:`leakscope.adapters.trainer_build`, NOTE [Deriving a trainer]), and then runs the
+trainer's own code:
 
 - the model is leakscope's ``hf-lora`` model (a transformers Llama with PEFT
-  LoRA, gradient checkpointing and input grads): ``model_kind = "hf-lora"``;
+  LoRA, gradient checkpointing and input grads): ``model_kind = "hf-lora"``; a trainer of a
+  reward model gets the same model with a one-label score head;
 - the tokenizer is a ``tokenizers`` WordLevel vocabulary wrapped in
   ``PreTrainedTokenizerFast`` (built in memory, nothing downloaded);
-- the datasets are ``datasets.Dataset.from_dict`` of the shape each trainer
-  reads: prompts for GRPO (with a stub reward function: the completion's
-  length), prompt/chosen/rejected for DPO, text for SFT and plain Trainers;
+- the data sets are ``datasets.Dataset.from_dict`` in the first format the trainer reads
+  (prompts, prompt/completion, chosen/rejected pairs, labelled completions, messages, text);
 - train mode is the trainer's real ``training_step`` (GRPO: generation,
   rewards, advantages, loss and metrics; DPO: the reference pass with the
   adapter disabled), which runs ``accelerator.backward`` itself
@@ -33,99 +35,34 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from leakscope.adapters import trainer_build
+from leakscope.adapters.trainer_build import ACCUMULATION, length_reward, tokenizer
 from leakscope.harness.target import ResolvedTarget
 from leakscope.probe import safe
 
-#: ``(module, class)`` of the trainers this adapter drives, most specific first
-GRPO = ("trl.trainer.grpo_trainer", "GRPOTrainer")
-DPO = ("trl.trainer.dpo_trainer", "DPOTrainer")
-SFT = ("trl.trainer.sft_trainer", "SFTTrainer")
+#: ``(module, class)`` of transformers' Trainer: every class built on it is driven
 TRAINER = ("transformers.trainer", "Trainer")
 #: TRL's PPOTrainer before 0.12: not a transformers.Trainer (recognised to say how to watch it instead)
 PPO = ("trl.trainer.ppo_trainer", "PPOTrainer")
-KINDS = {GRPO: "grpo", DPO: "dpo", SFT: "sft", TRAINER: "trainer", PPO: "ppo"}
-
-#: micro-batches one accumulated optimizer step is made of (enough for ``--micro-batches`` 3)
-ACCUMULATION = 4
-#: rows per micro-batch (GRPO: 2 completions of 1 prompt)
-ROWS = 2
-WORDS = (
-    "the",
-    "a",
-    "cat",
-    "dog",
-    "sat",
-    "ran",
-    "on",
-    "mat",
-    "big",
-    "small",
-    "red",
-    "blue",
-    "and",
-    "then",
-    "yes",
-    "no",
-)
-SPECIAL = ("<pad>", "<s>", "</s>", "<unk>")
 
 
 def kind_of(obj: Any) -> str | None:
-    """``grpo``/``dpo``/``sft``/``trainer`` for a Trainer class or subclass, ``ppo`` for TRL's
-    PPOTrainer before 0.12 (which is not a Trainer), else None (no imports)."""
+    """``trainer`` for a class built on transformers.Trainer, ``ppo`` for TRL's PPOTrainer before
+    0.12, ``loop`` for another TRL trainer class with a loop of its own (not a Trainer: DDPO),
+    else None (no imports)."""
     if not safe.is_instance(obj, type):
         return None
     names = {(safe.type_module(k), safe.type_name(k)) for k in safe.mro(obj)}
-    for key in (GRPO, DPO, SFT, TRAINER, PPO):
-        if key in names:
-            return KINDS[key]
+    if TRAINER in names:
+        return "trainer"
+    if PPO in names:
+        return "ppo"
+    if any(
+        module.startswith("trl.") and name.endswith("Trainer") and name != "BaseTrainer"
+        for module, name in names
+    ):
+        return "loop"
     return None
-
-
-def tokenizer() -> Any:
-    """A tiny offline tokenizer: WordLevel over :data:`WORDS`, ids 0-3 special (pad, bos, eos, unk)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {token: i for i, token in enumerate((*SPECIAL, *WORDS))}
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok,
-        pad_token="<pad>",
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-    )
-    fast.padding_side = "left"
-    # A chat template is not needed: every dataset below is in the plain (non-conversational) format.
-    return fast
-
-
-def _sentence(i: int, n: int) -> str:
-    return " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(n))
-
-
-def dataset(kind: str, rows: int) -> Any:
-    """``rows`` synthetic examples in the format ``kind``'s trainer reads."""
-    from datasets import Dataset
-
-    if kind == "grpo":
-        return Dataset.from_dict({"prompt": [_sentence(i, 3) for i in range(rows)]})
-    if kind == "dpo":
-        return Dataset.from_dict(
-            {
-                "prompt": [_sentence(i, 3) for i in range(rows)],
-                "chosen": [_sentence(i + 1, 3) for i in range(rows)],
-                "rejected": [_sentence(i + 2, 2) for i in range(rows)],
-            }
-        )
-    return Dataset.from_dict({"text": [_sentence(i, 6) for i in range(rows)]})
-
-
-def length_reward(completions: list[Any], **_: Any) -> list[float]:
-    """GRPO's stub reward: the completion's length in characters, scaled (a plain Python function)."""
-    return [float(len(str(c))) / 10.0 for c in completions]
 
 
 #: the transformers.Trainer API the adapter drives, found by its signatures (NOTE [Driving by signature])
@@ -133,7 +70,7 @@ NEEDED_METHODS = ("training_step", "prediction_step", "get_train_dataloader", "g
 #: TrainingArguments fields the adapter needs: each entry is one setting, spelled as in the newest release first
 NEEDED_FIELDS = (("use_cpu", "no_cuda"), ("report_to",), ("save_strategy",), ("logging_strategy",))
 #: what `check` drives, for the one line a target outside it gets
-SUPPORTED = "transformers.Trainer from 4.x and TRL's DPO/SFT trainers from 0.8 and GRPO from its first release"
+SUPPORTED = "transformers.Trainer from 4.x and every TRL trainer built on it"
 
 
 def watch_command(kind: str, cls: Any = None) -> str:
@@ -143,10 +80,14 @@ def watch_command(kind: str, cls: Any = None) -> str:
     ``train_minibatch`` (0.4 to 0.11) and keeps what each returns until it returns; a graph kept
     between minibatches is a leak inside one ``step()``, which only the minibatch call shows
     (watching ``step`` sees each batch's graphs released at its end), so the minibatch is the
-    method to watch where the class has one."""
+    method to watch where the class has one. Another trainer with a loop of its own (``loop``)
+    or trained through its own ``step()`` (``step``): that method of the class."""
     if kind == "ppo":
         name = "train_minibatch" if callable(getattr(cls, "train_minibatch", None)) else "step"
         method = f"trl.trainer.ppo_trainer:PPOTrainer.{name}"
+    elif kind in ("loop", "step") and cls is not None:
+        name = "step" if callable(getattr(cls, "step", None)) else "train"
+        method = f"{cls.__module__}:{cls.__qualname__}.{name}"
     else:
         method = "transformers.trainer:Trainer.training_step"
     return f"leakscope watch --method {method} your_train.py"
@@ -160,46 +101,11 @@ def watch_command(kind: str, cls: Any = None) -> str:
 # them into their configs and renamed `max_seq_length` to `max_length`; TrainingArguments
 # spelled `use_cpu` as `no_cuda` before 4.34. So the adapter asks the installed classes, not
 # a version table: each setting goes to the config when the config class has that field, to
-# the trainer's `__init__` when its signature takes it, under the first spelling that exists.
-# A release without what the adapter needs (e.g. transformers 3.x, whose TrainingArguments
-# has no `save_strategy`) gets one line naming the supported range and the `watch` command.
-
-
-def _fields(config_cls: Any) -> set[str]:
-    import dataclasses
-
-    return (
-        {f.name for f in dataclasses.fields(config_cls)}
-        if dataclasses.is_dataclass(config_cls)
-        else set()
-    )
-
-
-def _parameters(function: Any) -> set[str]:
-    import inspect
-
-    try:
-        return set(inspect.signature(function).parameters)
-    except (TypeError, ValueError):
-        return set()
-
-
-def _route(
-    settings: list[tuple[tuple[str, ...], Any]], config_fields: set[str], init_parameters: set[str]
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(config kwargs, trainer kwargs)``: each setting under the first spelling the config has as a
-    field, else the first one the trainer's ``__init__`` takes; a setting neither knows is left out."""
-    config: dict[str, Any] = {}
-    init: dict[str, Any] = {}
-    for names, value in settings:
-        name = next((n for n in names if n in config_fields), None)
-        if name is not None:
-            config[name] = value
-            continue
-        name = next((n for n in names if n in init_parameters), None)
-        if name is not None:
-            init[name] = value
-    return config, init
+# the trainer's `__init__` when its signature takes it, under the first spelling that exists
+# (leakscope.adapters.trainer_build.route; which config, data and models: NOTE [Deriving a
+# trainer]). A release without what the adapter needs (e.g. transformers 3.x, whose
+# TrainingArguments has no `save_strategy`) gets one line naming the supported range and the
+# `watch` command.
 
 
 def missing_api(kind: str, cls: type) -> list[str]:
@@ -208,6 +114,8 @@ def missing_api(kind: str, cls: type) -> list[str]:
         return [
             "a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is PPOTrainer.step)"
         ]
+    if kind == "loop":
+        return [f"a {cls.__name__} built on transformers.Trainer (it runs a loop of its own)"]
     missing = [
         f"Trainer.{name}" for name in NEEDED_METHODS if not callable(getattr(cls, name, None))
     ]
@@ -215,102 +123,18 @@ def missing_api(kind: str, cls: type) -> list[str]:
         from transformers import TrainingArguments
     except ImportError as exc:  # pragma: no cover - recognised classes come from transformers
         return [f"transformers.TrainingArguments ({exc})"]
-    fields = _fields(TrainingArguments)
+    fields = trainer_build.fields(TrainingArguments)
     missing.extend(
         f"TrainingArguments.{names[0]}" for names in NEEDED_FIELDS if not fields.intersection(names)
     )
-    init = _parameters(cls)
+    init = set(trainer_build.init_parameters(cls))
     if "args" not in init or not init.intersection(("processing_class", "tokenizer")):
         missing.append("Trainer(args=..., processing_class= or tokenizer=...)")
     return missing
 
 
-def _common_args() -> list[tuple[tuple[str, ...], Any]]:
-    return [
-        (("output_dir",), os.path.join(os.environ.get("TMPDIR", "/tmp"), "leakscope-trainer")),
-        (("use_cpu", "no_cuda"), True),
-        (("report_to",), []),
-        (("save_strategy",), "no"),
-        (("logging_strategy",), "no"),
-        (("bf16",), False),
-        (("fp16",), False),
-        (("per_device_train_batch_size",), ROWS),
-        (("per_device_eval_batch_size",), ROWS),
-        (("gradient_accumulation_steps",), ACCUMULATION),
-        (("dataloader_num_workers",), 0),
-        (("disable_tqdm",), True),
-        (("seed",), 0),
-        (("max_steps",), 1),
-    ]
-
-
-def _kind_settings(kind: str) -> list[tuple[tuple[str, ...], Any]]:
-    if kind == "grpo":
-        return [
-            (("num_generations",), ROWS),
-            (("max_completion_length",), 4),
-            (("temperature",), 1.0),
-            (("num_generations_eval",), ROWS),
-            (("reward_funcs",), [length_reward]),
-        ]
-    if kind == "dpo":
-        # TRL 0.8: arguments of DPOTrainer; later: DPOConfig fields
-        return [
-            (("max_length",), 16),
-            (("max_prompt_length",), 8),
-            (("remove_unused_columns",), False),
-        ]
-    if kind == "sft":
-        # TRL 0.8: `max_seq_length` and `dataset_text_field` are SFTTrainer arguments; later SFTConfig fields
-        return [(("max_length", "max_seq_length"), 16), (("dataset_text_field",), "text")]
-    return []
-
-
-def _config_class(kind: str) -> Any:
-    """TRL's own config for ``kind`` when the installed TRL has one (GRPOConfig, DPOConfig, SFTConfig),
-    else transformers' TrainingArguments (TRL 0.8's DPO and SFT trainers take those)."""
-    from transformers import TrainingArguments
-
-    names = {"grpo": "GRPOConfig", "dpo": "DPOConfig", "sft": "SFTConfig"}
-    if kind in names:
-        import trl
-
-        found = getattr(trl, names[kind], None)
-        if found is not None:
-            return found
-    return TrainingArguments
-
-
-def _build(kind: str, cls: type, model: Any) -> Any:
-    tok = tokenizer()
-    rows = ROWS * ACCUMULATION * 2
-    train, evaluation = dataset(kind, rows), dataset(kind, rows)
-    config_cls = _config_class(kind)
-    fields = _fields(config_cls)
-    init_parameters = _parameters(cls)
-    config_kwargs, init_kwargs = _route(
-        _common_args() + _kind_settings(kind), fields, init_parameters
-    )
-    init_kwargs["processing_class" if "processing_class" in init_parameters else "tokenizer"] = tok
-    if kind == "trainer":
-        from transformers import DataCollatorForLanguageModeling
-
-        def encode(example: dict[str, Any]) -> Any:
-            return tok(example["text"], truncation=True, max_length=16)
-
-        train, evaluation = (d.map(encode, remove_columns=["text"]) for d in (train, evaluation))
-        init_kwargs["data_collator"] = DataCollatorForLanguageModeling(tok, mlm=False)
-    return cls(
-        model=model,
-        args=config_cls(**config_kwargs),
-        train_dataset=train,
-        eval_dataset=evaluation,
-        **init_kwargs,
-    )
-
-
 class TrainerAdapter:
-    """Builds and drives ``transformers.Trainer`` subclasses (TRL's GRPO, DPO and SFT trainers included)."""
+    """Builds and drives ``transformers.Trainer`` subclasses (every TRL trainer built on it included)."""
 
     name = "transformers-trainer"
     #: Trainer.prediction_step runs its forward under torch.no_grad() itself
@@ -319,6 +143,8 @@ class TrainerAdapter:
     runs_backward = True
     model_kind = "hf-lora"
     prefixes = ("trl.", "transformers.")
+    #: ``--factory`` builds the trainer (an ``__init__`` of its own) and this adapter drives it
+    accepts_factory = True
 
     def prepare(self) -> None:
         """Offline and quiet before transformers/TRL are imported."""
@@ -333,38 +159,50 @@ class TrainerAdapter:
         return kind_of(resolved.obj) is not None
 
     def unsupported(self, resolved: ResolvedTarget) -> str | None:
-        """One line when the installed release lacks what the adapter drives (NOTE [Driving by signature])."""
+        """One line when the installed release lacks what the adapter drives (NOTE [Driving by
+        signature]) or the trainer needs what leakscope cannot make (NOTE [Deriving a trainer])."""
         kind = kind_of(resolved.obj)
         assert kind is not None
         missing = missing_api(kind, resolved.obj)
-        if not missing:
+        if missing:
+            return (
+                f"{resolved.spec} cannot be driven by leakscope check: {_release(kind)} lacks {', '.join(missing)}; "
+                f"check drives {SUPPORTED}; watch the job's own step instead: {watch_command(kind, resolved.obj)}"
+            )
+        why = trainer_build.cannot_feed(resolved.obj)
+        if why is None:
             return None
+        fed_by_step = "train_dataset" not in trainer_build.init_parameters(resolved.obj)
         return (
-            f"{resolved.spec} cannot be driven by leakscope check: {_release(kind)} lacks {', '.join(missing)}; "
-            f"check drives {SUPPORTED}; watch the job's own step instead: {watch_command(kind, resolved.obj)}"
+            f"{resolved.spec} cannot be built by leakscope check: {why}; build it with --factory "
+            f"pkg.mod:make_trainer (a function make_trainer(model) that returns the trainer), or watch the job's "
+            f"own step instead: {watch_command('step' if fed_by_step else kind, resolved.obj)}"
         )
 
     def build_engine(self, resolved: ResolvedTarget, model: Any) -> Any:
         """The trainer around ``model``, as a user's script builds it (see the module docstring)."""
-        import logging
-
-        import datasets
-        import transformers
-
-        datasets.disable_progress_bars()
-        kind = kind_of(resolved.obj)
-        assert kind is not None
-        transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
-        logging.getLogger("datasets").setLevel(logging.ERROR)
+        cls = resolved.obj
         with _quiet():
-            trainer = _build(kind, resolved.obj, model)
-        # _inner_training_loop sets these before the first step; training_step reads them.
-        trainer.current_gradient_accumulation_steps = ACCUMULATION
-        trainer._leakscope_batches = _batches(trainer)
-        trainer._leakscope_counts_items = "num_items_in_batch" in _parameters(
-            type(trainer).training_step
+            head = "score" if trainer_build.needs_scorer(cls) else "causal"
+            if head == "score":
+                from leakscope.models.hf import build_hf_lora
+
+                # the same tiny Llama with a score head; its checkpoint inputs are recorded where
+                # leakscope reads the given model's (its ``leakscope_probes``)
+                model = build_hf_lora(model.size, head, probes=model.leakscope_probes)
+            trainer = trainer_build.build_fitting(cls, model, head)
+        return self.adopt(trainer, model)
+
+    def adopt(self, built: Any, model: Any) -> Any:
+        """The trainer to drive: what :meth:`build_engine` or ``--factory`` built, set up as
+        ``Trainer._inner_training_loop`` sets it up before its first step."""
+        with _quiet():
+            built.current_gradient_accumulation_steps = ACCUMULATION
+            built._leakscope_batches = _batches(built)
+        built._leakscope_counts_items = "num_items_in_batch" in trainer_build.parameters(
+            type(built).training_step
         )
-        return trainer
+        return built
 
     def micro_batch(self, size: Any, index: int) -> Any:
         """The index of the trainer's own batch to run (the trainer's dataloader makes it)."""
@@ -408,17 +246,27 @@ def _release(kind: str) -> str:
 
 
 def _quiet() -> Any:
-    """transformers 5 deprecation warnings (gradient_checkpointing renamed) are not the user's."""
+    """transformers 5 deprecation warnings (gradient_checkpointing renamed) and the libraries' info
+    lines are not the user's."""
     return _Quiet()
 
 
 class _Quiet:
     def __enter__(self) -> None:
+        import logging
         import warnings
 
+        import datasets
+        import transformers
+
+        datasets.disable_progress_bars()
+        transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+        logging.getLogger("datasets").setLevel(logging.ERROR)
         self._manager = warnings.catch_warnings()
         self._manager.__enter__()
         warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
 
     def __exit__(self, *exc: Any) -> None:
         self._manager.__exit__(*exc)
@@ -443,7 +291,6 @@ ADAPTER = TrainerAdapter()
 __all__ = [
     "ADAPTER",
     "TrainerAdapter",
-    "dataset",
     "kind_of",
     "length_reward",
     "missing_api",

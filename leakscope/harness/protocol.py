@@ -169,6 +169,8 @@ def build_engine(spec: EngineSpec, model: Any) -> Any:
     """Build the engine around ``model``; a failure becomes a one-line :class:`EngineError`."""
     try:
         engine = spec.make_engine(model)
+    except EngineError:
+        raise  # an adapter's own one line (what to pass instead), already naming the fix
     except Exception as exc:
         raise EngineError(
             describe_exception(exc, f"building the engine {spec.name}(model)")

@@ -37,26 +37,30 @@ INSTALL_HINT = (
 )
 
 
-def _imports() -> tuple[Any, Any, Any, Any]:
+#: the heads a tiny Llama can have: ``causal`` (next-token logits, a policy or a teacher) and
+#: ``score`` (one scalar per sequence, ``LlamaForSequenceClassification`` with one label: a reward
+#: or value model)
+HEADS = {
+    "causal": ("LlamaForCausalLM", "CAUSAL_LM"),
+    "score": ("LlamaForSequenceClassification", "SEQ_CLS"),
+}
+
+
+def _imports() -> tuple[Any, Any, Any]:
     try:
+        import transformers
         from peft import LoraConfig, get_peft_model
-        from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError as exc:
         from leakscope.errors import UsageError
 
         raise UsageError(
             f"--model hf-lora needs {exc.name or 'transformers and peft'}; {INSTALL_HINT}"
         ) from None
-    return LlamaConfig, LlamaForCausalLM, LoraConfig, get_peft_model
+    return transformers, LoraConfig, get_peft_model
 
 
-def build_hf_lora(size: ModelSize | None = None) -> Any:
-    """A fresh tiny Llama + LoRA + gradient checkpointing + input grads, in train mode."""
-    size = size or ModelSize()
-    import torch
-
-    LlamaConfig, LlamaForCausalLM, LoraConfig, get_peft_model = _imports()
-    config = LlamaConfig(
+def _config(transformers: Any, size: ModelSize, head: str) -> Any:
+    config = transformers.LlamaConfig(
         vocab_size=size.vocab,
         hidden_size=size.hidden,
         intermediate_size=size.hidden,
@@ -69,14 +73,45 @@ def build_hf_lora(size: ModelSize | None = None) -> Any:
         eos_token_id=2,
         tie_word_embeddings=False,
     )
+    if head == "score":
+        config.num_labels = 1
     # eager attention: deterministic and the same on every torch build.
     config._attn_implementation = "eager"
+    return config
+
+
+def build_tiny_llama(size: ModelSize | None = None, head: str = "causal") -> Any:
+    """A fresh tiny Llama with ``head`` (:data:`HEADS`), no adapter, in eval mode: a model a
+    trainer runs beside the one it trains (a teacher, a reward or value model)."""
+    import torch
+
+    size = size or ModelSize()
+    transformers, _, _ = _imports()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(size.seed + 1)
+        model = getattr(transformers, HEADS[head][0])(_config(transformers, size, head))
+    return model.eval()
+
+
+def build_hf_lora(
+    size: ModelSize | None = None, head: str = "causal", probes: list[Any] | None = None
+) -> Any:
+    """A fresh tiny Llama + LoRA + gradient checkpointing + input grads, in train mode.
+
+    ``head``: :data:`HEADS` (``score`` for a trainer that trains a reward model); ``probes``: the
+    list its checkpoint inputs are recorded in (a new one by default)."""
+    size = size or ModelSize()
+    import torch
+
+    transformers, LoraConfig, get_peft_model = _imports()
+    config = _config(transformers, size, head)
+    class_name, task = HEADS[head]
     with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
         # transformers 5 renamed gradient_checkpointing_enable (FutureWarning);
         # the old name is what users' code calls, so leakscope calls it too.
         warnings.simplefilter("ignore", FutureWarning)
         torch.manual_seed(size.seed)
-        base = LlamaForCausalLM(config)
+        base = getattr(transformers, class_name)(config)
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model = get_peft_model(
             base,
@@ -85,12 +120,13 @@ def build_hf_lora(size: ModelSize | None = None) -> Any:
                 lora_alpha=8,
                 lora_dropout=0.0,
                 target_modules=["q_proj", "v_proj"],
-                task_type="CAUSAL_LM",
+                task_type=task,
             ),
         )
         model.enable_input_require_grads()
     layers = base.model.layers
-    probes: list[weakref.ref[Any]] = []
+    if probes is None:
+        probes = []
 
     def record_checkpoint_input(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         hidden = args[0] if args else kwargs.get("hidden_states")
@@ -109,4 +145,4 @@ def build_hf_lora(size: ModelSize | None = None) -> Any:
     return model
 
 
-__all__ = ["INSTALL_HINT", "build_hf_lora"]
+__all__ = ["HEADS", "INSTALL_HINT", "build_hf_lora", "build_tiny_llama"]

@@ -76,6 +76,7 @@ PRELOAD = (
     "leakscope.adapters.lightning",
     "leakscope.adapters.registry",
     "leakscope.adapters.trainer",
+    "leakscope.adapters.trainer_build",
     "leakscope.adapters.verl",
     "leakscope.diagnose.findings",
     "leakscope.diagnose.fixes",

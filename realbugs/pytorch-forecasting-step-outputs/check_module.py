@@ -9,8 +9,8 @@ the model with `NBeats.from_dataset` on a data set of its own and feeds it that 
 - `make_with_datamodule(net)`: the driver's model and a LightningDataModule serving its loader;
 - `make_with_data(net)`: `NBeatsWithData`, a subclass that returns the driver's loader from its own
   `train_dataloader()` / `val_dataloader()` (the module alone: its own data hooks feed it);
-- `make_without_data(net)`: the driver's model alone (its data set out of leakscope's sight: one line
-  asks the factory for the loader).
+- `make_without_data(net)`: the driver's model alone (its data set out of leakscope's sight: it is fed
+  a data set remade from the `dataset_parameters` that `from_dataset` recorded on it).
 
 `net` (leakscope's network) is not used: N-BEATS builds its own network for its data set.
 """
