@@ -13,6 +13,7 @@ from leakscope.commands.common import (
     DEFAULT_TARGET,
     FormatChoice,
     ModeChoice,
+    check_output,
     emit,
     explicit_flags,
     fail,
@@ -76,6 +77,7 @@ def explain(
             FormatChoice.text,
             None,
         )
+    check_output(dot, FormatChoice.text, "--dot FILE")  # before anything runs
     if target is None:  # as check does: the project's first target, else the built-in engine
         target = settings.targets[0] if settings.targets else DEFAULT_TARGET
     try:
@@ -88,8 +90,8 @@ def explain(
         fail(exc.message, int(exc.exit_code), FormatChoice.text, None)
     emit(render_tree(view, max_lines=max_lines), None)
     if dot is not None:
-        dot.write_text(render_dot(view), encoding="utf-8")
-        typer.echo(f"leakscope: wrote {dot}", err=True)
+        emit(render_dot(view), dot, "--dot FILE")
+        typer.echo(f"leakscope: wrote {terminal(dot)}", err=True)
 
 
 __all__ = ["explain"]

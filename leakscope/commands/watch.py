@@ -122,7 +122,7 @@ def watch(
 
     check_output(output, fmt)  # before the job runs
     if emit_test is not None:
-        check_output(emit_test, fmt)
+        check_output(emit_test, fmt, "--emit-test FILE")
     elif allow:
         fail(
             "--allow names findings for the test --emit-test writes; add --emit-test FILE",
@@ -174,7 +174,7 @@ def watch(
 def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) -> None:
     """Write the regression test for the report's leaking classes (NOTE [From a real job to a gate]);
     say on stderr what it checks, or that there was nothing to write."""
-    from leakscope.atomic import write_atomic
+    from leakscope.atomic import write
     from leakscope.render import regression
 
     found = regression.leaking_classes(report, script)
@@ -191,7 +191,7 @@ def _emit_test(report: Any, path: Path, allow: list[str], script: str | None) ->
                 err=True,
             )
     try:
-        write_atomic(path, regression.render(report, allow=allow, script=script).encode("utf-8"))
+        write(path, regression.render(report, allow=allow, script=script).encode("utf-8"))
     except OSError as exc:
         typer.echo(
             f"leakscope: error: cannot write {terminal(path)}: {exc.strerror or exc}", err=True
