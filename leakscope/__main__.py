@@ -9,5 +9,7 @@ if __name__ == "__main__":
     try:
         from leakscope.cli import main
     except KeyboardInterrupt:
+        interrupts.ending()
+        sys.stderr.write("leakscope: interrupted\n")
         sys.exit(interrupts.exit_code())
     main()

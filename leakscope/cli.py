@@ -65,7 +65,11 @@ def main() -> None:
         previous = interrupts.install()  # NOTE [Interrupts at any moment]: exit 130, 143
         try:
             code = app(standalone_mode=False)
+            if interrupts.received():  # typer returns 130 for a KeyboardInterrupt: which signal?
+                raise KeyboardInterrupt
         except typer.Exit as exc:
+            if interrupts.received():
+                raise KeyboardInterrupt from exc
             code = exc.exit_code
         except usage_error as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # bare `leakscope`: the help

@@ -65,6 +65,11 @@ def restore(previous: dict[int, object]) -> None:
         _deferring[0] = 0
 
 
+def received() -> bool:
+    """Whether SIGINT or SIGTERM came since :func:`install`."""
+    return bool(_received)
+
+
 def exit_code() -> int:
     """128 + the first signal received (130 for SIGINT, 143 for SIGTERM); 130 when none was."""
     return 128 + (_received[0] if _received else int(signal.SIGINT))
@@ -134,4 +139,4 @@ def drain(fd: int) -> None:
             pass
 
 
-__all__ = ["SIGNALS", "deferred", "drain", "ending", "exit_code", "install", "restore", "wakeup"]
+__all__ = ["SIGNALS", "deferred", "drain", "ending", "exit_code", "install", "received", "restore", "wakeup"]

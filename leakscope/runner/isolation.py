@@ -48,7 +48,7 @@ _ZYGOTE_START_S = 300.0
 #: how long the zygote may take to kill and reap its children and exit, after a normal end
 _ZYGOTE_GRACE_S = 10.0
 #: the same after an interrupt or error: the children it may not have told us of yet die with it
-_ZYGOTE_INTERRUPTED_S = 2.0
+_ZYGOTE_INTERRUPTED_S = 5.0
 #: how often children are polled where the kernel cannot tell us (no pidfd)
 _POLL_S = 0.05
 
@@ -237,7 +237,8 @@ class _Pool:
         if not self.fork:
             return None
         if self.zygote is None:
-            self.zygote = Client(self.options.model, _stderr_fd())
+            with interrupts.deferred():  # a signal mid-Popen would lose the process it started
+                self.zygote = Client(self.options.model, _stderr_fd())
             if not self.zygote.wait_ready(_ZYGOTE_START_S, self.wake):
                 self.fork = False  # it could not import, or may not fork: spawn every target
                 self.zygote.close()
@@ -250,13 +251,14 @@ class _Pool:
         job.forked = False
         # stdout=2: whatever the child writes to its stdout goes to our stderr,
         # never into the report (the child also redirects it itself).
-        job.proc = subprocess.Popen(
-            [sys.executable, "-m", "leakscope.runner.worker", str(job.request)],
-            stdin=subprocess.DEVNULL,
-            stdout=_stderr_fd(),
-            start_new_session=True,
-        )
-        self._running(job, job.proc.pid)
+        with interrupts.deferred():  # a signal mid-Popen would lose the process it started
+            job.proc = subprocess.Popen(
+                [sys.executable, "-m", "leakscope.runner.worker", str(job.request)],
+                stdin=subprocess.DEVNULL,
+                stdout=_stderr_fd(),
+                start_new_session=True,
+            )
+            self._running(job, job.proc.pid)
         try:
             job.pidfd = os.pidfd_open(job.pid)  # type: ignore[arg-type]
         except (AttributeError, OSError):
