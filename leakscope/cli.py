@@ -66,10 +66,10 @@ def main() -> None:
         try:
             code = app(standalone_mode=False)
             if interrupts.received():  # typer returns 130 for a KeyboardInterrupt: which signal?
-                raise KeyboardInterrupt
+                raise interrupts.Interrupted
         except typer.Exit as exc:
             if interrupts.received():
-                raise KeyboardInterrupt from exc
+                raise interrupts.Interrupted from exc
             code = exc.exit_code
         except usage_error as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # bare `leakscope`: the help

@@ -35,11 +35,22 @@ _received: list[int] = []
 _deferring = [0]
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM, as the command raises it (NOTE [Interrupts at any moment]).
+
+    A subclass, not KeyboardInterrupt itself: CPython 3.11 marks the process as "died of
+    an unhandled KeyboardInterrupt" when exactly ``KeyboardInterrupt`` leaves an
+    ``exec`` of a string (``dataclasses`` builds every ``__init__`` that way), even when
+    a caller catches it later, and then ends the process with SIGINT (status -2) instead
+    of the exit code ``main`` chose. Every ``except KeyboardInterrupt`` still catches it.
+    """
+
+
 def _handler(signum: int, frame: FrameType | None) -> None:
     _received.append(signum)
     if _deferring[0]:  # cleanup in progress: raised when it ends, if nothing else is on its way out
         return
-    raise KeyboardInterrupt
+    raise Interrupted
 
 
 def install() -> dict[int, object]:
@@ -86,7 +97,7 @@ def deferred() -> Iterator[None]:
     finally:
         _deferring[0] -= 1
     if not _deferring[0] and len(_received) > before and _handled():
-        raise KeyboardInterrupt
+        raise Interrupted
 
 
 def ending() -> None:
@@ -139,4 +150,15 @@ def drain(fd: int) -> None:
             pass
 
 
-__all__ = ["SIGNALS", "deferred", "drain", "ending", "exit_code", "install", "received", "restore", "wakeup"]
+__all__ = [
+    "SIGNALS",
+    "Interrupted",
+    "deferred",
+    "drain",
+    "ending",
+    "exit_code",
+    "install",
+    "received",
+    "restore",
+    "wakeup",
+]

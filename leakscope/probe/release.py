@@ -71,6 +71,10 @@ def _release(link: Link, kind: LinkKind, container: Any, key: Any, value: Any) -
         container.cache_clear()
     elif kind is LinkKind.CONTEXT_VAR:
         container.set(value)
+    elif kind is LinkKind.GRAD:  # NOTE [A gradient that keeps a graph]: the tensor's own setter
+        import torch
+
+        torch._C.TensorBase.grad.__set__(container, value)
     elif kind is LinkKind.FRAME:
         _set_frame_local(container, key, value)
     elif kind is LinkKind.DICT_KEY:
