@@ -74,7 +74,8 @@ def _release(link: Link, kind: LinkKind, container: Any, key: Any, value: Any) -
     elif kind is LinkKind.GRAD:  # NOTE [A gradient that keeps a graph]: the tensor's own setter
         import torch
 
-        torch._C.TensorBase.grad.__set__(container, value)
+        setter: Any = torch._C.TensorBase.__dict__["grad"]
+        setter.__set__(container, value)
     elif kind is LinkKind.FRAME:
         _set_frame_local(container, key, value)
     elif kind is LinkKind.DICT_KEY:
