@@ -164,7 +164,7 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
     """The fix report: the check's report with each edit marked, a diff per edit against the file as it
     reads now, and with ``apply`` the verified edits written (NOTE [An edit applies only to the line it
     was derived from]); one :class:`FixResult` per leaking finding, in report order."""
-    from leakscope.atomic import write_atomic
+    from leakscope.atomic import write
     from leakscope.errors import LeakscopeError
     from leakscope.harness.patch import applied, read_source, unified_diff
 
@@ -192,7 +192,7 @@ def fix_report(report: Report, verdicts: Verdicts, *, apply: bool, tolerance: st
                     chosen[edit.line] = edit
             try:
                 path = Path(file)
-                write_atomic(
+                write(
                     path,
                     applied(read_source(path), list(chosen.values()), name=file).encode("utf-8"),
                 )
