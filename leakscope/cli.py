@@ -83,6 +83,7 @@ def main() -> None:
         interrupts.ending()
         typer.echo("leakscope: interrupted", err=True)
         code = interrupts.exit_code()
+        interrupts.exit_within(code)  # the interpreter's shutdown cannot hold the exit up
     finally:
         interrupts.ending()  # exiting now: a later signal is remembered, not raised
         from leakscope.harness.runtime import prepare_exit

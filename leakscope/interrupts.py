@@ -25,6 +25,7 @@ import contextlib
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from types import FrameType
@@ -103,6 +104,37 @@ def deferred() -> Iterator[None]:
 def ending() -> None:
     """The command is exiting: a signal from now on is remembered, not raised (its exit code is set)."""
     _deferring[0] += 1
+
+
+#: seconds an interrupted command may take to exit once its own cleanup is done
+EXIT_GRACE_S = 10.0
+
+
+def exit_within(code: int, seconds: float = EXIT_GRACE_S) -> None:
+    """Make sure the interrupted ``leakscope`` command ends with ``code`` within ``seconds``.
+
+    Its own cleanup has run (children killed, temporary files gone); what is left is the
+    interpreter's shutdown, which after a signal that landed inside a C call (torch's import
+    under ``--no-isolate``, an engine's native code) can stall. Only for the command itself:
+    a program that called ``main`` in process is never ended from here.
+    """
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    program = getattr(spec, "name", None) == "leakscope.__main__" or os.path.basename(
+        str(getattr(main, "__file__", ""))
+    ) in ("leakscope", "leakscope.exe")
+    if not program:
+        return
+
+    def end() -> None:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, end)
+    timer.daemon = True
+    timer.start()
 
 
 def _handled() -> bool:
