@@ -64,10 +64,16 @@ def kind_of(path: Path) -> tuple[Kind, str | None]:
     if stat.S_ISLNK(mode):
         try:
             target = os.readlink(path)
+        except OSError as exc:
+            return Kind.REFUSED, exc.strerror or str(exc)
+        absolute = os.path.join(os.fspath(path.parent), target)
+        try:
             followed = os.stat(path)
         except OSError:
+            if os.path.normpath(absolute).startswith(_DESCRIPTOR_ROOTS):
+                # /dev/stdout with stdout closed: never replace the system's link
+                return Kind.REFUSED, "it names a closed descriptor or a missing device"
             return Kind.REPLACE, None  # a dangling link: replaced, its target never created
-        absolute = os.path.join(os.fspath(path.parent), target)
         if stat.S_ISFIFO(followed.st_mode) or stat.S_ISCHR(followed.st_mode):
             return Kind.THROUGH, None
         if os.path.normpath(absolute).startswith(_DESCRIPTOR_ROOTS) and not stat.S_ISDIR(

@@ -375,3 +375,19 @@ def test_dev_stdout_is_written_through_never_replaced(tmp_path: Path, redirect: 
     shown = proc.stdout if redirect == "pipe" else out.read_bytes()
     assert b"pkg.mod:Engine" in shown and b"Traceback" not in proc.stderr
     assert os.readlink("/dev/stdout") == before and Path("/dev/stdout").is_symlink()
+
+
+def test_a_link_to_a_closed_descriptor_is_refused_never_replaced(tmp_path: Path) -> None:
+    """``-o /dev/stdout`` with stdout closed: the link names nothing; refused, the link kept."""
+    link = tmp_path / "report.out"
+    fd = os.open(os.devnull, os.O_WRONLY)
+    link.symlink_to(f"/proc/self/fd/{fd}")
+    os.close(fd)
+    assert kind_of(link)[0] is Kind.REFUSED
+    assert problem(link) == (
+        "it names a closed descriptor or a missing device; give a regular file, a FIFO or "
+        "/dev/stdout as --output FILE"
+    )
+    with pytest.raises(OSError):
+        write(link, b"x")
+    assert link.is_symlink() and os.readlink(link) == f"/proc/self/fd/{fd}"
