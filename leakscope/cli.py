@@ -10,6 +10,7 @@ import sys
 
 import typer
 
+from leakscope import interrupts
 from leakscope.commands import check, estimate, explain, fix, render, watch
 from leakscope.commands.common import Version
 from leakscope.errors import ExitCode
@@ -47,26 +48,37 @@ def main() -> None:
     usage_error: type[Exception] = next(
         c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
     )
+    previous: dict[int, object] = {}
     code: object = 0
     try:
-        code = app(standalone_mode=False)
-    except typer.Exit as exc:
-        code = exc.exit_code
-    except usage_error as exc:
-        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `leakscope`: the help
-            exc.show()  # type: ignore[attr-defined]
-        else:
-            # One line, like every other usage error: what was wrong and the valid choices.
-            message = exc.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
-            typer.echo(f"leakscope: error: {message}", err=True)
-        code = int(ExitCode.USAGE)
-    except (KeyboardInterrupt, typer.Abort):
+        previous = interrupts.install()  # NOTE [Interrupts at any moment]: exit 130, 143
+        try:
+            code = app(standalone_mode=False)
+            if interrupts.received():  # typer returns 130 for a KeyboardInterrupt: which signal?
+                raise interrupts.Interrupted
+        except typer.Exit as exc:
+            if interrupts.received():
+                raise interrupts.Interrupted from exc
+            code = exc.exit_code
+        except usage_error as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # bare `leakscope`: the help
+                exc.show()  # type: ignore[attr-defined]
+            else:
+                # One line, like every other usage error: what was wrong and the valid choices.
+                message = exc.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
+                typer.echo(f"leakscope: error: {message}", err=True)
+            code = int(ExitCode.USAGE)
+    except (KeyboardInterrupt, typer.Abort):  # also one raised in a handler above
+        interrupts.ending()
         typer.echo("leakscope: interrupted", err=True)
-        code = 130
+        code = interrupts.exit_code()
+        interrupts.exit_within(code)  # the interpreter's shutdown cannot hold the exit up
     finally:
+        interrupts.ending()  # exiting now: a later signal is remembered, not raised
         from leakscope.harness.runtime import prepare_exit
 
         prepare_exit()  # see NOTE [Exit cost]
+        interrupts.restore(previous)
     sys.exit(code if isinstance(code, int) else 0)
 
 

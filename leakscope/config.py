@@ -11,8 +11,10 @@ accepted too). Every mistake is a one-line :class:`~leakscope.errors.ConfigError
 from __future__ import annotations
 
 import dataclasses
+import math
+import reprlib
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +46,7 @@ KEYS = (
     "timeout",
     "jobs",
     "format",
-)
+)  # each has its rule in RULES
 ALLOW_KEYS = ("path", "reason", "target", "mode")
 #: what one ``[tool.leakscope.micro-batch]`` entry may say
 MICRO_BATCH_KEYS = ("shape", "dtype", "low", "high")
@@ -133,11 +135,40 @@ def _fail(where: str, key: str, problem: str) -> ConfigError:
     return ConfigError(f"{where}: {key}: {problem}")
 
 
+#: how much of a bad value an error shows: a value nested 10^5 deep or a megabyte long stays one short line
+_REPR = reprlib.Repr()
+_REPR.maxlevel = 2
+_REPR.maxstring = 80
+_REPR.maxother = 80
+_REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = 4
+
+
+def _shown(value: Any) -> str:
+    """``value`` as an error shows it: bounded in depth and length."""
+    return _REPR.repr(value)
+
+
+#: the finite range of each micro-batch dtype's values (half the largest, so high - low stays finite)
+_DTYPE_LIMITS = {
+    "float16": 65504.0 / 2,
+    "bfloat16": 1.7e38,
+    "float32": 1.7e38,
+    "float64": 8.9e307,
+    "int64": float(2**62),
+    "int32": float(2**31 - 1),
+    "bool": 1.0,
+}
+#: the most micro-batches a check may run (each is a step of the engine)
+MAX_MICRO_BATCHES = 1024
+#: the most targets checked at once (`jobs`): more processes than any machine leakscope runs on
+MAX_JOBS = 256
+
+
 def _string(where: str, key: str, value: Any, choices: Sequence[str] | None = None) -> str:
     if not isinstance(value, str) or not value:
-        raise _fail(where, key, f"expected a non-empty string, got {value!r}")
+        raise _fail(where, key, f"expected a non-empty string, got {_shown(value)}")
     if choices is not None and value not in choices:
-        raise _fail(where, key, f"{value!r} is not one of: {', '.join(choices)}")
+        raise _fail(where, key, f"{_shown(value)} is not one of: {', '.join(choices)}")
     return value
 
 
@@ -159,7 +190,7 @@ def _allow_entry(where: str, index: int, value: Any) -> AllowEntry:
         raise _fail(
             where,
             key,
-            f'expected a table like {{path = "output.x", reason = "why"}}, got {value!r}',
+            f'expected a table like {{path = "output.x", reason = "why"}}, got {_shown(value)}',
         )
     unknown = sorted(set(value) - set(ALLOW_KEYS))
     if unknown:
@@ -190,19 +221,19 @@ def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
         raise _fail(
             where,
             "micro-batch",
-            f"expected a table of keys like {{advantages = {{low = -1.0, high = 1.0}}}}, got {value!r}",
+            f"expected a table of keys like {{advantages = {{low = -1.0, high = 1.0}}}}, got {_shown(value)}",
         )
     out = []
     for name, entry in value.items():
         key = f"micro-batch.{name}"
         if isinstance(entry, MicroBatchKey):
-            out.append(entry)
-            continue
+            entry = dataclasses.asdict(entry)
+            entry.pop("name")
         if not isinstance(entry, Mapping):
             raise _fail(
                 where,
                 key,
-                f'expected a table like {{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0}}, got {entry!r}',
+                f'expected a table like {{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0}}, got {_shown(entry)}',
             )
         unknown = sorted(set(entry) - set(MICRO_BATCH_KEYS))
         if unknown:
@@ -216,11 +247,22 @@ def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
             fields["shape"] = _string(where, f"{key}.shape", entry["shape"], KEY_SHAPES)
         if "dtype" in entry:
             fields["dtype"] = _string(where, f"{key}.dtype", entry["dtype"], KEY_DTYPES)
+        dtype = fields.get("dtype", MicroBatchKey.dtype)
+        limit = _DTYPE_LIMITS.get(dtype, _DTYPE_LIMITS["float32"])
         for bound in ("low", "high"):
             if bound in entry:
                 number = entry[bound]
                 if isinstance(number, bool) or not isinstance(number, (int, float)):
-                    raise _fail(where, f"{key}.{bound}", f"expected a number, got {number!r}")
+                    raise _fail(where, f"{key}.{bound}", f"expected a number, got {_shown(number)}")
+                if not (isinstance(number, int) or math.isfinite(number)) or not (
+                    -limit <= number <= limit
+                ):
+                    raise _fail(
+                        where,
+                        f"{key}.{bound}",
+                        f"{_shown(number)} is out of range; expected a finite number from "
+                        f"{-limit:g} to {limit:g} for dtype {dtype}",
+                    )
                 fields[bound] = float(number)
         spec = MicroBatchKey(str(name), **fields)
         if not spec.low < spec.high:
@@ -243,7 +285,7 @@ def _scalar(where: str, key: str, value: Any) -> str:
         return str(value).lower()
     if isinstance(value, (int, float, str)):
         return str(value)
-    raise _fail(where, key, f"expected true/false, a number or a string, got {value!r}")
+    raise _fail(where, key, f"expected true/false, a number or a string, got {_shown(value)}")
 
 
 def _settings(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
@@ -254,12 +296,12 @@ def _settings(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
             k, sep, v = str(item).partition("=")
             if not sep or not k.strip():
                 raise _fail(
-                    where, "set", f"{item!r} is not key=value (e.g. calculate_entropy=true)"
+                    where, "set", f"{_shown(item)} is not key=value (e.g. calculate_entropy=true)"
                 )
             out.append((k.strip(), v.strip()))
         return tuple(out)
     if not isinstance(value, Mapping):
-        raise _fail(where, "set", f"expected a table of adapter settings, got {value!r}")
+        raise _fail(where, "set", f"expected a table of adapter settings, got {_shown(value)}")
     for k, v in value.items():
         if isinstance(v, Mapping):  # per target
             _target(where, f"set.{k}", k)
@@ -271,67 +313,137 @@ def _settings(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
-def parse(table: Mapping[str, Any], where: str) -> Settings:
-    """Validate one settings table (dashed or underscored keys) read from ``where``."""
+def _targets(where: str, key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise _fail(
+            where, key, f"expected a list of 'pkg.module:Name' strings, got {_shown(value)}"
+        )
+    return tuple(_target(where, f"targets[{i}]", v) for i, v in enumerate(value))
+
+
+def _model(where: str, key: str, value: Any) -> str:
     from leakscope.models.names import MODELS
 
+    return _string(where, key, value, MODELS)
+
+
+def _micro_batches(where: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MICRO_BATCHES:
+        raise _fail(
+            where,
+            key,
+            f"expected an integer from 1 to {MAX_MICRO_BATCHES}, got {_shown(value)}",
+        )
+    return value
+
+
+def _jobs(where: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_JOBS:
+        raise _fail(where, key, f"expected an integer from 1 to {MAX_JOBS}, got {_shown(value)}")
+    return value
+
+
+def _format(where: str, key: str, value: Any) -> str:
+    from leakscope.render import FORMATS
+
+    return _string(where, key, value, FORMATS)
+
+
+def _boolean(where: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(where, key, f"expected true or false, got {_shown(value)}")
+    return value
+
+
+def _allowlist(where: str, key: str, value: Any) -> tuple[AllowEntry, ...]:
+    if isinstance(value, (Mapping, AllowEntry)):
+        value = [value]
+    if not isinstance(value, (list, tuple)):
+        raise _fail(where, key, f"expected a list of {{path, reason}} tables, got {_shown(value)}")
+    return tuple(
+        v if isinstance(v, AllowEntry) else _allow_entry(where, i, v) for i, v in enumerate(value)
+    )
+
+
+#: NOTE [One rule per key]: each key of the table, the ``Settings`` field it fills and the one
+#: function that validates it (``(where, key, value) -> field value``, raising a one-line
+#: :class:`ConfigError` that names the key). A new key is one row here and one field of ``Settings``.
+RULES: dict[str, tuple[str, Callable[[str, str, Any], Any]]] = {
+    "targets": ("targets", _targets),
+    "mode": ("mode", lambda where, key, value: _string(where, key, value, MODES)),
+    "model": ("model", _model),
+    "factory": ("factory", _target),
+    "micro-batches": ("micro_batches", _micro_batches),
+    "confirm": ("confirm", _boolean),
+    "fail-on": ("fail_on", lambda where, key, value: _string(where, key, value, FAIL_ON)),
+    "allowlist": ("allowlist", _allowlist),
+    "micro-batch": ("micro_batch", lambda where, key, value: _micro_batch(where, value)),
+    "set": ("set", lambda where, key, value: _settings(where, value)),
+    "timeout": ("timeout", _timeout),
+    "jobs": ("jobs", _jobs),
+    "format": ("format", _format),
+}
+
+
+def parse(table: Mapping[str, Any], where: str) -> Settings:
+    """Validate one settings table (dashed or underscored keys) read from ``where``."""
     values: dict[str, Any] = {}
     for raw_key, value in table.items():
         key = str(raw_key).replace("_", "-")
-        if key not in KEYS:
-            raise _fail(where, str(raw_key), f"unknown key; {TABLE} takes {', '.join(KEYS)}")
-        if key == "targets":
-            if isinstance(value, str):
-                value = [value]
-            if not isinstance(value, list) or not value:
-                raise _fail(
-                    where, key, f"expected a list of 'pkg.module:Name' strings, got {value!r}"
-                )
-            values["targets"] = tuple(
-                _target(where, f"targets[{i}]", v) for i, v in enumerate(value)
-            )
-        elif key == "mode":
-            values["mode"] = _string(where, key, value, MODES)
-        elif key == "model":
-            values["model"] = _string(where, key, value, MODELS)
-        elif key == "factory":
-            values["factory"] = _target(where, key, value)
-        elif key == "micro-batches":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise _fail(where, key, f"expected a positive integer, got {value!r}")
-            values["micro_batches"] = value
-        elif key == "confirm":
-            if not isinstance(value, bool):
-                raise _fail(where, key, f"expected true or false, got {value!r}")
-            values["confirm"] = value
-        elif key == "fail-on":
-            values["fail_on"] = _string(where, key, value, FAIL_ON)
-        elif key == "micro-batch":
-            values["micro_batch"] = _micro_batch(where, value)
-        elif key == "set":
-            values["set"] = _settings(where, value)
-        elif key == "timeout":
-            values["timeout"] = _timeout(where, key, value)
-        elif key == "jobs":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise _fail(where, key, f"expected a positive integer, got {value!r}")
-            values["jobs"] = value
-        elif key == "format":
-            from leakscope.render import FORMATS
-
-            values["format"] = _string(where, key, value, FORMATS)
-        else:  # allowlist
-            if isinstance(value, (Mapping, AllowEntry)):
-                value = [value]
-            if not isinstance(value, (list, tuple)):
-                raise _fail(
-                    where, key, f"expected a list of {{path, reason}} tables, got {value!r}"
-                )
-            values["allowlist"] = tuple(
-                v if isinstance(v, AllowEntry) else _allow_entry(where, i, v)
-                for i, v in enumerate(value)
-            )
+        rule = RULES.get(key)
+        if rule is None:
+            raise _fail(where, str(raw_key)[:80], f"unknown key; {TABLE} takes {', '.join(KEYS)}")
+        field, validate = rule
+        values[field] = validate(where, key, value)
     return Settings(origin=where, **values)
+
+
+# NOTE [A config file is bounded]
+# ``tomllib`` parses arrays and inline tables recursively: a pyproject.toml of
+# ``a = [[[[...]]]]`` a thousand deep is a RecursionError deep in the parser.
+# Before parsing, :func:`nesting_depth` measures how deep brackets go (outside
+# strings and comments, in one loop, no recursion) and a file deeper than
+# MAX_NESTING is one line and exit 2. Error messages show values through
+# ``_shown`` (bounded depth and length), so no value makes them recurse or run long.
+MAX_NESTING = 64
+#: the largest config file leakscope reads
+MAX_CONFIG_BYTES = 16 * 2**20
+
+
+def nesting_depth(text: str) -> int:
+    """How deep ``[`` and ``{`` nest in TOML ``text``, outside strings and comments (iterative)."""
+    depth = deepest = 0
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "#":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        if c in "\"'":
+            triple = text.startswith(c * 3, i)
+            quote = c * 3 if triple else c
+            j = i + len(quote)
+            while j < n:
+                if c == '"' and text[j] == "\\":
+                    j += 2
+                    continue
+                if text.startswith(quote, j):
+                    break
+                if not triple and text[j] == "\n":
+                    break
+                j += 1
+            i = j + len(quote)
+            continue
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth = max(0, depth - 1)
+        i += 1
+    return deepest
 
 
 def read(path: Path, *, required: bool = True) -> Settings:
@@ -342,9 +454,23 @@ def read(path: Path, *, required: bool = True) -> Settings:
         )
     try:
         with path.open("rb") as handle:
-            doc = tomllib.load(handle)
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"{path}: larger than {MAX_CONFIG_BYTES // 2**20} MiB; is this a pyproject.toml?"
+            )
+        text = raw.decode("utf-8")
+        depth = nesting_depth(text)
+        if depth > MAX_NESTING:
+            raise ConfigError(
+                f"{path}: arrays or inline tables nested {depth} deep; leakscope reads at most "
+                f"{MAX_NESTING} (a [tool.leakscope] table needs 3)"
+            )
+        doc = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        raise ConfigError(f"{path}: not valid TOML: {_shown(str(exc))}") from None
+    except RecursionError:  # not reached past nesting_depth; one line all the same
+        raise ConfigError(f"{path}: nested too deep to read") from None
     tool = doc.get("tool", {})
     table = tool.get("leakscope") if isinstance(tool, dict) else None
     if table is None:
@@ -352,7 +478,7 @@ def read(path: Path, *, required: bool = True) -> Settings:
             raise ConfigError(f"{path}: no {TABLE} table; add one or drop --config")
         return Settings()
     if not isinstance(table, dict):
-        raise ConfigError(f"{path}: tool.leakscope: expected a table, got {table!r}")
+        raise ConfigError(f"{path}: tool.leakscope: expected a table, got {_shown(table)}")
     return parse(table, f"{path} {TABLE}")
 
 

@@ -79,7 +79,7 @@ def test_reads_every_key(tmp_path: Path) -> None:
             "micro-batches, confirm, fail-on, allowlist",
         ),
         ('targets = ["no_colon"]', "targets[0]: target 'no_colon' is not of the form"),
-        ("micro-batches = 0", "micro-batches: expected a positive integer, got 0"),
+        ("micro-batches = 0", "micro-batches: expected an integer from 1 to 1024, got 0"),
         ("confirm = 1", "confirm: expected true or false, got 1"),
         ('model = "gpt"', "model: 'gpt' is not one of: peft-checkpoint"),
         (
@@ -92,6 +92,28 @@ def test_reads_every_key(tmp_path: Path) -> None:
         ),
         ('allowlist = [{reason = "why"}]', "allowlist[0].path: missing"),
         ('allowlist = [{path = "o", reason = "r", why = 1}]', "allowlist[0].why: unknown key"),
+        # numbers TOML allows but a micro-batch key cannot take: the key named, not the engine blamed
+        (
+            "micro-batch = {advantages = {low = 1e300}}",
+            "micro-batch.advantages.low: 1e+300 is out of range; expected a finite number from "
+            "-1.7e+38 to 1.7e+38 for dtype float32",
+        ),
+        ("micro-batch = {advantages = {high = -inf}}", "micro-batch.advantages.high: -inf is out"),
+        ("micro-batch = {advantages = {high = nan}}", "micro-batch.advantages.high: nan is out"),
+        (
+            'micro-batch = {advantages = {low = "0"}}',
+            "micro-batch.advantages.low: expected a number, got '0'",
+        ),
+        (
+            'micro-batch = {ids = {dtype = "int32", high = 1e12}}',
+            "micro-batch.ids.high: 1000000000000.0 is out of range; expected a finite number from "
+            "-2.14748e+09 to 2.14748e+09 for dtype int32",
+        ),
+        ("micro-batch = {advantages = 3}", "micro-batch.advantages: expected a table like"),
+        ("micro-batches = 100000000000", "micro-batches: expected an integer from 1 to 1024"),
+        ("micro-batches = 1.5", "micro-batches: expected an integer from 1 to 1024, got 1.5"),
+        ("targets = [[[[[[1]]]]]]", "targets[0]: expected a non-empty string, got [[[...]]]"),
+        ("set = {a = [1, 2]}", "set.a: expected true/false, a number or a string, got [1, 2]"),
     ],
 )
 def test_bad_table_is_one_line_naming_key_and_file(tmp_path: Path, body: str, message: str) -> None:
@@ -102,6 +124,27 @@ def test_bad_table_is_one_line_naming_key_and_file(tmp_path: Path, body: str, me
     assert text.startswith(f"{path} [tool.leakscope]: {message}")
     assert "\n" not in text
     assert info.value.exit_code is ExitCode.USAGE
+
+
+@pytest.mark.parametrize("where", ["[tool.other]\nx = ", "[tool.leakscope]\nset = "])
+def test_a_deeply_nested_file_is_one_line_not_a_recursion_error(tmp_path: Path, where: str) -> None:
+    """NOTE [A config file is bounded]: 10^5 nested arrays and inline tables are refused before
+    the parser recurses; strings and comments holding brackets are not nesting."""
+    deep = "[" * 50_000 + "{a = " * 50_000 + "1" + "}" * 50_000 + "]" * 50_000
+    path = _write(tmp_path, f"{where}{deep}\n")
+    with pytest.raises(ConfigError) as info:
+        config.read(path)
+    assert str(info.value) == (
+        f"{path}: arrays or inline tables nested 100000 deep; leakscope reads at most 64 "
+        "(a [tool.leakscope] table needs 3)"
+    )
+    look_alike = _write(
+        tmp_path,
+        f'# {"[" * 1000}\n[tool.leakscope]\nmode = "train"\nx_y = 1\n'.replace("x_y = 1\n", "")
+        + f'[tool.other]\ns = "{"[" * 1000}"\nt = \'{"{" * 1000}\'\nu = """{"[" * 99}\n"""\n',
+    )
+    assert config.read(look_alike).mode == "train"
+    assert config.nesting_depth("a = [[1], {b = [2]}]") == 3
 
 
 def test_invalid_toml_and_missing_file(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from leakscope import config
 from leakscope.models.batch_keys import recording, spec_for_key
 from leakscope.models.tiny import build_micro_batch
 from leakscope.options import CheckOptions, MicroBatchKey, ModelSize
+from leakscope.results import Mode
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -140,3 +141,34 @@ def test_cli_reads_pyproject_and_prints_keys(tmp_path: Path) -> None:
     )
     doc = json.loads(js.stdout)
     assert doc["results"][1]["keys_read"] == KEYS_READ
+
+
+def test_the_micro_batch_is_one_consistent_mapping() -> None:
+    """NOTE [One consistent mapping]: every key ``.get`` gives is ``in`` it, listed and counted, on the
+    TensorDict and on a plain-dict copy alike; a name nothing covers is in neither."""
+    from leakscope.models.batch_keys import RL_KEYS
+
+    batch = build_micro_batch(ModelSize(), 0, keys=(MicroBatchKey("kl_coef", "batch"),))
+    with recording():
+        listed = set(batch.keys())
+        plain = dict(batch.items())
+        for key in (*RL_KEYS, "kl_coef"):
+            assert key in batch and key in listed and key in plain, key
+            assert torch.equal(batch.get(key), plain[key])
+        assert len(plain) == len(listed) == len(list(batch.keys()))
+        assert "not_a_known_key" not in batch and batch.get("not_a_known_key", None) is None
+        # a name only the convention covers: in it once asked, then listed like the rest
+        assert "draft_mask" in batch and "draft_mask" in set(batch.keys())
+
+
+def test_an_engine_branching_on_in_runs_its_real_branch() -> None:
+    """``"advantages" in micro_batch`` (and on a dict copy) takes the RL branch: its leak is found."""
+    report = leakscope.check(
+        ["fixtures.rl_branch:Engine", "fixtures.rl_branch_clean:Engine"],
+        CheckOptions(micro_batches=1, confirm=False, modes=(Mode.TRAIN,)),
+    )
+    leaky, clean = report.results
+    assert leaky.verdict.value == "leak" and [str(f.path) for f in leaky.findings] == [
+        "engine.ratios[0]"
+    ]
+    assert clean.verdict.value == "clean" and clean.findings == ()

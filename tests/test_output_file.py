@@ -242,3 +242,18 @@ def test_nul_and_control_characters_never_break_the_junit_xml() -> None:
         and "\\x00" in (error.get("message") or "")
         and "\\ud800" in (error.text or "")
     )
+
+
+def test_explain_dot_replaces_a_symlink_never_follows_it(tmp_path: Path) -> None:
+    """``explain --dot`` shares the report's writer: a link at FILE is replaced, its target
+    untouched (it followed it before)."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n", encoding="utf-8")
+    link = tmp_path / "graph.dot"
+    link.symlink_to(victim)
+    result = runner.invoke(
+        app, ["explain", "fixtures.verl_bug:Engine", "--dot", str(link), "--max-nodes", "50"]
+    )
+    assert result.exit_code == 0, result.output
+    assert victim.read_text(encoding="utf-8") == "keep me\n"
+    assert not link.is_symlink() and link.read_text(encoding="utf-8").startswith("digraph")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
 import typer
 
 from leakscope import __version__
-from leakscope.atomic import write_atomic
+from leakscope.atomic import problem, write, write_atomic
 from leakscope.errors import ExitCode, LeakscopeError
 from leakscope.render.escape import terminal
 
@@ -194,57 +194,39 @@ Version = Annotated[
 ]
 
 
-def check_output(output: Path | None, fmt: FormatChoice) -> None:
-    """``-o FILE`` is writable, checked before anything runs: one line and exit 2 otherwise.
+def check_output(output: Path | None, fmt: FormatChoice, flag: str = "--output FILE") -> None:
+    """``-o FILE`` (or ``flag``) is writable, checked before anything runs: one line and exit 2 otherwise.
 
-    The report is written to a temporary file in FILE's directory and renamed over FILE
-    (:func:`emit`), so the directory must exist and take a new file, and FILE must not be a
-    directory or a read-only file. A symbolic link at FILE is replaced, not followed.
+    A regular file (or a new one) is written to a temporary file in FILE's directory and
+    renamed over FILE, so the directory must exist and take a new file; a FIFO, a character
+    device or ``/dev/stdout`` is written through; a directory, socket or block device is
+    refused (NOTE [One writer, by what the path is] in ``leakscope/atomic.py``).
     """
     if output is None:
         return
-    problem = _output_problem(output)
-    if problem is not None:
+    why = problem(output, flag)
+    if why is not None:
         fail(
-            f"cannot write the report to {terminal(output)}: {problem}",
+            f"cannot write {_what(flag)} to {terminal(output)}: {why}",
             int(ExitCode.USAGE),
             fmt,
             None,
         )
 
 
-def _output_problem(output: Path) -> str | None:
-    import stat
-
-    directory = output.parent
-    try:
-        info = output.lstat()
-    except FileNotFoundError:
-        info = None
-    except OSError as exc:
-        return f"{exc.strerror or exc}; give another --output FILE"
-    if info is not None and stat.S_ISDIR(info.st_mode):
-        return "it is a directory; give a file name, e.g. -o report.json"
-    if (
-        info is not None
-        and stat.S_ISREG(info.st_mode)
-        and (not info.st_mode & 0o222 or not os.access(output, os.W_OK))
-    ):
-        return "the file is read-only; make it writable or give another --output FILE"
-    if not directory.is_dir():
-        return f"the directory {terminal(directory)} does not exist; create it first"
-    if not os.access(directory, os.W_OK | os.X_OK):
-        return f"the directory {terminal(directory)} is not writable; give another --output FILE"
-    return None
+def _what(flag: str) -> str:
+    return {"--dot": "the graph", "--emit-test": "the test"}.get(flag.split()[0], "the report")
 
 
-def emit(text: str, output: Path | None) -> None:
+def emit(text: str, output: Path | None, flag: str = "--output FILE") -> None:
     """The report on stdout, or in ``output``, whole or not at all.
 
-    NOTE [Reports are never lost]: a file report is written to a temporary file beside
+    NOTE [Reports are never lost]: a file report goes through the one writer
+    (:func:`leakscope.atomic.write`): a regular file is written to a temporary file beside
     ``output`` and renamed over it, so a reader never sees a half-written file and a
     failed run never truncates the previous report; a symbolic link at ``output`` is
-    replaced, not followed. A character no encoder accepts (a lone surrogate in an
+    replaced, not followed; a FIFO, a character device or ``/dev/stdout`` is written
+    through, never replaced. A character no encoder accepts (a lone surrogate in an
     engine's message) is written as its escape (``\\udcff``) instead of failing the run:
     the report is still written, and the exit code is still the verdict's.
     """
@@ -255,10 +237,10 @@ def emit(text: str, output: Path | None) -> None:
         stream.flush()
         return
     try:
-        write_atomic(output, text.encode("utf-8", "backslashreplace"))
+        write(output, text.encode("utf-8", "backslashreplace"))
     except OSError as exc:  # the disk filled up, or the directory went away since check_output
         typer.echo(
-            f"leakscope: error: cannot write the report to {terminal(output)}: {exc.strerror or exc}",
+            f"leakscope: error: cannot write {_what(flag)} to {terminal(output)}: {exc.strerror or exc}",
             err=True,
         )
         raise typer.Exit(int(ExitCode.USAGE)) from None

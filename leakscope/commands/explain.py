@@ -19,6 +19,7 @@ from leakscope.commands.common import (
     Model,
     Output,
     Version,
+    check_output,
     emit,
     fail,
     resolve,
@@ -86,6 +87,7 @@ def explain(
     settings = resolve(ctx, targets=[target] if target else None)
     fmt_, output = settings.fmt, settings.output
     one_mode = settings.options.modes[0]
+    check_output(dot, fmt_, "--dot FILE")  # before anything runs
     try:
         with contextlib.redirect_stdout(sys.stderr):
             view = run_explain(
@@ -102,8 +104,8 @@ def explain(
     else:
         emit(render_tree(view, max_lines=max_lines), output)
     if dot is not None:
-        dot.write_text(render_dot(view), encoding="utf-8")
-        typer.echo(f"leakscope: wrote {dot}", err=True)
+        emit(render_dot(view), dot, "--dot FILE")
+        typer.echo(f"leakscope: wrote {terminal(dot)}", err=True)
 
 
 __all__ = ["ExplainFormat", "ExplainMode", "explain"]

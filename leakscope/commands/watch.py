@@ -131,7 +131,7 @@ def watch(
 
     check_output(output, fmt)  # before the job runs
     if emit_test is not None:
-        check_output(emit_test, fmt)
+        check_output(emit_test, fmt, "--emit-test FILE")
     elif allow:
         fail(
             "--allow names findings for the test --emit-test writes; add --emit-test FILE",
@@ -216,7 +216,7 @@ def _emit_test(
     that there was nothing to write."""
     import os
 
-    from leakscope.atomic import write_atomic
+    from leakscope.atomic import write
     from leakscope.render import regression
 
     found = regression.leaking_classes(report, script)
@@ -248,7 +248,7 @@ def _emit_test(
             methods=methods,
             cwd=os.path.relpath(os.getcwd(), path.resolve().parent),
         )
-        write_atomic(path, text.encode("utf-8"))
+        write(path, text.encode("utf-8"))
     except OSError as exc:
         typer.echo(
             f"leakscope: error: cannot write {terminal(path)}: {exc.strerror or exc}", err=True

@@ -143,8 +143,17 @@ def unknown_finding(by_cause: Mapping[str, int]) -> Finding:
     )
 
 
-def cycle_finding(by_cause: Mapping[str, int]) -> Finding:
-    """A graph that only the cyclic garbage collector frees (a warning)."""
+#: the fix when the engine turned the collector off (NOTE [An engine that turns the collector off])
+GC_OFF_HINT = (
+    "the engine turned the cyclic garbage collector off (gc.disable()), so this reference cycle, "
+    "and the step's graph it reaches, is never freed: keep the collector on, or store only "
+    ".detach()ed tensors or numbers in objects that refer to themselves"
+)
+
+
+def cycle_finding(by_cause: Mapping[str, int], *, gc_off: bool = False) -> Finding:
+    """A graph that only the cyclic garbage collector frees: a warning, or a leak when the engine
+    turned the collector off (``gc_off``: nothing will ever free it)."""
     return Finding(
         path=CYCLE,
         holder=Holder.CYCLE,
@@ -152,10 +161,10 @@ def cycle_finding(by_cause: Mapping[str, int]) -> Finding:
         graph_nodes=0,
         retained_bytes=sum(by_cause.values()),
         confirmed=True,
-        hint=hint_for(Holder.CYCLE, Cause.UNTIL_GC, CYCLE),
+        hint=GC_OFF_HINT if gc_off else hint_for(Holder.CYCLE, Cause.UNTIL_GC, CYCLE),
         cause=Cause.UNTIL_GC,
         bytes_by_cause=dict(sorted(by_cause.items())),
-        severity=Severity.WARNING,
+        severity=Severity.LEAK if gc_off else Severity.WARNING,
     )
 
 

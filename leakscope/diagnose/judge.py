@@ -214,7 +214,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     if sum(residual.values()) > 0:
         findings.append(unknown_finding(residual))
     if not findings and sum(first.until_gc.values()) > 0:
-        findings.append(cycle_finding(first.until_gc))
+        findings.append(cycle_finding(first.until_gc, gc_off=first.gc_off))
     growth: Growth | None = None
     kinds: dict[HolderPath, LeakKind] = {}
     node_bytes = obs.node_bytes

@@ -41,7 +41,7 @@ from leakscope.options import CheckOptions, ModelSize
 from leakscope.phase import report
 from leakscope.probe import safe
 from leakscope.probe.autograd import INSPECTION, UNTIL_GC, sequence_nr, storage_key, storage_nbytes
-from leakscope.probe.liveness import settle
+from leakscope.probe.liveness import gc_turned_off, settle
 from leakscope.probe.release import ReleaseFailed, release
 from leakscope.probe.walk import Hit
 from leakscope.results import GraphView, Mode
@@ -60,6 +60,8 @@ class FirstStep:
     observation: Observation
     #: bytes by cause alive right after the step that only the cyclic collector then freed
     until_gc: dict[str, int]
+    #: the engine turned the cyclic collector off (NOTE [An engine that turns the collector off])
+    gc_off: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,12 +93,13 @@ class Experiment:
         INSPECTION.reset()
         trial = run_trial(self.spec, self.mode, self.options, anomaly=source)
         try:
+            gc_off = gc_turned_off()
             until_gc = _until_gc_bytes(trial)
             report(step="walking")
             obs = self._observe(trial)
             if not obs.held and obs.unexplained:
                 obs = self._observe(trial, generic=True)  # NOTE [Generic fallback]
-            return FirstStep(obs, until_gc)
+            return FirstStep(obs, until_gc, gc_off)
         finally:
             trial.close()
 

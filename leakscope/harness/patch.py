@@ -68,11 +68,11 @@ def read_source(path: Path) -> str:
 def write_source(path: Path, text: str) -> None:
     """Write ``text`` over the source file ``path`` (NOTE [Files are the user's]): in the encoding the
     file had, atomically, keeping its mode and, where this process may, its owner and group."""
-    from leakscope.atomic import write_atomic
+    from leakscope.atomic import write
 
     info = path.stat()
     data = text.encode(source_encoding(path.read_bytes()))
-    write_atomic(path, data)
+    write(path, data)
     with contextlib.suppress(OSError):  # only root (or the owner, for a group it is in) may
         now = path.stat()
         if (now.st_uid, now.st_gid) != (info.st_uid, info.st_gid):

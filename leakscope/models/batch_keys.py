@@ -68,6 +68,30 @@ CONVENTION: tuple[tuple[str, str, MicroBatchKey], ...] = (
     ),
 )
 
+#: NOTE [One consistent mapping]
+#: An engine may look at its micro-batch before it reads it: ``"advantages" in
+#: micro_batch`` to choose the RL branch, ``for key in micro_batch``, ``len``,
+#: ``dict(micro_batch.items())`` or ``to_dict()`` before a branch on a plain dict.
+#: If ``.get("advantages")`` answered a tensor but ``in`` answered False, an RL
+#: engine would run a branch its real batches never take, and a leak in the real
+#: branch would go unseen (a CLEAN it did not earn). So the micro-batch holds every
+#: key its real counterpart carries from the start (these names, verl's and TRL's
+#: RL keys, plus every configured key), synthesised when it is built; and any
+#: other name the convention covers is ``in`` it, synthesised when asked, and then
+#: listed, counted and iterated like the rest.
+RL_KEYS = (
+    "responses",
+    "response_mask",
+    "old_log_probs",
+    "ref_log_prob",
+    "rollout_log_probs",
+    "advantages",
+    "returns",
+    "values",
+    "token_level_rewards",
+    "token_level_scores",
+)
+
 _READ: dict[str, None] = {}
 _RECORDING = [False]
 
@@ -176,6 +200,27 @@ class SynthesisingBatch(TensorDict):  # type: ignore[no-untyped-call]
         with torch.no_grad():
             TensorDict.__setitem__(self, key, synthesise(spec, self, self.vocab))
 
+    def complete(self) -> None:
+        """Synthesise every key a real batch carries (NOTE [One consistent mapping])."""
+        names = dict.fromkeys((*RL_KEYS, *(k.name for k in self.overrides)))
+        with torch.no_grad():
+            for name in names:
+                spec = spec_for_key(name, self.overrides)
+                if spec is not None and not TensorDict.__contains__(self, name):
+                    TensorDict.__setitem__(self, name, synthesise(spec, self, self.vocab))
+
+    def __contains__(self, key: Any) -> bool:
+        if TensorDict.__contains__(self, key):
+            if isinstance(key, str) and _RECORDING[0]:
+                _READ.setdefault(key, None)
+            return True
+        if not isinstance(key, str) or not _RECORDING[0]:
+            return False
+        if spec_for_key(key, self.overrides) is None:
+            return False
+        self._fill(key)  # any name the convention covers is in it, then listed like the rest
+        return True
+
     def __getitem__(self, key: Any) -> Any:
         self._fill(key)
         return super().__getitem__(key)
@@ -214,6 +259,7 @@ def find_missing_key(exc: BaseException | None) -> MissingKey | None:
 
 __all__ = [
     "CONVENTION",
+    "RL_KEYS",
     "MissingKey",
     "SynthesisingBatch",
     "batch_class",

@@ -149,6 +149,8 @@ def build_micro_batch(
         {"input_ids": input_ids, "attention_mask": attention_mask, "position_ids": position_ids},
         batch_size=[size.batch],
     )
+    if keys is not None:
+        td.complete()  # NOTE [One consistent mapping] in leakscope/models/batch_keys.py
     return td.to(device) if device != "cpu" else td
 
 

@@ -39,9 +39,18 @@ def gc_paused() -> Iterator[None]:
 
     Also freezes every object that exists on entry (see NOTE [Frozen heap]), so
     the collections :func:`settle` runs scan only what the check created.
+
+    # NOTE [An engine that turns the collector off]
+    # The pause sets the collector's first threshold to 0 (no automatic
+    # collection) instead of calling ``gc.disable()``, so ``gc.isenabled()``
+    # stays the engine's to change: an engine that calls ``gc.disable()`` is seen
+    # (:func:`gc_turned_off`), and a graph held only by a reference cycle is then a
+    # leak, not a warning: in the real job no collection ever frees it. On the way
+    # out the collector's state and thresholds are what they were on entry.
     """
     was_enabled = gc.isenabled()
-    gc.disable()
+    thresholds = gc.get_threshold()
+    gc.set_threshold(0, *thresholds[1:])
     # NOTE [Frozen heap]
     # After ``import torch`` (and FSDP, which pulls in torch._dynamo and sympy)
     # the heap holds millions of GC-tracked objects, and one full
@@ -61,8 +70,17 @@ def gc_paused() -> Iterator[None]:
     finally:
         if freeze:
             gc.unfreeze()
+        gc.set_threshold(*thresholds)
         if was_enabled:
-            gc.enable()
+            gc.enable()  # the engine may have turned it off: the caller's state comes back
+        else:
+            gc.disable()
+
+
+def gc_turned_off() -> bool:
+    """Whether the cyclic collector is off now: inside :func:`gc_paused`, the engine turned it off
+    (NOTE [An engine that turns the collector off])."""
+    return not gc.isenabled()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,5 +173,6 @@ __all__ = [
     "alive_bytes",
     "collect_evidence",
     "gc_paused",
+    "gc_turned_off",
     "settle",
 ]

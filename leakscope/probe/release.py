@@ -71,6 +71,11 @@ def _release(link: Link, kind: LinkKind, container: Any, key: Any, value: Any) -
         container.cache_clear()
     elif kind is LinkKind.CONTEXT_VAR:
         container.set(value)
+    elif kind is LinkKind.GRAD:  # NOTE [A gradient that keeps a graph]: the tensor's own setter
+        import torch
+
+        setter: Any = torch._C.TensorBase.__dict__["grad"]
+        setter.__set__(container, value)
     elif kind is LinkKind.FRAME:
         _set_frame_local(container, key, value)
     elif kind is LinkKind.DICT_KEY:

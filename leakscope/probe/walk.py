@@ -72,6 +72,7 @@ class LinkKind(enum.Enum):
     DICT_KEY = "dict-key"  # a tensor used as a dict key: re-keyed by its replacement
     EXC_ARG = "exc-arg"  # an exception's args[i]
     CONTEXT_VAR = "context-var"  # a ContextVar's value: var.set(value)
+    GRAD = "grad"  # a tensor's .grad (NOTE [A gradient that keeps a graph]): t.grad = value
     READONLY = "readonly"  # reachable, but cannot be replaced
 
 
@@ -957,6 +958,9 @@ def walk(
                             link, (Segment(SegmentKind.HOOKS, name),), LinkKind.READONLY, None, None
                         )
                         stack.append((_HookDict(hooks), hooks_link, None))
+                    grad = _grad_child(obj)
+                    if grad is not None:
+                        stack.append((grad[4], link, grad))
                     attrs = kinds().tensor_attrs(obj)
                     if attrs is not None and id(attrs) not in visited:
                         visited.add(id(attrs))
@@ -991,6 +995,23 @@ def walk(
                 stats.note_error(exc, str(link.path()))
                 continue
             stack.extend([(entry[4], link, entry) for entry in reversed(children)])
+
+
+def _grad_child(t: Any) -> Child | None:
+    """A tensor's ``.grad`` when it has a graph of its own.
+
+    NOTE [A gradient that keeps a graph]: ``backward(create_graph=True)`` leaves
+    in each leaf's ``.grad`` a gradient with a ``grad_fn``, and the next backward
+    adds to it, graph and all: a parameter's (or any leaf's) ``.grad`` then keeps
+    every step's graph, and no container does. A plain gradient (no ``grad_fn``)
+    is not entered: it is the optimizer's, and holds no graph.
+    """
+    if not (safe.requires_grad(t) and safe.is_leaf(t)):  # only a leaf's .grad is filled in
+        return None
+    grad = safe.grad(t)
+    if grad is None or safe.grad_fn(grad) is None:
+        return None
+    return _attr("grad"), LinkKind.GRAD, t, "grad", grad
 
 
 def _link(parent: Link, child: Child | None) -> Link:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from leakscope import __version__
+from leakscope import __version__, interrupts
 from leakscope.errors import UsageError
 from leakscope.options import CheckOptions
 from leakscope.phase import listened, report
@@ -44,6 +45,10 @@ _FIX_EXIT = "an engine must return (loss, output) and never exit the process"
 START_METHOD_ENV = "LEAKSCOPE_START_METHOD"
 #: seconds the zygote may take to import torch before the targets are spawned instead
 _ZYGOTE_START_S = 300.0
+#: how long the zygote may take to kill and reap its children and exit, after a normal end
+_ZYGOTE_GRACE_S = 10.0
+#: the same after an interrupt or error: the children it may not have told us of yet die with it
+_ZYGOTE_INTERRUPTED_S = 5.0
 #: how often children are polled where the kernel cannot tell us (no pidfd)
 _POLL_S = 0.05
 
@@ -159,21 +164,36 @@ class _Pool:
         self.zygote: Client | None = None
         self.running: dict[int, _Job] = {}
         self.selector = selectors.DefaultSelector()
+        self.stack = contextlib.ExitStack()
+        #: readable when a signal arrives (NOTE [Interrupts at any moment] in leakscope/interrupts.py)
+        self.wake: int | None = None
 
     def __enter__(self) -> _Pool:
+        self.wake = self.stack.enter_context(interrupts.wakeup())
+        if self.wake is not None:
+            self.selector.register(self.wake, selectors.EVENT_READ, None)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, *exc: object) -> None:
         # Normal end, a usage error, KeyboardInterrupt: nothing we started outlives the check.
-        for job in list(self.running.values()):
-            if job.proc is not None:
-                kill_group(job.proc.pid)
-                job.proc.wait()
-            self._forget(job)
-            job.tmp.cleanup()
-        if self.zygote is not None:
-            self.zygote.close()
-        self.selector.close()
+        # NOTE [Interrupts at any moment]: not interrupted half-way, and bounded in time.
+        with interrupts.deferred():
+            if self.zygote is not None and self.zygote.alive:
+                for message in self.zygote.read() or []:  # children forked since we last looked
+                    job = self.running.get(int(message.get("id", -1)))
+                    if job is not None and "pid" in message:
+                        job.pid = int(message["pid"])
+            for job in list(self.running.values()):
+                if job.pid is not None and not job.done:
+                    kill_group(job.pid)  # forked or spawned: the child and the helpers it started
+                if job.proc is not None:
+                    job.proc.wait()
+                self._forget(job)
+                job.tmp.cleanup()
+            if self.zygote is not None:
+                self.zygote.close(grace=_ZYGOTE_GRACE_S if kind is None else _ZYGOTE_INTERRUPTED_S)
+            self.selector.close()
+            self.stack.close()
 
     def run(self, work: Sequence[tuple[int, str]]) -> Iterator[tuple[int, str, _Job]]:
         """Each ``(index, target, finished job)``, in the order they finish."""
@@ -217,8 +237,9 @@ class _Pool:
         if not self.fork:
             return None
         if self.zygote is None:
-            self.zygote = Client(self.options.model, _stderr_fd())
-            if not self.zygote.wait_ready(_ZYGOTE_START_S):
+            with interrupts.deferred():  # a signal mid-Popen would lose the process it started
+                self.zygote = Client(self.options.model, _stderr_fd())
+            if not self.zygote.wait_ready(_ZYGOTE_START_S, self.wake):
                 self.fork = False  # it could not import, or may not fork: spawn every target
                 self.zygote.close()
                 self.zygote = None
@@ -230,13 +251,14 @@ class _Pool:
         job.forked = False
         # stdout=2: whatever the child writes to its stdout goes to our stderr,
         # never into the report (the child also redirects it itself).
-        job.proc = subprocess.Popen(
-            [sys.executable, "-m", "leakscope.runner.worker", str(job.request)],
-            stdin=subprocess.DEVNULL,
-            stdout=_stderr_fd(),
-            start_new_session=True,
-        )
-        self._running(job, job.proc.pid)
+        with interrupts.deferred():  # a signal mid-Popen would lose the process it started
+            job.proc = subprocess.Popen(
+                [sys.executable, "-m", "leakscope.runner.worker", str(job.request)],
+                stdin=subprocess.DEVNULL,
+                stdout=_stderr_fd(),
+                start_new_session=True,
+            )
+            self._running(job, job.proc.pid)
         try:
             job.pidfd = os.pidfd_open(job.pid)  # type: ignore[arg-type]
         except (AttributeError, OSError):
@@ -262,6 +284,8 @@ class _Pool:
                     timeout = left if timeout is None else min(timeout, left)
         if not any(j.done for j in self.running.values()):
             self.selector.select(timeout)
+        if self.wake is not None:
+            interrupts.drain(self.wake)  # a signal woke us: Python raises it at the next line
         if self.zygote is not None and self.zygote.alive:
             self._messages()
         if listened():

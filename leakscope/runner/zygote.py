@@ -68,6 +68,8 @@ import threading
 import time
 from typing import IO, Any, NoReturn
 
+from leakscope import interrupts
+
 #: leakscope's own modules a check imports: loaded once here instead of in every child
 #: (``tests/test_isolation.py`` checks that a check imports no other leakscope module)
 PRELOAD = (
@@ -371,14 +373,27 @@ class Client:
         self.buffer = b""
         self.alive = True
 
-    def wait_ready(self, timeout: float) -> bool:
+    def wait_ready(self, timeout: float, wake: int | None = None) -> bool:
+        """Whether the zygote imported and may fork; ``wake`` is also waited on (a signal's wakeup
+        descriptor, NOTE [Interrupts at any moment] in ``leakscope/interrupts.py``)."""
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as selector:
-            selector.register(self.out, selectors.EVENT_READ)
+            selector.register(self.out, selectors.EVENT_READ, "out")
+            if wake is not None:
+                selector.register(wake, selectors.EVENT_READ, "wake")
             while True:
                 left = deadline - time.monotonic()
-                if left <= 0 or not selector.select(left):
+                if left <= 0:
                     return False
+                ready = selector.select(left)
+                if not ready:
+                    return False
+                if wake is not None:
+                    interrupts.drain(
+                        wake
+                    )  # Python raises the signal's KeyboardInterrupt at the next line
+                if not any(key.data == "out" for key, _ in ready):
+                    continue
                 messages = self.read()
                 if messages is None:
                     return False
@@ -407,15 +422,16 @@ class Client:
         *lines, self.buffer = self.buffer.split(b"\n")
         return [json.loads(line) for line in lines if line.strip()]
 
-    def close(self) -> None:
-        """End of its stdin: it kills and reaps every child, then exits; we make sure it does."""
+    def close(self, grace: float = 10.0) -> None:
+        """End of its stdin: it kills and reaps every child, then exits; after ``grace`` seconds we
+        kill it (its children die with it, ``PR_SET_PDEATHSIG``)."""
         try:
             if self.proc.stdin is not None:
                 self.proc.stdin.close()
         except OSError:
             pass
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
         kill_group(self.proc.pid)
