@@ -145,6 +145,7 @@ OTHER_TOOLS = {
     "--short": "benchmarks/run.py",
     "--no-fail": "benchmarks/run.py",
     "--junit-xml": "pytest",
+    "--keep": "fixtures/watch/module_loop.py",
     "--leaky-rank": "fixtures/watch/rank_update.py",
     "--metric": "fixtures/watch/verl_update.py",
     "--no-build-isolation": "pip install",
