@@ -37,7 +37,7 @@ from leakscope.probe.autograd import (
 )
 from leakscope.probe.cost import node_cost
 from leakscope.probe.liveness import Evidence, alive_bytes
-from leakscope.probe.steps import BEFORE, StepGraphs
+from leakscope.probe.steps import StepGraphs
 from leakscope.probe.view import FINDING_GRAPH_NODES, view_of
 from leakscope.probe.walk import Hit, Link, LinkKind, Root, WalkStats, kinds, walk
 from leakscope.results import GraphView, Source
@@ -182,23 +182,27 @@ def _only_extends_older(node: Any, steps: StepGraphs) -> bool:
     (``Engine.total = Engine.total + x``, with ``x`` computed under ``no_grad``)
     gets one new node per step on top of an older graph. That older graph is the
     leak of the step that built it, not of these; counting it here would make a
-    forward-only verdict depend on what ran before it in the same process.
+    forward-only verdict depend on what ran before it in the same process. What
+    the graph reaches without entering the older graph decides: a node that still
+    saves tensors, or a leaf (a parameter's gradient accumulator), is a step's own
+    graph (a running sum ``total += loss`` after backward freed the loss's saved
+    tensors still reaches the loss's whole graph down to the parameters).
     """
     older = False
-    for i, current in enumerate(iter_nodes([node])):
+
+    def stop(current: Any) -> bool:
+        nonlocal older
+        if steps.is_before(current):
+            older = True
+            return True
+        return False
+
+    for i, current in enumerate(iter_nodes([node], stop=stop)):
         if i >= 10_000:
             return False
-        seq = sequence_nr(current)
-        if seq == UINT64_MAX:
-            leaf = accumulated_leaf(current)
-            if leaf is not None and steps.leaf_step(leaf) is not None:
-                return False  # reaches a step's leaf
-            continue
-        step = steps.step_of(current)
-        if step == BEFORE:
-            older = True
-            continue
-        if step is not None and (
+        if sequence_nr(current) == UINT64_MAX:
+            return False  # reaches a leaf outside the older graph
+        if (
             next(saved_values(current), None) is not None
             or next(ctx_values(current), None) is not None
         ):
@@ -368,14 +372,12 @@ def module_roots(skip: Iterable[str] = ()) -> list[Root]:
     # leakscope's own (:func:`leakscope.probe.library.is_state_module`), bounded by
     # the walk's object limit, each object once.
     """
-    import sys
-
     from leakscope.probe.library import is_state_module
 
     seen = set(skip)
     out = []
-    for name, module in list(sys.modules.items()):
-        if module is None or name in seen or not is_state_module(name):
+    for name, module in safe.loaded_modules():  # real modules only (NOTE [Reads that run no user code])
+        if name in seen or not is_state_module(name):
             continue
         seen.add(name)
         out.append(Root(f"global:{name}", module, "global"))
