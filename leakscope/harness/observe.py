@@ -27,6 +27,7 @@ from leakscope.probe.autograd import (
     accumulated_leaf,
     ctx_values,
     graph_tensors,
+    heap_nodes,
     iter_nodes,
     node_key,
     node_name,
@@ -38,7 +39,7 @@ from leakscope.probe.autograd import (
 from leakscope.probe.cost import node_cost
 from leakscope.probe.liveness import Evidence, alive_bytes
 from leakscope.probe.steps import StepGraphs
-from leakscope.probe.view import FINDING_GRAPH_NODES, view_of
+from leakscope.probe.view import FINDING_GRAPH_COUNT, FINDING_GRAPH_NODES, view_of
 from leakscope.probe.walk import Hit, Link, LinkKind, Root, WalkStats, kinds, walk
 from leakscope.results import GraphView, Source
 
@@ -301,7 +302,13 @@ def describe(
         loop_local=_loop_local(hit, loop_roots),
         source=source,
         called_from=called_from(obj, source, target_modules) if source is not None else (),
-        graph=view_of(obj, path=str(hit.path), max_nodes=FINDING_GRAPH_NODES)
+        graph=view_of(
+            obj,
+            path=str(hit.path),
+            max_nodes=FINDING_GRAPH_NODES,
+            stop=steps.is_before,
+            count_limit=FINDING_GRAPH_COUNT,
+        )
         if graph and node is not None
         else None,
         backward_ran=stats.freed > 0 and stats.intact == 0,
@@ -338,15 +345,13 @@ def live_step_nodes(steps: StepGraphs) -> dict[int, set[int]]:
     # torch that does not preserve wrappers this finds nothing, and the tensor
     # evidence alone speaks.
     """
-    import gc
-
-    is_node = kinds().is_node
     out: dict[int, set[int]] = {}
-    for obj in gc.get_objects():
-        if is_node(obj):
-            step = steps.step_of(obj)
-            if step is not None and step >= 0:
-                out.setdefault(step, set()).add(node_key(obj))
+    nodes = heap_nodes()
+    for obj in nodes:
+        step = steps.step_of(obj)
+        if step is not None and step >= 0:
+            out.setdefault(step, set()).add(node_key(obj))
+    nodes.clear()
     return out
 
 
@@ -376,7 +381,10 @@ def module_roots(skip: Iterable[str] = ()) -> list[Root]:
 
     seen = set(skip)
     out = []
-    for name, module in safe.loaded_modules():  # real modules only (NOTE [Reads that run no user code])
+    for (
+        name,
+        module,
+    ) in safe.loaded_modules():  # real modules only (NOTE [Reads that run no user code])
         if name in seen or not is_state_module(name):
             continue
         seen.add(name)

@@ -278,10 +278,8 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
 
     out = []
     for klass in safe.mro(type(engine)):
-        module = sys.modules.get(safe.type_module(klass))
-        if safe.module_dict(module) is not None and not is_library_module(
-            safe.module_name(module)
-        ):
+        module = safe.as_module(sys.modules.get(safe.type_module(klass)))
+        if module is not None and not is_library_module(safe.module_name(module)):
             out.append(module)
     return out
 

@@ -531,8 +531,8 @@ class Observer:
 
         return [
             m
-            for m in (sys.modules.get(name) for name in self.modules)
-            if safe.module_dict(m) is not None
+            for m in (safe.as_module(sys.modules.get(name)) for name in self.modules)
+            if m is not None
         ]
 
     def _roots(
@@ -570,8 +570,8 @@ class Observer:
             if not _is_leakscope_or_library(frame):
                 name = str(frame.f_globals.get("__name__", ""))
                 if frame.f_code.co_name == "<module>":
-                    module = sys.modules.get(name)
-                    if safe.module_dict(module) is frame.f_globals:
+                    module = safe.as_module(sys.modules.get(name))
+                    if module is not None and safe.module_dict(module) is frame.f_globals:
                         root_name = _module_root_name(module)
                         roots.append(Root(root_name, module, "global"))
                         loop_globals.add(root_name)

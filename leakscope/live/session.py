@@ -132,6 +132,9 @@ class Watch:
         return leakscope_watched
 
     def start(self) -> Watch:
+        from leakscope.probe.stack import deep_stack_here
+
+        deep_stack_here()  # NOTE [Freeing a walked chain]
         self.patcher.install()
         if self.observer.options.stop:
             self._quiet_threads()

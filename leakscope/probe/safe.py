@@ -324,7 +324,7 @@ _DEQUE_MAXLEN = deque.__dict__["maxlen"].__get__
 
 # -- modules ----------------------------------------------------------------------------------
 
-_MODULE_DICT = types.ModuleType.__dict__["__dict__"].__get__
+_MODULE_DICT: Callable[[Any], Any] = vars(types.ModuleType)["__dict__"].__get__
 
 
 def module_dict(obj: object) -> dict[str, Any] | None:
@@ -339,6 +339,11 @@ def module_dict(obj: object) -> dict[str, Any] | None:
     except Exception:
         return None
     return d if type(d) is dict else None
+
+
+def as_module(obj: object) -> types.ModuleType | None:
+    """``obj`` when it is a module whose namespace can be read (:func:`module_dict`), else None."""
+    return obj if module_dict(obj) is not None else None  # type: ignore[return-value]
 
 
 def module_name(obj: object) -> str:
@@ -361,9 +366,10 @@ def loaded_modules() -> list[tuple[str, types.ModuleType]]:
     a job's plain objects (``sys.modules['x'] = object()``), ``None`` entries and modules whose
     namespace is not a dict are left out. The key is the name; never ``module.__name__``."""
     out: list[tuple[str, types.ModuleType]] = []
-    for name, module in list(sys.modules.items()):
-        if type(name) is str and module_dict(module) is not None:
-            out.append((name, module))  # type: ignore[arg-type]
+    for name, found in list(sys.modules.items()):
+        module = as_module(found)
+        if type(name) is str and module is not None:
+            out.append((name, module))
     return out
 
 
@@ -687,6 +693,7 @@ def subclass_failure(exc: BaseException) -> tuple[str, str, str | None] | None:
 
 __all__ = [
     "TypeFacts",
+    "as_module",
     "class_attr",
     "class_dict",
     "detach_in_place",
