@@ -39,6 +39,7 @@ _HOLDER_OF_ROOT = {
     "global": Holder.GLOBAL,
     "caller": Holder.CALLER,
     "argument": Holder.ARGUMENT,
+    "cycle": Holder.CYCLE,
 }
 
 

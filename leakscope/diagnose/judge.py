@@ -65,6 +65,7 @@ from leakscope.results import (
     Edit,
     Finding,
     Growth,
+    Holder,
     LeakKind,
     Mode,
     Severity,
@@ -128,7 +129,7 @@ def with_fix(
     changes: dict[str, Any] = {}
     if site is not None:
         changes.update(stored_at=site.where, store_op=site.op)
-    if f.severity is Severity.LEAK and f.path not in (UNKNOWN, CYCLE):
+    if f.severity is Severity.LEAK and f.path not in (UNKNOWN, CYCLE) and f.holder is not Holder.CYCLE:
         done = site.backward_done if site is not None else None
         plan = (
             plan_for(held, ctx.backward, backward_done=done, promptly=promptly)

@@ -365,6 +365,65 @@ def unexplained_nodes(steps: StepGraphs, held: Iterable[Held]) -> dict[int, int]
     }
 
 
+#: the root a reference cycle through autograd is named from (its owner tensor's attributes)
+AUTOGRAD_CYCLE = "<autograd cycle>"
+
+
+def cycle_roots(steps: StepGraphs, *, max_nodes: int = 100_000) -> list[Root]:
+    """The attributes of tensors that sit in a reference cycle through autograd, as roots.
+
+    # NOTE [Cycles through autograd]
+    # ``out.derived = out * out``: the tensor's attribute holds a tensor computed from it, and
+    # that tensor's graph saved ``out`` itself. The way back runs through autograd's C++ graph
+    # (a saved variable keeps the tensor, and the tensor its Python object), which the cyclic
+    # collector cannot traverse: once the loop drops ``out``, nothing reachable names it, and
+    # the collector never frees it. A look settles the collector first, so a cycle still alive
+    # then is uncollectable. Such an owner is found from the heap (tensors with public
+    # attributes, made since the heap was frozen), and named by the attribute that closes the
+    # cycle (``<autograd cycle>.derived``): the walk then describes what it keeps as it
+    # describes any holder.
+    """
+    import gc
+
+    out: list[Root] = []
+    objects = gc.get_objects()
+    try:
+        for obj in objects:
+            if not safe.is_tensor(obj):
+                continue
+            attrs = kinds().tensor_attrs(obj)
+            if attrs is None or not _closes_cycle(obj, attrs, steps, max_nodes):
+                continue
+            public = {
+                key: value
+                for key, value in list(attrs.items())
+                if type(key) is str and not key.startswith("_")
+            }
+            out.append(Root(AUTOGRAD_CYCLE, public, "cycle"))
+    finally:
+        objects.clear()
+    return out
+
+
+def _closes_cycle(owner: Any, attrs: Mapping[str, Any], steps: StepGraphs, max_nodes: int) -> bool:
+    """Whether a graph held under ``owner``'s public attributes saved ``owner`` itself."""
+    starts = []
+    for hit in walk([Root("attrs", dict(attrs), "cycle")], max_objects=10_000):
+        node = safe.grad_fn(hit.obj) if safe.is_tensor(hit.obj) else hit.obj
+        if node is not None and not safe.is_tensor(node):
+            starts.append(node)
+    try:
+        for i, node in enumerate(iter_nodes(starts, stop=steps.is_before)):
+            if i >= max_nodes:
+                return False
+            for _, value in (*saved_values(node), *ctx_values(node)):
+                if value is owner:
+                    return True
+        return False
+    finally:
+        starts.clear()
+
+
 def module_roots(skip: Iterable[str] = ()) -> list[Root]:
     """Every loaded module whose state can hold a graph, as ``global:`` roots.
 
@@ -483,10 +542,12 @@ def evidence_alive(
 
 
 __all__ = [
+    "AUTOGRAD_CYCLE",
     "Collection",
     "Held",
     "Observation",
     "collect",
+    "cycle_roots",
     "describe",
     "evidence_alive",
     "live_step_nodes",

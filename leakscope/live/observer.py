@@ -346,7 +346,7 @@ class Observer:
     ) -> None:
         """Settle, walk the holders, and let the judge say which earlier call's graph each one keeps."""
         from leakscope.diagnose.judge import look_findings
-        from leakscope.harness.observe import collect, module_roots, observation
+        from leakscope.harness.observe import collect, cycle_roots, module_roots, observation
         from leakscope.probe.liveness import settle
 
         report_phase(
@@ -367,11 +367,12 @@ class Observer:
         held = self._describe(found, loop_roots)
         if self._unexplained(found, held):
             # Alive, and nothing the job's roots reach explains it: every loaded module, generically
-            # (NOTE [Every loaded module], NOTE [Nodes as evidence]).
+            # (NOTE [Every loaded module], NOTE [Nodes as evidence]), and the tensors that sit in a
+            # reference cycle through autograd (NOTE [Cycles through autograd]).
             skip = [r.name.partition(":")[2] for r in roots if r.kind == "global"]
             found.clear()
             found = collect(
-                [*roots, *module_roots(skip=skip)],
+                [*roots, *module_roots(skip=skip), *cycle_roots(self.steps)],
                 self.steps,
                 max_objects=self.options.max_objects,
                 generic=True,
