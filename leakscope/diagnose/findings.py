@@ -88,6 +88,15 @@ def union_bytes(held: Iterable[Held], node_bytes: int, *, one_step: bool = False
     return bytes_by_cause(storages, len(nodes), node_bytes)
 
 
+def retained_total(held: Iterable[Held], node_bytes: int, unnamed: Iterable[Finding] = ()) -> int:
+    """A result's headline bytes (NOTE [One accounting]): what one step's graph behind each leaking
+    holder keeps, each storage and node once, plus the bytes no holder was found for. ``check`` and
+    ``watch`` both count their headline here, so it is the sum of what their rows say."""
+    return sum(union_bytes(held, node_bytes, one_step=True).values()) + sum(
+        f.retained_bytes for f in unnamed
+    )
+
+
 def _rank(cause: str) -> int:
     return CAUSE_ORDER.index(cause) if cause in CAUSE_ORDER else len(CAUSE_ORDER)
 
@@ -180,6 +189,7 @@ __all__ = [
     "held_finding",
     "holder_of",
     "storage_growth_finding",
+    "retained_total",
     "union_bytes",
     "unknown_finding",
 ]
