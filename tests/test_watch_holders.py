@@ -91,13 +91,28 @@ def test_a_step_loss_kept_by_a_users_variable_is_named_there(
     assert done.returncode == 1
 
 
-@pytest.mark.parametrize("case", ["sum", "closure", "package", "logger", "cycle"])
+@pytest.mark.parametrize("case", ["sum", "closure", "package", "logger", "cycle", "hook"])
 def test_its_look_alike_that_keeps_numbers_is_clean(case: str) -> None:
     done, doc = _watch(HELD_BY, "--case", case, "--clean")
     assert [(r["verdict"], r["findings"]) for r in doc["results"]] == [("clean", [])], done.stderr[
         -2000:
     ]
     assert done.returncode == 0
+
+
+def test_a_graph_held_from_cpp_names_the_object_that_owns_it() -> None:
+    """NOTE [Held from C++]: a hook on a C++ graph node keeps each step's loss; no Python reference
+    leads there, so the row says which object holds it (the hook's dict, and the function)."""
+    done, doc = _watch(HELD_BY, "--case", "hook")
+    (result,) = doc["results"]
+    (finding,) = result["findings"]
+    assert finding["path"] == "<unknown holder>", done.stderr[-2000:]
+    assert finding["hint"].startswith("held by an OrderedDict that no Python object refers to")
+    assert "with the function <lambda> (held_by.py:" in finding["hint"]
+    assert finding["kind"] == "growing" == result["kind"]
+    assert result["retained_bytes"] == finding["retained_bytes"] > 0
+    assert result["growth"]["retained_bytes"][-1] >= finding["retained_bytes"]
+    assert done.returncode == 1
 
 
 def test_odd_entries_in_sys_modules_change_nothing() -> None:

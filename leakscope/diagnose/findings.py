@@ -133,9 +133,16 @@ def held_finding(
     )
 
 
-def unknown_finding(by_cause: Mapping[str, int]) -> Finding:
-    """Retention proven, but nothing reachable from what the caller keeps holds it."""
+def unknown_finding(by_cause: Mapping[str, int], owner: str | None = None) -> Finding:
+    """Retention proven, but nothing reachable from what the caller keeps holds it; ``owner``: the
+    object that does, in words, when it was found (NOTE [Held from C++])."""
     cause = dominant(by_cause)
+    hint = (
+        f"held by {owner}; nothing the job's variables reach holds this graph: keep a detached "
+        "value (t.detach()) where that object is given the tensor, or remove it after backward"
+        if owner
+        else hint_for(Holder.NOT_FOUND, cause, UNKNOWN)
+    )
     return Finding(
         path=UNKNOWN,
         holder=Holder.NOT_FOUND,
@@ -143,7 +150,7 @@ def unknown_finding(by_cause: Mapping[str, int]) -> Finding:
         graph_nodes=0,
         retained_bytes=sum(by_cause.values()),
         confirmed=True,
-        hint=hint_for(Holder.NOT_FOUND, cause, UNKNOWN),
+        hint=hint,
         cause=cause,
         bytes_by_cause=dict(sorted(by_cause.items())),
     )

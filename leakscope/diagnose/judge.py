@@ -354,6 +354,8 @@ class Look:
     firsts: tuple[Held, ...] = ()
     #: the look when the job ended (not at the start of a call)
     final: bool = False
+    #: bytes by cause alive of each call no holder was found for (the growth curve counts them)
+    unnamed: tuple[Mapping[str, int], ...] = ()
 
 
 def look_findings(
@@ -364,6 +366,7 @@ def look_findings(
     sites: Mapping[HolderPath, Site] = {},
     sources: Mapping[HolderPath, Source] = {},
     unknown: Mapping[int, Mapping[str, int]] = {},
+    owners: Mapping[int, str] = {},
     final: bool = False,
 ) -> Look:
     """What one look found, per watched method and grad mode (NOTE [When watch looks]).
@@ -371,7 +374,8 @@ def look_findings(
     References are grouped by holder shape (``output_lst[*].model_output.log_probs``): one
     finding per shape, named at its earliest call's entry. ``sites`` and ``sources``: stored-at
     and created-at lines already known by holder shape; ``unknown``: bytes by cause alive of
-    calls no reference reaches (an unnamed holder; the last look only).
+    calls no reference reaches (an unnamed holder; the last look only); ``owners``: the object that
+    keeps such a call's graph, in words, when one was found (NOTE [Held from C++]).
     """
     latest = obs.latest
     groups: dict[HolderPath, list[Held]] = {}
@@ -403,11 +407,20 @@ def look_findings(
         f = _kind_hint(f, steps, len(calls), latest)
         findings.setdefault((call.target, call.mode), []).append(f)
         firsts.append(first)
-    for index, by_cause in unknown.items():
+    # What no holder was found for: one row per method and grad mode, sized as one call's graph
+    # (its earliest call's) and of the kind its calls show, as a named holder's row is.
+    unnamed: dict[tuple[str, Mode], list[int]] = {}
+    for index, by_cause in sorted(unknown.items()):
         if sum(by_cause.values()) > 0 and index < len(calls):
-            call = calls[index]
-            findings.setdefault((call.target, call.mode), []).append(unknown_finding(by_cause))
-    return Look(obs, {k: tuple(v) for k, v in findings.items()}, tuple(firsts), final)
+            unnamed.setdefault((calls[index].target, calls[index].mode), []).append(index)
+    for key, indexes in unnamed.items():
+        first_call = indexes[0]
+        owner = next((owners[i] for i in indexes if i in owners), None)
+        f = unknown_finding(unknown[first_call], owner)
+        f = dataclasses.replace(f, kind=kind_of(frozenset(indexes), latest))
+        findings.setdefault(key, []).append(f)
+    alive = tuple(dict(by_cause) for by_cause in unknown.values() if sum(by_cause.values()) > 0)
+    return Look(obs, {k: tuple(v) for k, v in findings.items()}, tuple(firsts), final, alive)
 
 
 def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetResult]:
@@ -481,10 +494,7 @@ def _look_growth(looks: Sequence[Look]) -> Growth:
     for look in looks:
         obs = look.observation
         held = [h for h in obs.held if h.steps and is_finding(h, obs.latest)]
-        unnamed = [
-            f.bytes_by_cause for found in look.findings.values() for f in found if f.path == UNKNOWN
-        ]
-        points.append(held_point(held, obs.node_bytes, unnamed))
+        points.append(held_point(held, obs.node_bytes, look.unnamed))
     return curve([look.observation for look in looks], points=points)
 
 

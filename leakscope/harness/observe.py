@@ -13,6 +13,7 @@ graphs keep, whether backward already ran through them, where it was created.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -424,6 +425,95 @@ def _closes_cycle(owner: Any, attrs: Mapping[str, Any], steps: StepGraphs, max_n
         starts.clear()
 
 
+def unnamed_owners(steps: StepGraphs, wanted: Iterable[int], *, depth: int = 6) -> dict[int, str]:
+    """For each step in ``wanted`` whose graph no walked reference reaches, the object that keeps it,
+    in words: the outermost Python object on the way back from a tensor of that graph, which no
+    object the collector tracks refers to (so C++ or an extension holds it).
+
+    # NOTE [Held from C++]
+    # A hook registered on a graph node (``node.register_hook(lambda *g, kept=t: None)``) or an
+    # extension's state keeps a tensor where no Python reference leads: the hook's dict is owned
+    # by the C++ node. From the tensor back, through ``gc.get_referrers`` (the tensors, tuples,
+    # functions and dicts made since the heap was frozen), the chain ends at an object nothing
+    # tracked refers to; it is named (a function by its qualified name and line, a container by
+    # what it holds) so the report says which object owns the graph, not only that one does.
+    """
+    import gc
+
+    out: dict[int, str] = {}
+    todo = set(wanted)
+    if not todo:
+        return out
+    tensors = [obj for obj in gc.get_objects() if safe.is_tensor(obj)]
+    try:
+        for t in tensors:
+            node = safe.grad_fn(t)
+            found = steps.reached(node, limit=10_000) & todo if node is not None else set()
+            if not found:
+                continue
+            owner = _outermost(t, depth, ignore={id(tensors)})
+            if owner is not None:
+                for step in found:
+                    out[step] = owner
+                todo -= found
+            if not todo:
+                break
+    finally:
+        tensors.clear()
+    return out
+
+
+def _outermost(obj: Any, depth: int, ignore: set[int]) -> str | None:
+    """The description of the first object on ``obj``'s referrer chain that nothing tracked refers
+    to (frames, and this search's own lists, left out); None when the chain is longer than ``depth``."""
+    import gc
+    import types
+
+    chain = [obj]
+    ignore = ignore | {id(chain)}
+    current = obj
+    for _ in range(depth):
+        refs = [
+            r
+            for r in gc.get_referrers(current)
+            if id(r) not in ignore and not safe.is_instance(r, types.FrameType) and r is not chain
+        ]
+        ignore.add(id(refs))
+        if not refs:
+            return _describe_owner(current, chain) if current is not obj else None
+        current = refs[0]
+        refs.clear()
+        chain.append(current)
+    chain.clear()
+    return None
+
+
+def _describe_owner(owner: Any, chain: list[Any]) -> str:
+    """``a dict that only C++ holds, with the function <lambda> (train.py:12) that keeps it``."""
+    import types
+
+    functions = [f for f in chain if type(f) is types.FunctionType]
+    name = safe.type_name(type(owner))
+    what = f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+    if functions:
+        fn = functions[-1]
+        code = fn.__code__
+        where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+        qualname = fn.__qualname__ if type(fn.__qualname__) is str else code.co_name
+        text = (
+            f"{what} that no Python object refers to (C++ holds it: a hook registered on a graph "
+            f"node, or an extension's state), with the function {qualname} ({where}) that keeps "
+            "the graph"
+        )
+    else:
+        text = (
+            f"{what} that no Python object refers to (C++ holds it: a hook registered on a graph "
+            "node, or an extension's state)"
+        )
+    chain.clear()
+    return text
+
+
 def module_roots(skip: Iterable[str] = ()) -> list[Root]:
     """Every loaded module whose state can hold a graph, as ``global:`` roots.
 
@@ -556,4 +646,5 @@ __all__ = [
     "observation",
     "caller_storages",
     "unexplained_nodes",
+    "unnamed_owners",
 ]

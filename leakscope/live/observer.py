@@ -380,8 +380,13 @@ class Observer:
             held = self._describe(found, loop_roots)
         roots.clear()
         unknown: dict[int, dict[str, int]] = {}
+        owners: dict[int, str] = {}
         if final:
             unknown = self._unknown(found, held)
+            if unknown:  # NOTE [Held from C++]
+                from leakscope.harness.observe import unnamed_owners
+
+                owners = unnamed_owners(self.steps, unknown)
         nodes_by_step, total = self.steps.nodes_by_step(found.nodes())
         stats = found.stats
         found.clear()
@@ -400,6 +405,7 @@ class Observer:
             sites=self.sites,
             sources=self.sources,
             unknown=unknown,
+            owners=owners,
             final=final,
         )
         self.looks.append(look)
