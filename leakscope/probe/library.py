@@ -20,6 +20,7 @@ never through its metaclass.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sysconfig
@@ -150,6 +151,7 @@ def is_job_frame_module(name: str) -> bool:
     return bool(top) and top not in _STATELESS_PACKAGES and top not in sys.stdlib_module_names
 
 
+@functools.lru_cache(maxsize=8192)  # asked of every loaded module at every look
 def is_project_module(name: str, file: str | None) -> bool:
     """A module of the job's own project (imported from a file that is neither the standard
     library's nor an installed package's, nor leakscope's machinery): its globals are walked at
