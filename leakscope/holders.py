@@ -136,7 +136,16 @@ class HolderPath:
     kind: str = ""
 
     def __str__(self) -> str:
-        return self.root + "".join(str(s) for s in self.segments)
+        text = "".join(str(s) for s in self.segments)
+        if self.script and text.startswith("."):
+            return f"{self.root}:{text[1:]}"  # a script's own variable: ``train.py:total_loss``
+        return self.root + text
+
+    @property
+    def script(self) -> bool:
+        """The root is a script's own top-level namespace (``__main__``), named by its file:
+        ``train.py:total_loss`` is the variable ``total_loss`` the script assigns at top level."""
+        return self.kind == "global" and not self.root.startswith("global:")
 
     @property
     def root_kind(self) -> str:
@@ -210,7 +219,10 @@ class HolderPath:
         alias = _ROOT_ALIASES.get(self.root)
         if alias is None:
             alias = self.root.partition(":")[2] if self.root_kind == "global" else self.root
-        return shorten(alias + "".join(s.code() for s in self.segments))
+        code = "".join(s.code() for s in self.segments)
+        if self.script:
+            return shorten(code[1:] if code.startswith(".") else code)
+        return shorten(alias + code)
 
 
 _ROOT_ALIASES = {

@@ -123,5 +123,5 @@ def test_a_module_level_loop_holding_its_latest_result_is_clean(steps: str) -> N
 def test_a_module_level_loop_that_keeps_every_loss_is_a_growing_leak() -> None:
     (result,) = _watch_script("--keep")["results"]  # type: ignore[misc]
     assert result["verdict"] == "leak" and result["kind"] == "growing"
-    assert [f["path"] for f in result["findings"]] == ["global:module_loop.kept[0]"]
+    assert [f["path"] for f in result["findings"]] == ["module_loop.py:kept[0]"]
     assert "kept.append(loss.detach())" in result["findings"][0]["hint"]

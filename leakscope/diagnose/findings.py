@@ -40,6 +40,7 @@ _HOLDER_OF_ROOT = {
     "global": Holder.GLOBAL,
     "caller": Holder.CALLER,
     "argument": Holder.ARGUMENT,
+    "cycle": Holder.CYCLE,
 }
 
 
@@ -88,6 +89,15 @@ def union_bytes(held: Iterable[Held], node_bytes: int, *, one_step: bool = False
     return bytes_by_cause(storages, len(nodes), node_bytes)
 
 
+def retained_total(held: Iterable[Held], node_bytes: int, unnamed: Iterable[Finding] = ()) -> int:
+    """A result's headline bytes (NOTE [One accounting]): what one step's graph behind each leaking
+    holder keeps, each storage and node once, plus the bytes no holder was found for. ``check`` and
+    ``watch`` both count their headline here, so it is the sum of what their rows say."""
+    return sum(union_bytes(held, node_bytes, one_step=True).values()) + sum(
+        f.retained_bytes for f in unnamed
+    )
+
+
 def _rank(cause: str) -> int:
     return CAUSE_ORDER.index(cause) if cause in CAUSE_ORDER else len(CAUSE_ORDER)
 
@@ -127,9 +137,16 @@ def held_finding(
     )
 
 
-def unknown_finding(by_cause: Mapping[str, int]) -> Finding:
-    """Retention proven, but nothing reachable from what the caller keeps holds it."""
+def unknown_finding(by_cause: Mapping[str, int], owner: str | None = None) -> Finding:
+    """Retention proven, but nothing reachable from what the caller keeps holds it; ``owner``: the
+    object that does, in words, when it was found (NOTE [Held from C++])."""
     cause = dominant(by_cause)
+    hint = (
+        f"held by {owner}; nothing the job's variables reach holds this graph: keep a detached "
+        "value (t.detach()) where that object is given the tensor, or remove it after backward"
+        if owner
+        else hint_for(Holder.NOT_FOUND, cause, UNKNOWN)
+    )
     return Finding(
         path=UNKNOWN,
         holder=Holder.NOT_FOUND,
@@ -137,7 +154,7 @@ def unknown_finding(by_cause: Mapping[str, int]) -> Finding:
         graph_nodes=0,
         retained_bytes=sum(by_cause.values()),
         confirmed=True,
-        hint=hint_for(Holder.NOT_FOUND, cause, UNKNOWN),
+        hint=hint,
         cause=cause,
         bytes_by_cause=dict(sorted(by_cause.items())),
     )
@@ -192,6 +209,7 @@ __all__ = [
     "held_finding",
     "holder_of",
     "storage_growth_finding",
+    "retained_total",
     "union_bytes",
     "unknown_finding",
 ]

@@ -142,6 +142,15 @@ def hint_for(
         return f"the loop that calls the step keeps {name} across calls: rebind it to a detached value (or del it) after backward"
     if holder is Holder.ARGUMENT:
         return f"the step's argument keeps a tensor of an earlier call: write only detached tensors into it ({path.code()})"
+    if holder is Holder.CYCLE and path.segments:  # NOTE [Cycles through autograd]
+        attr = str(path.segments[0]).lstrip(".")
+        return (
+            f"uncollectable reference cycle through autograd: a tensor's attribute {attr} holds a "
+            "tensor computed from that tensor, whose graph saved it back; the cyclic garbage "
+            "collector cannot free it (the way back runs through autograd's C++ graph), so it lives "
+            f"until the process ends: store a detached value (t.{attr} = value.detach()) or "
+            f"del t.{attr} after backward"
+        )
     if holder is Holder.CYCLE:
         return "break the reference cycle that holds the graph (often a tensor stored on an object that points back at it)"
     if holder is Holder.STORAGE_GROWTH:

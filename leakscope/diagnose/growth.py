@@ -14,15 +14,15 @@ separately: it is worth a warning, not a failed gate.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from leakscope.diagnose.findings import storage_growth_finding
+from leakscope.diagnose.findings import storage_growth_finding, union_bytes
 from leakscope.holders import ENTRY_KINDS, HolderPath
 from leakscope.results import Finding, Growth
 
 if TYPE_CHECKING:
-    from leakscope.harness.observe import Observation
+    from leakscope.harness.observe import Held, Observation
 
 
 def slope(values: Sequence[int] | Sequence[float]) -> float:
@@ -47,9 +47,34 @@ def point_bytes(obs: Observation) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def curve(observations: Sequence[Observation], storage: Sequence[int] = ()) -> Growth:
-    """The growth curve over observations (one per micro-batch, or per look)."""
-    by_cause = [point_bytes(obs) for obs in observations]
+def held_point(
+    held: Iterable[Held], node_bytes: int, unnamed: Iterable[Mapping[str, int]] = ()
+) -> dict[str, int]:
+    """Bytes by cause at one look of a watch (NOTE [One accounting]): every graph the found holders
+    keep, each storage and node once, plus what is alive that no holder was found for (the same
+    bytes the ``<unknown holder>`` rows show), so the curve never reads 0 B under a non-zero
+    headline."""
+    out = union_bytes(held, node_bytes)
+    for by_cause in unnamed:
+        for cause, nbytes in by_cause.items():
+            out[cause] = out.get(cause, 0) + nbytes
+    return dict(sorted(out.items()))
+
+
+def curve(
+    observations: Sequence[Observation],
+    storage: Sequence[int] = (),
+    *,
+    points: Sequence[Mapping[str, int]] | None = None,
+) -> Growth:
+    """The growth curve over observations (one per micro-batch, or per look): the one place a
+    :class:`~leakscope.results.Growth` is made. ``points``: bytes by cause at each observation when
+    the caller measured them (a watch's looks: :func:`held_point`), else :func:`point_bytes`."""
+    by_cause = (
+        [dict(p) for p in points]
+        if points is not None
+        else [point_bytes(obs) for obs in observations]
+    )
     retained = [sum(point.values()) for point in by_cause]
     last = observations[-1] if observations else None
     cuda = [obs.cuda_allocated for obs in observations]
@@ -103,4 +128,4 @@ def _growing_container(paths: list[HolderPath]) -> HolderPath:
     return first
 
 
-__all__ = ["curve", "point_bytes", "slope", "storage_findings"]
+__all__ = ["curve", "held_point", "point_bytes", "slope", "storage_findings"]

@@ -35,15 +35,15 @@ from typing import TYPE_CHECKING, Any
 from leakscope.diagnose.findings import (
     cycle_finding,
     held_finding,
-    union_bytes,
+    retained_total,
     unknown_finding,
 )
-from leakscope.diagnose.growth import curve, slope, storage_findings
+from leakscope.diagnose.growth import curve, held_point, storage_findings
 from leakscope.diagnose.kinds import (
-    BOUNDED,
     GROWING,
     curve_kind,
     holder_key,
+    holder_kinds,
     kind_of,
     result_kind,
     with_kinds,
@@ -65,6 +65,7 @@ from leakscope.results import (
     Edit,
     Finding,
     Growth,
+    Holder,
     LeakKind,
     Mode,
     Severity,
@@ -128,7 +129,11 @@ def with_fix(
     changes: dict[str, Any] = {}
     if site is not None:
         changes.update(stored_at=site.where, store_op=site.op)
-    if f.severity is Severity.LEAK and f.path not in (UNKNOWN, CYCLE):
+    if (
+        f.severity is Severity.LEAK
+        and f.path not in (UNKNOWN, CYCLE)
+        and f.holder is not Holder.CYCLE
+    ):
         done = site.backward_done if site is not None else None
         plan = (
             plan_for(held, ctx.backward, backward_done=done, promptly=promptly)
@@ -226,7 +231,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         node_bytes = node_bytes or last.node_bytes
         latest = len(run.observations) - 1
         after = [h for h in last.held]
-        kinds = _holder_kinds(after, latest)
+        kinds = holder_kinds(((h.path, h.steps, h.maxlen) for h in after), latest)
         # Graphs still held after the last micro-batch are a leak the single step can miss
         # (an engine that keeps every second step; NOTE [Held after the last micro-batch]);
         # when the single step already named the holders, they are not repeated under their
@@ -273,9 +278,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         leaking = [
             by_path[f.path] for f in findings if f.severity is Severity.LEAK and f.path in by_path
         ]
-        total = sum(union_bytes(leaking, node_bytes, one_step=True).values()) + sum(
-            residual.values()
-        )
+        total = retained_total(leaking, node_bytes, [f for f in findings if f.path == UNKNOWN])
     inspection = experiment.inspection_warning()
     if inspection is not None:
         warnings.append(inspection)
@@ -290,20 +293,6 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         projection=projection,
         kind=result_kind(findings) if verdict is Verdict.LEAK else None,
     )
-
-
-def _holder_kinds(held: Sequence[Held], latest: int) -> dict[HolderPath, LeakKind]:
-    """``{holder_key: kind}`` over references after the last micro-batch (NOTE [Leak kinds])."""
-    reached: dict[HolderPath, set[int]] = {}
-    capped: dict[HolderPath, bool] = {}
-    for h in held:
-        key = holder_key(h.path)
-        reached.setdefault(key, set()).update(h.steps)
-        capped[key] = capped.get(key, True) and h.maxlen is not None
-    return {
-        key: BOUNDED if capped[key] else kind_of(frozenset(steps), latest)
-        for key, steps in reached.items()
-    }
 
 
 def _note_walk(obs: Observation, warnings: list[str]) -> None:
@@ -361,10 +350,12 @@ class Look:
 
     observation: Observation
     findings: Mapping[tuple[str, Mode], tuple[Finding, ...]]
-    #: bytes one call's graph keeps (each holder shape's earliest call, together)
-    per_call_bytes: int
+    #: each finding's reference at its earliest call (what one call's graph keeps, together)
+    firsts: tuple[Held, ...] = ()
     #: the look when the job ended (not at the start of a call)
     final: bool = False
+    #: bytes by cause alive of each call no holder was found for (the growth curve counts them)
+    unnamed: tuple[Mapping[str, int], ...] = ()
 
 
 def look_findings(
@@ -375,6 +366,7 @@ def look_findings(
     sites: Mapping[HolderPath, Site] = {},
     sources: Mapping[HolderPath, Source] = {},
     unknown: Mapping[int, Mapping[str, int]] = {},
+    owners: Mapping[int, str] = {},
     final: bool = False,
 ) -> Look:
     """What one look found, per watched method and grad mode (NOTE [When watch looks]).
@@ -382,7 +374,8 @@ def look_findings(
     References are grouped by holder shape (``output_lst[*].model_output.log_probs``): one
     finding per shape, named at its earliest call's entry. ``sites`` and ``sources``: stored-at
     and created-at lines already known by holder shape; ``unknown``: bytes by cause alive of
-    calls no reference reaches (an unnamed holder; the last look only).
+    calls no reference reaches (an unnamed holder; the last look only); ``owners``: the object that
+    keeps such a call's graph, in words, when one was found (NOTE [Held from C++]).
     """
     latest = obs.latest
     groups: dict[HolderPath, list[Held]] = {}
@@ -414,12 +407,20 @@ def look_findings(
         f = _kind_hint(f, steps, len(calls), latest)
         findings.setdefault((call.target, call.mode), []).append(f)
         firsts.append(first)
-    for index, by_cause in unknown.items():
+    # What no holder was found for: one row per method and grad mode, sized as one call's graph
+    # (its earliest call's) and of the kind its calls show, as a named holder's row is.
+    unnamed: dict[tuple[str, Mode], list[int]] = {}
+    for index, by_cause in sorted(unknown.items()):
         if sum(by_cause.values()) > 0 and index < len(calls):
-            call = calls[index]
-            findings.setdefault((call.target, call.mode), []).append(unknown_finding(by_cause))
-    per_call = sum(union_bytes(firsts, obs.node_bytes, one_step=True).values())
-    return Look(obs, {k: tuple(v) for k, v in findings.items()}, per_call, final)
+            unnamed.setdefault((calls[index].target, calls[index].mode), []).append(index)
+    for key, indexes in unnamed.items():
+        first_call = indexes[0]
+        owner = next((owners[i] for i in indexes if i in owners), None)
+        f = unknown_finding(unknown[first_call], owner)
+        f = dataclasses.replace(f, kind=kind_of(frozenset(indexes), latest))
+        findings.setdefault(key, []).append(f)
+    alive = tuple(dict(by_cause) for by_cause in unknown.values() if sum(by_cause.values()) > 0)
+    return Look(obs, {k: tuple(v) for k, v in findings.items()}, tuple(firsts), final, alive)
 
 
 def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetResult]:
@@ -447,7 +448,8 @@ def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetRe
         stopped = next((look.observation for look in looks if look.observation.truncated), None)
         if stopped is not None:
             warnings.append(_stopped(stopped, "at its object limit"))
-        unknown = sum(f.retained_bytes for f in findings if f.path == UNKNOWN)
+        unnamed = [f for f in findings if f.path == UNKNOWN]
+        leaking = [h for h in last.firsts if _leaks_in(h, findings)] if last else []
         out.append(
             TargetResult(
                 target=target,
@@ -455,7 +457,11 @@ def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetRe
                 verdict=Verdict.LEAK if leak else Verdict.CLEAN,
                 findings=findings,
                 kind=result_kind(findings) if leak else None,
-                retained_bytes=(last.per_call_bytes + unknown) if leak and last else 0,
+                retained_bytes=(
+                    retained_total(leaking, last.observation.node_bytes, unnamed)
+                    if leak and last
+                    else 0
+                ),
                 growth=growth,
                 warnings=tuple(warnings),
                 seconds=round(
@@ -475,24 +481,21 @@ def _judging_looks(looks: Sequence[Look], target: str, mode: Mode) -> list[Look]
     return list(looks)
 
 
+def _leaks_in(held: Held, findings: Sequence[Finding]) -> bool:
+    """Whether ``held`` is the reference a leaking finding of ``findings`` names."""
+    return any(f.path == held.path and f.severity is Severity.LEAK for f in findings)
+
+
 def _look_growth(looks: Sequence[Look]) -> Growth:
-    """The growth curve over looks: bytes of every held graph at each (NOTE [One accounting])."""
+    """The growth curve over looks (NOTE [One accounting]): at each, the bytes of every held graph
+    and of what no holder was found for, as :func:`leakscope.diagnose.growth.curve` makes every
+    curve."""
     points = []
     for look in looks:
         obs = look.observation
         held = [h for h in obs.held if h.steps and is_finding(h, obs.latest)]
-        points.append(union_bytes(held, obs.node_bytes))
-    retained = [sum(p.values()) for p in points]
-    last = looks[-1].observation
-    cuda = [look.observation.cuda_allocated for look in looks]
-    return Growth(
-        retained_bytes=tuple(retained),
-        slope_bytes=round(slope(retained), 1),
-        graph_nodes=tuple(look.observation.graph_nodes for look in looks),
-        nodes_by_micro_batch=last.nodes_by_step,
-        cuda_allocated=tuple(c or 0 for c in cuda) if all(c is not None for c in cuda) else None,
-        retained_by_cause=tuple(points),
-    )
+        points.append(held_point(held, obs.node_bytes, look.unnamed))
+    return curve([look.observation for look in looks], points=points)
 
 
 __all__ = [

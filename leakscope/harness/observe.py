@@ -13,6 +13,7 @@ graphs keep, whether backward already ran through them, where it was created.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -27,6 +28,7 @@ from leakscope.probe.autograd import (
     accumulated_leaf,
     ctx_values,
     graph_tensors,
+    heap_nodes,
     iter_nodes,
     node_key,
     node_name,
@@ -37,8 +39,8 @@ from leakscope.probe.autograd import (
 )
 from leakscope.probe.cost import node_cost
 from leakscope.probe.liveness import Evidence, alive_bytes
-from leakscope.probe.steps import BEFORE, StepGraphs
-from leakscope.probe.view import FINDING_GRAPH_NODES, view_of
+from leakscope.probe.steps import StepGraphs
+from leakscope.probe.view import FINDING_GRAPH_COUNT, FINDING_GRAPH_NODES, view_of
 from leakscope.probe.walk import Hit, Link, LinkKind, Root, WalkStats, kinds, walk
 from leakscope.results import GraphView, Source
 
@@ -182,23 +184,27 @@ def _only_extends_older(node: Any, steps: StepGraphs) -> bool:
     (``Engine.total = Engine.total + x``, with ``x`` computed under ``no_grad``)
     gets one new node per step on top of an older graph. That older graph is the
     leak of the step that built it, not of these; counting it here would make a
-    forward-only verdict depend on what ran before it in the same process.
+    forward-only verdict depend on what ran before it in the same process. What
+    the graph reaches without entering the older graph decides: a node that still
+    saves tensors, or a leaf (a parameter's gradient accumulator), is a step's own
+    graph (a running sum ``total += loss`` after backward freed the loss's saved
+    tensors still reaches the loss's whole graph down to the parameters).
     """
     older = False
-    for i, current in enumerate(iter_nodes([node])):
+
+    def stop(current: Any) -> bool:
+        nonlocal older
+        if steps.is_before(current):
+            older = True
+            return True
+        return False
+
+    for i, current in enumerate(iter_nodes([node], stop=stop)):
         if i >= 10_000:
             return False
-        seq = sequence_nr(current)
-        if seq == UINT64_MAX:
-            leaf = accumulated_leaf(current)
-            if leaf is not None and steps.leaf_step(leaf) is not None:
-                return False  # reaches a step's leaf
-            continue
-        step = steps.step_of(current)
-        if step == BEFORE:
-            older = True
-            continue
-        if step is not None and (
+        if sequence_nr(current) == UINT64_MAX:
+            return False  # reaches a leaf outside the older graph
+        if (
             next(saved_values(current), None) is not None
             or next(ctx_values(current), None) is not None
         ):
@@ -297,7 +303,13 @@ def describe(
         loop_local=_loop_local(hit, loop_roots),
         source=source,
         called_from=called_from(obj, source, target_modules) if source is not None else (),
-        graph=view_of(obj, path=str(hit.path), max_nodes=FINDING_GRAPH_NODES)
+        graph=view_of(
+            obj,
+            path=str(hit.path),
+            max_nodes=FINDING_GRAPH_NODES,
+            stop=steps.is_before,
+            count_limit=FINDING_GRAPH_COUNT,
+        )
         if graph and node is not None
         else None,
         backward_ran=stats.freed > 0 and stats.intact == 0,
@@ -334,15 +346,13 @@ def live_step_nodes(steps: StepGraphs) -> dict[int, set[int]]:
     # torch that does not preserve wrappers this finds nothing, and the tensor
     # evidence alone speaks.
     """
-    import gc
-
-    is_node = kinds().is_node
     out: dict[int, set[int]] = {}
-    for obj in gc.get_objects():
-        if is_node(obj):
-            step = steps.step_of(obj)
-            if step is not None and step >= 0:
-                out.setdefault(step, set()).add(node_key(obj))
+    nodes = heap_nodes()
+    for obj in nodes:
+        step = steps.step_of(obj)
+        if step is not None and step >= 0:
+            out.setdefault(step, set()).add(node_key(obj))
+    nodes.clear()
     return out
 
 
@@ -354,6 +364,154 @@ def unexplained_nodes(steps: StepGraphs, held: Iterable[Held]) -> dict[int, int]
     return {
         step: len(keys - reached) for step, keys in live_step_nodes(steps).items() if keys - reached
     }
+
+
+#: the root a reference cycle through autograd is named from (its owner tensor's attributes)
+AUTOGRAD_CYCLE = "<autograd cycle>"
+
+
+def cycle_roots(steps: StepGraphs, *, max_nodes: int = 100_000) -> list[Root]:
+    """The attributes of tensors that sit in a reference cycle through autograd, as roots.
+
+    # NOTE [Cycles through autograd]
+    # ``out.derived = out * out``: the tensor's attribute holds a tensor computed from it, and
+    # that tensor's graph saved ``out`` itself. The way back runs through autograd's C++ graph
+    # (a saved variable keeps the tensor, and the tensor its Python object), which the cyclic
+    # collector cannot traverse: once the loop drops ``out``, nothing reachable names it, and
+    # the collector never frees it. A look settles the collector first, so a cycle still alive
+    # then is uncollectable. Such an owner is found from the heap (tensors with public
+    # attributes, made since the heap was frozen), and named by the attribute that closes the
+    # cycle (``<autograd cycle>.derived``): the walk then describes what it keeps as it
+    # describes any holder.
+    """
+    import gc
+
+    out: list[Root] = []
+    objects = gc.get_objects()
+    try:
+        for obj in objects:
+            if not safe.is_tensor(obj):
+                continue
+            attrs = kinds().tensor_attrs(obj)
+            if attrs is None or not _closes_cycle(obj, attrs, steps, max_nodes):
+                continue
+            public = {
+                key: value
+                for key, value in list(attrs.items())
+                if type(key) is str and not key.startswith("_")
+            }
+            out.append(Root(AUTOGRAD_CYCLE, public, "cycle"))
+    finally:
+        objects.clear()
+    return out
+
+
+def _closes_cycle(owner: Any, attrs: Mapping[str, Any], steps: StepGraphs, max_nodes: int) -> bool:
+    """Whether a graph held under ``owner``'s public attributes saved ``owner`` itself."""
+    starts = []
+    for hit in walk([Root("attrs", dict(attrs), "cycle")], max_objects=10_000):
+        node = safe.grad_fn(hit.obj) if safe.is_tensor(hit.obj) else hit.obj
+        if node is not None and not safe.is_tensor(node):
+            starts.append(node)
+    try:
+        for i, node in enumerate(iter_nodes(starts, stop=steps.is_before)):
+            if i >= max_nodes:
+                return False
+            for _, value in (*saved_values(node), *ctx_values(node)):
+                if value is owner:
+                    return True
+        return False
+    finally:
+        starts.clear()
+
+
+def unnamed_owners(steps: StepGraphs, wanted: Iterable[int], *, depth: int = 6) -> dict[int, str]:
+    """For each step in ``wanted`` whose graph no walked reference reaches, the object that keeps it,
+    in words: the outermost Python object on the way back from a tensor of that graph, which no
+    object the collector tracks refers to (so C++ or an extension holds it).
+
+    # NOTE [Held from C++]
+    # A hook registered on a graph node (``node.register_hook(lambda *g, kept=t: None)``) or an
+    # extension's state keeps a tensor where no Python reference leads: the hook's dict is owned
+    # by the C++ node. From the tensor back, through ``gc.get_referrers`` (the tensors, tuples,
+    # functions and dicts made since the heap was frozen), the chain ends at an object nothing
+    # tracked refers to; it is named (a function by its qualified name and line, a container by
+    # what it holds) so the report says which object owns the graph, not only that one does.
+    """
+    import gc
+
+    out: dict[int, str] = {}
+    todo = set(wanted)
+    if not todo:
+        return out
+    tensors = [obj for obj in gc.get_objects() if safe.is_tensor(obj)]
+    try:
+        for t in tensors:
+            node = safe.grad_fn(t)
+            found = steps.reached(node, limit=10_000) & todo if node is not None else set()
+            if not found:
+                continue
+            owner = _outermost(t, depth, ignore={id(tensors)})
+            if owner is not None:
+                for step in found:
+                    out[step] = owner
+                todo -= found
+            if not todo:
+                break
+    finally:
+        tensors.clear()
+    return out
+
+
+def _outermost(obj: Any, depth: int, ignore: set[int]) -> str | None:
+    """The description of the first object on ``obj``'s referrer chain that nothing tracked refers
+    to (frames, and this search's own lists, left out); None when the chain is longer than ``depth``."""
+    import gc
+    import types
+
+    chain = [obj]
+    ignore = ignore | {id(chain)}
+    current = obj
+    for _ in range(depth):
+        refs = [
+            r
+            for r in gc.get_referrers(current)
+            if id(r) not in ignore and not safe.is_instance(r, types.FrameType) and r is not chain
+        ]
+        ignore.add(id(refs))
+        if not refs:
+            return _describe_owner(current, chain) if current is not obj else None
+        current = refs[0]
+        refs.clear()
+        chain.append(current)
+    chain.clear()
+    return None
+
+
+def _describe_owner(owner: Any, chain: list[Any]) -> str:
+    """``a dict that only C++ holds, with the function <lambda> (train.py:12) that keeps it``."""
+    import types
+
+    functions = [f for f in chain if type(f) is types.FunctionType]
+    name = safe.type_name(type(owner))
+    what = f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+    if functions:
+        fn = functions[-1]
+        code = fn.__code__
+        where = f"{os.path.basename(code.co_filename)}:{code.co_firstlineno}"
+        qualname = fn.__qualname__ if type(fn.__qualname__) is str else code.co_name
+        text = (
+            f"{what} that no Python object refers to (C++ holds it: a hook registered on a graph "
+            f"node, or an extension's state), with the function {qualname} ({where}) that keeps "
+            "the graph"
+        )
+    else:
+        text = (
+            f"{what} that no Python object refers to (C++ holds it: a hook registered on a graph "
+            "node, or an extension's state)"
+        )
+    chain.clear()
+    return text
 
 
 def module_roots(skip: Iterable[str] = ()) -> list[Root]:
@@ -368,14 +526,15 @@ def module_roots(skip: Iterable[str] = ()) -> list[Root]:
     # leakscope's own (:func:`leakscope.probe.library.is_state_module`), bounded by
     # the walk's object limit, each object once.
     """
-    import sys
-
     from leakscope.probe.library import is_state_module
 
     seen = set(skip)
     out = []
-    for name, module in list(sys.modules.items()):
-        if module is None or name in seen or not is_state_module(name):
+    for (
+        name,
+        module,
+    ) in safe.loaded_modules():  # real modules only (NOTE [Reads that run no user code])
+        if name in seen or not is_state_module(name):
             continue
         seen.add(name)
         out.append(Root(f"global:{name}", module, "global"))
@@ -473,10 +632,12 @@ def evidence_alive(
 
 
 __all__ = [
+    "AUTOGRAD_CYCLE",
     "Collection",
     "Held",
     "Observation",
     "collect",
+    "cycle_roots",
     "describe",
     "evidence_alive",
     "live_step_nodes",
@@ -485,4 +646,5 @@ __all__ = [
     "observation",
     "caller_storages",
     "unexplained_nodes",
+    "unnamed_owners",
 ]

@@ -79,10 +79,11 @@ class Trial:
         ]
         seen: set[str] = set()
         for module in self.walked_modules:
-            if module.__name__ in seen:
+            name = safe.module_name(module)
+            if not name or name in seen:
                 continue
-            seen.add(module.__name__)
-            out.append(Root(f"global:{module.__name__}", module, "global"))
+            seen.add(name)
+            out.append(Root(f"global:{name}", module, "global"))
         return out
 
     def is_preexisting(self, t: Any) -> bool:
@@ -233,9 +234,9 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
 
     from leakscope.probe.library import is_library_module
 
-    out = list(modules)
+    out = [m for m in modules if safe.module_dict(m) is not None]
     for module in list(out):
-        for value in list(vars(module).values()):
+        for value in list((safe.module_dict(module) or {}).values()):
             if safe.is_instance(value, types.ModuleType):
                 imported: Any = value
             elif type(value) is types.FunctionType:
@@ -246,7 +247,11 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
                 imported = sys.modules.get(safe.type_module(value))
             else:
                 continue
-            if imported is None or imported in out or is_library_module(imported.__name__):
+            if (
+                safe.module_dict(imported) is None  # a job's plain object in sys.modules
+                or any(imported is m for m in out)
+                or is_library_module(safe.module_name(imported))
+            ):
                 continue
             if _same_project(module, imported):
                 out.append(imported)
@@ -256,10 +261,11 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
 def _same_project(a: types.ModuleType, b: types.ModuleType) -> bool:
     import os
 
-    top_a, top_b = a.__name__.partition(".")[0], b.__name__.partition(".")[0]
-    if "." in a.__name__ or "." in b.__name__:
+    name_a, name_b = safe.module_name(a), safe.module_name(b)
+    top_a, top_b = name_a.partition(".")[0], name_b.partition(".")[0]
+    if "." in name_a or "." in name_b:
         return top_a == top_b
-    file_a, file_b = getattr(a, "__file__", None), getattr(b, "__file__", None)
+    file_a, file_b = safe.module_file(a), safe.module_file(b)
     if not (isinstance(file_a, str) and isinstance(file_b, str)):
         return False
     return os.path.dirname(os.path.abspath(file_a)) == os.path.dirname(os.path.abspath(file_b))
@@ -272,8 +278,8 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
 
     out = []
     for klass in safe.mro(type(engine)):
-        module = sys.modules.get(safe.type_module(klass))
-        if module is not None and not is_library_module(module.__name__):
+        module = safe.as_module(sys.modules.get(safe.type_module(klass)))
+        if module is not None and not is_library_module(safe.module_name(module)):
             out.append(module)
     return out
 

@@ -140,14 +140,25 @@ def _supervise(
         "path": list(sys.path),
         "parent": os.getpid(),
     }
-    write_json(Path(directory, _CONFIG), config)
+    from leakscope.probe.stack import deep_stack_for_children
+
     launched = time.monotonic()
     try:
-        job = subprocess.Popen(
-            [sys.executable, *_interpreter_flags(), "-c", _JOB_MAIN, str(Path(directory, _CONFIG))],
-            stdout=_stderr_fd(),
-            env={**os.environ, **env},
-        )
+        # NOTE [Freeing a walked chain]: room to free a deep graph the looks walked.
+        with deep_stack_for_children() as thread_stack:
+            config["thread_stack"] = thread_stack
+            write_json(Path(directory, _CONFIG), config)
+            job = subprocess.Popen(
+                [
+                    sys.executable,
+                    *_interpreter_flags(),
+                    "-c",
+                    _JOB_MAIN,
+                    str(Path(directory, _CONFIG)),
+                ],
+                stdout=_stderr_fd(),
+                env={**os.environ, **env},
+            )
     except OSError as exc:
         raise TargetError(f"cannot start the job's process ({sys.executable}): {exc}") from None
     stopping.job = job
@@ -400,6 +411,10 @@ def job_process() -> None:
     if config is None:
         sys.exit("leakscope: the job's process found no job to run")
     _die_with_parent(int(config["parent"]))
+    from leakscope.probe.stack import keep_thread_stacks
+
+    if isinstance(config.get("thread_stack"), int):
+        keep_thread_stacks(int(config["thread_stack"]))  # NOTE [Freeing a walked chain]
     import faulthandler
 
     faulthandler.enable()  # a crash in C prints the Python stack on stderr

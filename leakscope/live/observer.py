@@ -112,13 +112,14 @@ def _caller_root_name(frame: types.FrameType) -> str:
 
 
 def _is_leakscope_or_library(frame: types.FrameType) -> bool:
-    from leakscope.probe.library import is_library_module
+    """A frame whose locals are not the job's: the standard library's, torch's, leakscope's, a
+    tool's. An installed framework's frames are the job's loop (a Trainer's ``tr_loss``)."""
+    from leakscope.probe.library import is_job_frame_module
 
-    name = str(frame.f_globals.get("__name__", ""))
-    return (
-        is_library_module(name)
-        or name in ("runpy", "__mp_main__")
-        and frame.f_code.co_name.startswith("_run")
+    found = frame.f_globals.get("__name__", "")
+    name = found if type(found) is str else ""
+    return not is_job_frame_module(name) or (
+        name == "__mp_main__" and frame.f_code.co_name.startswith("_run")
     )
 
 
@@ -345,7 +346,7 @@ class Observer:
     ) -> None:
         """Settle, walk the holders, and let the judge say which earlier call's graph each one keeps."""
         from leakscope.diagnose.judge import look_findings
-        from leakscope.harness.observe import collect, module_roots, observation
+        from leakscope.harness.observe import collect, cycle_roots, module_roots, observation
         from leakscope.probe.liveness import settle
 
         report_phase(
@@ -366,11 +367,12 @@ class Observer:
         held = self._describe(found, loop_roots)
         if self._unexplained(found, held):
             # Alive, and nothing the job's roots reach explains it: every loaded module, generically
-            # (NOTE [Every loaded module], NOTE [Nodes as evidence]).
+            # (NOTE [Every loaded module], NOTE [Nodes as evidence]), and the tensors that sit in a
+            # reference cycle through autograd (NOTE [Cycles through autograd]).
             skip = [r.name.partition(":")[2] for r in roots if r.kind == "global"]
             found.clear()
             found = collect(
-                [*roots, *module_roots(skip=skip)],
+                [*roots, *module_roots(skip=skip), *cycle_roots(self.steps)],
                 self.steps,
                 max_objects=self.options.max_objects,
                 generic=True,
@@ -378,8 +380,13 @@ class Observer:
             held = self._describe(found, loop_roots)
         roots.clear()
         unknown: dict[int, dict[str, int]] = {}
+        owners: dict[int, str] = {}
         if final:
             unknown = self._unknown(found, held)
+            if unknown:  # NOTE [Held from C++]
+                from leakscope.harness.observe import unnamed_owners
+
+                owners = unnamed_owners(self.steps, unknown)
         nodes_by_step, total = self.steps.nodes_by_step(found.nodes())
         stats = found.stats
         found.clear()
@@ -398,6 +405,7 @@ class Observer:
             sites=self.sites,
             sources=self.sources,
             unknown=unknown,
+            owners=owners,
             final=final,
         )
         self.looks.append(look)
@@ -526,7 +534,13 @@ class Observer:
                 self.sites.setdefault(path.shape(), site)
 
     def _modules(self) -> list[types.ModuleType]:
-        return [m for m in (sys.modules.get(name) for name in self.modules) if m is not None]
+        from leakscope.probe import safe
+
+        return [
+            m
+            for m in (safe.as_module(sys.modules.get(name)) for name in self.modules)
+            if m is not None
+        ]
 
     def _roots(
         self,
@@ -544,6 +558,7 @@ class Observer:
         that trains at its top level) is its module's globals: those are the loop's variables
         (NOTE [The loop's latest result]).
         """
+        from leakscope.probe import safe
         from leakscope.probe.walk import Root
 
         roots: list[Any] = []
@@ -562,9 +577,9 @@ class Observer:
             if not _is_leakscope_or_library(frame):
                 name = str(frame.f_globals.get("__name__", ""))
                 if frame.f_code.co_name == "<module>":
-                    module = sys.modules.get(name)
-                    if module is not None and module.__dict__ is frame.f_globals:
-                        root_name = f"global:{_module_label(module)}"
+                    module = safe.as_module(sys.modules.get(name))
+                    if module is not None and safe.module_dict(module) is frame.f_globals:
+                        root_name = _module_root_name(module)
                         roots.append(Root(root_name, module, "global"))
                         loop_globals.add(root_name)
                         seen_modules.add(name)
@@ -578,11 +593,12 @@ class Observer:
         for (
             module
         ) in extra_modules:  # the job's own script, once it has ended: its globals were its loop's
-            loop_globals.add(f"global:{_module_label(module)}")
-        for module in [*extra_modules, *self._modules()]:
-            if module.__name__ not in seen_modules:
-                seen_modules.add(module.__name__)
-                roots.append(Root(f"global:{_module_label(module)}", module, "global"))
+            loop_globals.add(_module_root_name(module))
+        for module in [*extra_modules, *self._modules(), *_project_modules()]:
+            name = safe.module_name(module)
+            if name and name not in seen_modules:
+                seen_modules.add(name)
+                roots.append(Root(_module_root_name(module), module, "global"))
         return roots
 
     # -- the end ------------------------------------------------------------------
@@ -684,9 +700,8 @@ def _owner_files(
         from leakscope.probe import safe
 
         for klass in safe.mro(type(args[0])):
-            module = sys.modules.get(safe.type_module(klass))
-            file = getattr(module, "__file__", None)
-            if isinstance(file, str):
+            file = safe.module_file(sys.modules.get(safe.type_module(klass)))
+            if file is not None:
                 files.add(os.path.realpath(file))
     return files
 
@@ -716,12 +731,30 @@ class _LiveLocals:
         return self._frame.f_locals[name]
 
 
-def _module_label(module: types.ModuleType) -> str:
-    if module.__name__ == "__main__":
-        file = getattr(module, "__file__", None)
-        if isinstance(file, str):
-            return os.path.splitext(os.path.basename(file))[0]
-    return module.__name__
+def _module_root_name(module: types.ModuleType) -> str:
+    """How a module's globals are named: the script's own (``__main__``) by its file, as the user
+    wrote them (``train.py:total_loss``); any other module's as ``global:pkg.mod``."""
+    from leakscope.probe import safe
+
+    name = safe.module_name(module)
+    if name in ("__main__", "__mp_main__"):
+        file = safe.module_file(module)
+        if file is not None:
+            return os.path.basename(file)
+    return f"global:{name}"
+
+
+def _project_modules() -> list[types.ModuleType]:
+    """Every loaded module of the job's own project (NOTE [Every loaded module]: its registries and
+    histories are the user's variables, walked at every look)."""
+    from leakscope.probe import safe
+    from leakscope.probe.library import is_project_module
+
+    return [
+        module
+        for name, module in safe.loaded_modules()
+        if is_project_module(name, safe.module_file(module))
+    ]
 
 
 __all__ = ["CallRecord", "Observer", "ObserverOptions", "WatchStop", "stack_of"]

@@ -142,6 +142,9 @@ class Watch:
             raise WatchStop(problem)
 
     def start(self) -> Watch:
+        from leakscope.probe.stack import deep_stack_here
+
+        deep_stack_here()  # NOTE [Freeing a walked chain]
         self.patcher.install()
         if self.observer.options.stop:
             self._quiet_threads()

@@ -6,5 +6,6 @@
 - :mod:`~leakscope.probe.liveness`: weakref evidence and settling the collector;
 - :mod:`~leakscope.probe.cost`: what a retained graph node costs, measured;
 - :mod:`~leakscope.probe.view`: the retained graph as plain data (``GraphView``);
-- :mod:`~leakscope.probe.library`: what is library machinery and what is the user's.
+- :mod:`~leakscope.probe.library`: what is library machinery and what is the user's;
+- :mod:`~leakscope.probe.stack`: room on the job's stack to free a deep graph a look walked.
 """

@@ -20,6 +20,7 @@ never through its metaclass.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sysconfig
@@ -138,6 +139,28 @@ def is_state_module(name: str) -> bool:
     return True
 
 
+def is_job_frame_module(name: str) -> bool:
+    """Whether a running frame of module ``name`` can hold the job's loop variables: the script,
+    the user's modules and installed frameworks that run the loop (a Trainer's ``tr_loss``); not
+    the standard library, torch, leakscope's machinery or the tools of :data:`_STATELESS_PACKAGES`."""
+    import sys
+
+    if name in USER_MODULES_IN_LEAKSCOPE or name in ("__main__", "__mp_main__"):
+        return True
+    top = name.partition(".")[0]
+    return bool(top) and top not in _STATELESS_PACKAGES and top not in sys.stdlib_module_names
+
+
+@functools.lru_cache(maxsize=8192)  # asked of every loaded module at every look
+def is_project_module(name: str, file: str | None) -> bool:
+    """A module of the job's own project (imported from a file that is neither the standard
+    library's nor an installed package's, nor leakscope's machinery): its globals are walked at
+    every look, as the script's are (``helpers.REGISTRY``, ``metrics.HISTORY``)."""
+    if file is None or not is_job_frame_module(name) or name in ("__main__", "__mp_main__"):
+        return False
+    return not is_installed_file(file) and not is_library_file(file)
+
+
 #: an installed package's file (site-packages or dist-packages)
 _INSTALLED = re.compile(r"[/\\](site|dist)-packages[/\\]")
 
@@ -229,6 +252,8 @@ def is_library_file(filename: str) -> bool:
 __all__ = [
     "LIBRARY_PACKAGES",
     "is_installed_file",
+    "is_job_frame_module",
+    "is_project_module",
     "is_state_module",
     "is_user_file_of",
     "TORCH_USER_PACKAGES",

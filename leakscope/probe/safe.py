@@ -322,6 +322,57 @@ def maxlen(container: object) -> int | None:
 _DEQUE_MAXLEN = deque.__dict__["maxlen"].__get__
 
 
+# -- modules ----------------------------------------------------------------------------------
+
+_MODULE_DICT: Callable[[Any], Any] = vars(types.ModuleType)["__dict__"].__get__
+
+
+def module_dict(obj: object) -> dict[str, Any] | None:
+    """A module's namespace, read from the module object's own slot; None for anything that is
+    not a module (``sys.modules`` holds what a job put there: Cython registers plain objects) or
+    whose namespace cannot be read. No ``__getattr__``, ``__getattribute__`` or ``__dict__``
+    property of a module subclass runs."""
+    if not is_instance(obj, types.ModuleType):
+        return None
+    try:
+        d = _MODULE_DICT(obj)
+    except Exception:
+        return None
+    return d if type(d) is dict else None
+
+
+def as_module(obj: object) -> types.ModuleType | None:
+    """``obj`` when it is a module whose namespace can be read (:func:`module_dict`), else None."""
+    return obj if module_dict(obj) is not None else None  # type: ignore[return-value]
+
+
+def module_name(obj: object) -> str:
+    """A module's ``__name__`` from its namespace when it is a string, else ``""`` (not a module,
+    or a name it set to something else)."""
+    d = module_dict(obj)
+    name = d.get("__name__") if d is not None else None
+    return name if type(name) is str else ""
+
+
+def module_file(obj: object) -> str | None:
+    """A module's ``__file__`` from its namespace when it is a string, else None."""
+    d = module_dict(obj)
+    file = d.get("__file__") if d is not None else None
+    return file if type(file) is str else None
+
+
+def loaded_modules() -> list[tuple[str, types.ModuleType]]:
+    """``(name, module)`` for every real module in ``sys.modules`` whose namespace can be read:
+    a job's plain objects (``sys.modules['x'] = object()``), ``None`` entries and modules whose
+    namespace is not a dict are left out. The key is the name; never ``module.__name__``."""
+    out: list[tuple[str, types.ModuleType]] = []
+    for name, found in list(sys.modules.items()):
+        module = as_module(found)
+        if type(name) is str and module is not None:
+            out.append((name, module))
+    return out
+
+
 # -- tensors ----------------------------------------------------------------------------------
 
 
@@ -642,6 +693,7 @@ def subclass_failure(exc: BaseException) -> tuple[str, str, str | None] | None:
 
 __all__ = [
     "TypeFacts",
+    "as_module",
     "class_attr",
     "class_dict",
     "detach_in_place",
@@ -660,7 +712,11 @@ __all__ = [
     "is_plain_tensor",
     "is_subtype",
     "is_tensor",
+    "loaded_modules",
     "maxlen",
+    "module_dict",
+    "module_file",
+    "module_name",
     "mro",
     "numel_bytes",
     "remember_path",

@@ -89,13 +89,13 @@ class StepGraphs:
         is not taken for it. A node's wrapper lives exactly as long as the node (NOTE [Node
         identity]), and every wrapper registered since the heap was frozen is on the collector's
         young generations; the older graphs' registrations are kept."""
-        import gc
-
-        from leakscope.probe.autograd import wrappers_preserved
+        from leakscope.probe.autograd import heap_nodes, wrappers_preserved
 
         if not wrappers_preserved():
             return
-        alive = {id(obj) for obj in gc.get_objects() if _is_node(obj)}
+        nodes = heap_nodes()
+        alive = {id(obj) for obj in nodes}
+        nodes.clear()
         self.known = {
             key: entry for key, entry in self.known.items() if entry[0] == BEFORE or key in alive
         }
@@ -123,7 +123,11 @@ class StepGraphs:
         if entry is None:
             return None
         step, seq, name = entry
-        if seq != sequence_nr(node) or name != node_name(node):
+        try:
+            same = seq == node._sequence_nr()
+        except Exception:
+            same = seq == sequence_nr(node)
+        if not same or name != node_name(node):
             return None  # the identity of a freed node, reused
         return step
 
@@ -185,12 +189,6 @@ class StepGraphs:
             return found is not None and found < step
 
         return stop
-
-
-def _is_node(obj: Any) -> bool:
-    from leakscope.probe.walk import kinds
-
-    return kinds().is_node(obj)
 
 
 __all__ = ["BEFORE", "StepGraphs", "next_sequence_nr"]

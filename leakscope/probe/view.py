@@ -9,6 +9,7 @@ renderers in ``leakscope.render.tree``, ``render.dot`` and ``render.html`` draw 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from leakscope.probe import safe
@@ -51,20 +52,35 @@ def _slots(node: Any) -> tuple[Slot, ...]:
 
 
 def build_view(
-    root: Any, *, target: str, mode: str, path: str, max_nodes: int = 10_000
+    root: Any,
+    *,
+    target: str,
+    mode: str,
+    path: str,
+    max_nodes: int = 10_000,
+    stop: Callable[[Any], bool] | None = None,
+    count_limit: int | None = None,
 ) -> GraphView:
-    """Describe the graph below ``root`` (a node), breadth first, at most ``max_nodes`` described."""
+    """Describe the graph below ``root`` (a node), breadth first, at most ``max_nodes`` described.
+
+    ``stop(node)`` True: the node is left out with what is below it (an older graph). The nodes are
+    counted up to ``count_limit`` (then the total is that many, and the view truncated): a finding's
+    drawing of a 10^6-node chain needs its first nodes, not a second walk of all of them."""
     ids: dict[int, int] = {}  # id(python node) -> view id
     keep: list[Any] = []  # hold wrappers so ids stay unique while walking
     described: list[ViewNode] = []
     counted = 0  # NOTE [One node count]: AccumulateGrad nodes are drawn, not counted
     queue = [root]
     head = 0
+    cut = False  # the count limit was reached: there are more nodes than counted
     while head < len(queue):
         node = queue[head]
         head += 1
-        if id(node) in ids:
+        if id(node) in ids or (stop is not None and node is not root and stop(node)):
             continue
+        if count_limit is not None and len(keep) >= count_limit:
+            cut = True
+            break
         ids[id(node)] = len(keep)
         keep.append(node)
         if sequence_nr(node) != UINT64_MAX:
@@ -85,16 +101,32 @@ def build_view(
     ids.clear()
     queue.clear()
     return GraphView(
-        target, mode, path, 0, tuple(linked), total, total > len(linked), graph_nodes=counted
+        target,
+        mode,
+        path,
+        0,
+        tuple(linked),
+        total,
+        cut or total > len(linked),
+        graph_nodes=counted,
     )
 
 
 #: nodes a finding's own graph description keeps (the report's HTML drawing; ``explain`` draws more)
 FINDING_GRAPH_NODES = 40
+#: nodes a finding's own graph description counts at most (its size is the finding's node count)
+FINDING_GRAPH_COUNT = 10_000
 
 
 def view_of(
-    obj: Any, *, path: str, target: str = "", mode: str = "", max_nodes: int = 10_000
+    obj: Any,
+    *,
+    path: str,
+    target: str = "",
+    mode: str = "",
+    max_nodes: int = 10_000,
+    stop: Callable[[Any], bool] | None = None,
+    count_limit: int | None = None,
 ) -> GraphView | None:
     """The graph a held object keeps (a tensor's ``grad_fn`` or a node); None for a held leaf.
 
@@ -104,7 +136,15 @@ def view_of(
     node = safe.grad_fn(obj) if safe.is_tensor(obj) else obj
     if node is None:
         return None
-    return build_view(node, target=target, mode=mode, path=path, max_nodes=max_nodes)
+    return build_view(
+        node,
+        target=target,
+        mode=mode,
+        path=path,
+        max_nodes=max_nodes,
+        stop=stop,
+        count_limit=count_limit,
+    )
 
 
-__all__ = ["FINDING_GRAPH_NODES", "build_view", "view_of"]
+__all__ = ["FINDING_GRAPH_COUNT", "FINDING_GRAPH_NODES", "build_view", "view_of"]

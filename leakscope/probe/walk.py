@@ -776,8 +776,10 @@ def class_children(cls: type) -> Iterable[Child]:
 def module_globals(module: types.ModuleType, generic: bool = False) -> Iterable[Child]:
     """The globals of a user module that can hold state: containers, objects, functions, classes
     (with ``generic``, objects of any type but modules and other modules' classes and functions)."""
-    name = module.__name__
-    d = module.__dict__
+    name = safe.module_name(module)
+    d = safe.module_dict(module)
+    if d is None:
+        return
     for key, value in list(d.items()):
         if type(key) is not str or (key.startswith("__") and key.endswith("__")):
             continue
@@ -789,11 +791,17 @@ def module_globals(module: types.ModuleType, generic: bool = False) -> Iterable[
                 continue
             yield _attr(key), LinkKind.READONLY, d, key, value
             continue
-        if tp is types.FunctionType and value.__module__ != name:
-            continue
+        if tp is types.FunctionType and _function_module(value) != name and not value.__closure__:
+            continue  # another module's plain function; a closure made there keeps its cells here
         if not (_is_state(value, name) or (generic and not is_interpreter_internal(tp))):
             continue
         yield _attr(key), LinkKind.ITEM, d, key, value
+
+
+def _function_module(fn: types.FunctionType) -> str:
+    """A function's ``__module__`` when it is a string (a job may set it to anything), else ``""``."""
+    module = fn.__module__
+    return module if type(module) is str else ""
 
 
 def _is_state(value: Any, module_name: str) -> bool:
@@ -912,8 +920,19 @@ def walk(
         child: Child | None
         if root.kind == "global":
             module = root.obj
-            visited.add(id(module.__dict__))
-            for child in module_globals(module, generic):
+            namespace = safe.module_dict(module)
+            if namespace is None:  # not a module (a job's ``sys.modules['x'] = object()``)
+                stats.note_error(
+                    TypeError(f"a {type_name(type(module))} where a module was expected"), root.name
+                )
+                continue
+            visited.add(id(namespace))
+            try:
+                globals_ = list(module_globals(module, generic))
+            except Exception as exc:
+                stats.note_error(exc, root.name)
+                continue
+            for child in globals_:
                 stack.append((child[4], root_link, child))
             stack.reverse()
         else:
