@@ -25,8 +25,8 @@
 #   micro-batches by the optimizer step they belong to (gradient accumulation: several per step;
 #   a GAN: two steps per micro-batch).
 #
-# A framework's step method (``DEFAULT_METHODS``) is a better name when the job calls one: its
-# first call forgets what autograd found and removes these hooks.
+# A framework's step method (``DEFAULT_METHODS``) is a better name: once the job imported one (it
+# is patched) these boundaries wait, and its first call forgets what they found and removes them.
 #
 # NOTE [Alive when the next forward starts]
 # A micro-batch's graph is judged when the next one's forward starts: at the next outermost call
@@ -70,8 +70,13 @@ class Boundary(str, enum.Enum):
 class AutogradSteps:
     """Drives an :class:`Observer` from autograd's calls (NOTE [Steps from autograd])."""
 
-    def __init__(self, observer: Observer, busy: Any) -> None:
+    def __init__(
+        self, observer: Observer, busy: Any, deferred: Callable[[], bool] = lambda: False
+    ) -> None:
         self.observer = observer
+        #: true once a framework's step method is patched: the job imported it, and its step is the
+        #: one to watch (an evaluation before ``fit`` must not end the watch as an inference job)
+        self.deferred = deferred
         #: the watch's lock: one thread at a time in the observer (NOTE [Threads calling the step])
         self.busy = busy
         self.patcher = Patcher([parse_method(p) for p in ENTRY_POINTS], self._wrap)
@@ -155,7 +160,7 @@ class AutogradSteps:
         """Whether this event is one to act on: watching, in the watching thread, not inside a watched
         method or a backward, and no other thread in the observer."""
         observer = self.observer
-        if not self.active or observer.done or observer.depth:
+        if not self.active or observer.done or observer.depth or self.deferred():
             return False
         if getattr(self._local, "backward", 0):
             return False

@@ -90,7 +90,9 @@ class Watch:
         self._busy = threading.RLock()
         #: with no --method, the steps found from autograd (NOTE [Steps from autograd])
         self.autograd: AutogradSteps | None = (
-            None if options.methods else AutogradSteps(self.observer, self._busy)
+            None
+            if options.methods
+            else AutogradSteps(self.observer, self._busy, lambda: bool(self.patcher.history))
         )
         self.report: Report | None = None
         #: the job's own failure, one line, when it raised or exited non-zero
