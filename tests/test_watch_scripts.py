@@ -174,3 +174,34 @@ print(w.report.watch.boundary, w.report.results[0].verdict.value, len(kept))
     done = _run(["-c", code], _env())
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split() == ["backward", "leak", "4"]
+
+
+def test_every_torchrun_rank_is_watched_with_no_flags() -> None:
+    """``torchrun ... -m leakscope watch SCRIPT.py``: each rank finds its steps from autograd, rank 0
+    prints the merged report (and exits 1 for the leak, so torchrun reports its failure)."""
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    done = subprocess.run(
+        [
+            torchrun,
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "leakscope",
+            "watch",
+            "-f",
+            "json",
+        ]
+        + ["fixtures/watch/scripts/loss_list.py"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    doc = json.loads(done.stdout)
+    assert doc["watch"]["processes"] == ["rank 0", "rank 1"]
+    assert doc["watch"]["boundary"] == "backward"
+    assert [(r["verdict"], [f["path"] for f in r["findings"]]) for r in doc["results"]] == [
+        ("leak", ["caller:loss_list.py:train.losses[0]"])
+    ]
