@@ -9,12 +9,12 @@ itself (NOTE [Steps from autograd]), say LEAK or CLEAN, name the user's variable
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -81,14 +81,21 @@ def _watch(script: str, clean: bool) -> tuple[int, dict[str, Any], str]:
     return done.returncode, doc, done.stderr
 
 
-@pytest.fixture(scope="module")
-def runs() -> dict[tuple[str, bool], Any]:
-    """Every script, leaky and clean: its node counts without leakscope and its no-flag watch."""
-    jobs = [(script, clean) for script in CASES for clean in (False, True)]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        counts = dict(zip(jobs, pool.map(lambda job: _counts(*job), jobs)))
-        watched = dict(zip(jobs, pool.map(lambda job: _watch(*job), jobs)))
-    return {job: (counts[job], watched[job]) for job in jobs}
+@functools.cache
+def _result(script: str, clean: bool) -> Any:
+    """One script, leaky or clean: its node counts without leakscope and its no-flag watch."""
+    return _counts(script, clean), _watch(script, clean)
+
+
+@pytest.fixture
+def runs() -> Any:
+    """``runs[(script, clean)]``, each made once per session, when a test first needs it."""
+
+    class Runs:
+        def __getitem__(self, key: tuple[str, bool]) -> Any:
+            return _result(*key)
+
+    return Runs()
 
 
 @pytest.mark.parametrize("script", sorted(CASES))
