@@ -1,7 +1,7 @@
 """Run leakscope's benchmarks and print each number with its target: ``python benchmarks/run.py [--short]``.
 
 Sections (``--only`` picks some): ``cli-start``, ``check``, ``graph``, ``walk``,
-``probes``, ``memory``, ``isolation``, ``watch``. ``--short`` (CI, about two minutes) uses fewer
+``probes``, ``memory``, ``isolation``, ``watch``, ``watch-script``. ``--short`` (CI, about two minutes) uses fewer
 repetitions and graphs up to 100k nodes; the full run adds 1M-node graphs and
 the stricter no-FSDP baseline. Exit status: 0 when every target is met, 1
 otherwise (0 with ``--no-fail``), 2 when a section itself failed to run (its
@@ -30,10 +30,21 @@ from benchmarks import (  # noqa: E402
     startup,
     walk_scale,
     watch_cost,
+    watch_script,
 )
 from benchmarks._common import Row, machine  # noqa: E402
 
-SECTIONS = ("cli-start", "check", "graph", "walk", "probes", "memory", "isolation", "watch")
+SECTIONS = (
+    "cli-start",
+    "check",
+    "graph",
+    "walk",
+    "probes",
+    "memory",
+    "isolation",
+    "watch",
+    "watch-script",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -113,6 +124,8 @@ def _run_section(
         return probe_overhead.run(short), rss
     if section == "watch":
         return watch_cost.run(short), rss
+    if section == "watch-script":
+        return watch_script.run(short), rss
     return memory.run(short, rss), rss
 
 

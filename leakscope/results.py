@@ -265,6 +265,11 @@ class WatchSummary:
     processes: tuple[str, ...] = ()
     skip: int = 0
     micro_batches: int = 0
+    #: what ended each watched micro-batch: ``method`` (a step method), ``backward`` or ``module call``
+    #: (found from autograd with no ``--method``: NOTE [Steps from autograd])
+    boundary: str = "method"
+    #: where the loop is, for steps found from autograd (``train.py:27 in main``)
+    loop: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

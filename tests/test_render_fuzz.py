@@ -182,6 +182,8 @@ BASE: dict[str, Any] = {
         "processes": ["pid 7"],
         "skip": 1,
         "micro_batches": 3,
+        "boundary": "backward",
+        "loop": "train.py:27 in main",
     },
 }
 

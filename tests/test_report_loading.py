@@ -82,6 +82,8 @@ def saved() -> dict[str, Any]:
         "processes": ["pid 1"],
         "skip": 0,
         "micro_batches": 3,
+        "boundary": "backward",
+        "loop": "train.py:27 in main",
     }
     return doc
 

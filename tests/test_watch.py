@@ -314,8 +314,12 @@ def test_a_job_that_stops_before_the_step_says_so_rather_than_doubting_the_metho
             2,
             "--method: actor_engine has no class 'Missing'",
         ),
-        # No --method: none of the built-in step methods is imported by this job.
-        ([VERL_UPDATE, "--steps", "1"], 3, "the job never imported the built-in step methods"),
+        # No --method, and a job that never runs a step (no backward, no module call, no step method).
+        (
+            ["fixtures/watch/scripts/_graph.py"],
+            3,
+            "the job never ran a step: it called no backward()",
+        ),
     ],
 )
 def test_bad_input_is_one_line_with_its_exit_code(args: list[str], code: int, message: str) -> None:

@@ -93,6 +93,23 @@ class CallRecord:
     mode: Mode
     evidence: Any
     seconds: float
+    #: the optimizer steps the job had made when it ended (NOTE [Steps from autograd])
+    optimizer_step: int | None = None
+
+
+@dataclasses.dataclass
+class Opened:
+    """A watched micro-batch that has begun: its grad mode, anomaly mode while it records, its start."""
+
+    mode: Mode
+    anomaly: Any
+    started: float
+
+    def close(self) -> None:
+        """Anomaly mode back as it was before :meth:`Observer.begin` (once)."""
+        anomaly, self.anomaly = self.anomaly, None
+        if anomaly is not None:
+            anomaly.__exit__(None, None, None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +128,7 @@ def _caller_root_name(frame: types.FrameType) -> str:
     )
 
 
-def _is_leakscope_or_library(frame: types.FrameType) -> bool:
+def is_library_frame(frame: types.FrameType) -> bool:
     """A frame whose locals are not the job's: the standard library's, torch's, leakscope's, a
     tool's. An installed framework's frames are the job's loop (a Trainer's ``tr_loss``)."""
     from leakscope.probe.library import is_job_frame_module
@@ -186,25 +203,37 @@ class Observer:
             else (None, *args)
         )
         try:
-            if len(self.calls) >= self.options.micro_batches:
-                self.look(frame, holders, final=True)
-                self.finish()
+            if self.calls and self.checkpoint(frame, holders):
                 if self.options.stop:
                     raise WatchStop()
                 return original(*args, **kwargs)
-            if self.calls:
-                self.look(frame, holders)
         finally:
             del frame
         self._remember(holders, original)
         if not self.calls:
-            self.thread = threading.get_ident()
-            self._older = _tensor_refs()  # everything alive before the first call, frozen below
-            self._freeze()
-            self._mark_before(sys._getframe(2), holders)
-            if self.on_first_call is not None:
-                self.on_first_call()
+            self.start(sys._getframe(2), holders)
         return self._watched_call(spec, original, args, kwargs)
+
+    def checkpoint(self, frame: types.FrameType | None, holders: tuple[Any, ...]) -> bool:
+        """Before the next micro-batch: look (NOTE [When watch looks]); once every micro-batch asked for
+        was watched, the last look, and the watch is done (True)."""
+        if len(self.calls) >= self.options.micro_batches:
+            self.look(frame, holders, final=True)
+            self.finish()
+            return True
+        self.look(frame, holders)
+        return False
+
+    def start(self, frame: types.FrameType | None, holders: tuple[Any, ...] = ()) -> None:
+        """Before the first watched micro-batch: this thread watches, the heap is frozen, the graphs alive
+        now are older than every micro-batch (NOTE [A step's graph])."""
+        self.thread = threading.get_ident()
+        self._older = _tensor_refs()  # everything alive before the first call, frozen below
+        self._freeze()
+        self._mark_before(frame, holders)
+        if self.on_first_call is not None:
+            self.on_first_call()
+            self.on_first_call = None
 
     def _freeze(self) -> None:
         """NOTE [Frozen heap, in a running job]"""
@@ -222,7 +251,7 @@ class Observer:
             self.frozen = False
             gc.unfreeze()
 
-    def _mark_before(self, frame: types.FrameType, args: tuple[Any, ...]) -> None:
+    def _mark_before(self, frame: types.FrameType | None, args: tuple[Any, ...]) -> None:
         """Graphs the job held before its first watched call are older than every call
         (NOTE [A step's graph]): walk what a look walks, once, and register them."""
         from leakscope.probe import safe
@@ -240,7 +269,7 @@ class Observer:
         finally:
             older.clear()
             roots.clear()
-            frame = None  # type: ignore[assignment]
+            frame = None
 
     def _watched_call(
         self,
@@ -249,37 +278,71 @@ class Observer:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Any:
-        import contextlib
+        report_phase(f"in watched call #{len(self.calls)}")
+        opened = self.begin()
+        self.depth += 1
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            self.depth -= 1
+            self.end(opened, str(spec), locals().get("result"))
+        return result
 
+    def begin(self) -> Opened:
+        """A watched micro-batch starts in this thread: its grad mode, anomaly mode on when it records
+        created-at lines (NOTE [Created at, in a running job]), its sequence numbers begin."""
         import torch
 
-        report_phase(f"in watched call #{len(self.calls)}")
         mode = Mode.TRAIN if torch.is_grad_enabled() else Mode.FORWARD_ONLY
         record = self.options.source and self.anomaly_next
         self.anomaly_next = False
-        anomaly = (
-            torch.autograd.set_detect_anomaly(True, check_nan=False)
-            if record
-            else contextlib.nullcontext()
-        )
+        anomaly = torch.autograd.set_detect_anomaly(True, check_nan=False) if record else None
         started = time.perf_counter()
         self._before = (
             _tensor_refs()
         )  # what the call did not make (NOTE [Frozen heap, in a running job])
         self.steps.begin()
-        self.depth += 1
-        try:
-            with anomaly:
-                result = original(*args, **kwargs)
-        finally:
-            self.depth -= 1
-            evidence = self._end_call(locals().get("result"))
-            self.calls.append(
-                CallRecord(
-                    len(self.calls), str(spec), mode, evidence, time.perf_counter() - started
-                )
+        return Opened(mode, anomaly, started)
+
+    def end(self, opened: Opened, target: str, result: Any, mode: Mode | None = None) -> None:
+        """The micro-batch ``opened`` ends: anomaly mode back as it was, its graph placed (from ``result`` and
+        every graph on the heap), recorded as a watched call of ``target``."""
+        opened.close()
+        evidence = self._end_call(result)
+        self.calls.append(
+            CallRecord(
+                len(self.calls),
+                target,
+                mode or opened.mode,
+                evidence,
+                time.perf_counter() - opened.started,
             )
-        return result
+        )
+
+    def warm_up(self, opened: Opened) -> None:
+        """The micro-batch ``opened`` was a warm-up, not watched (``--skip``, NOTE [A micro-batch that
+        compiles]): the graphs it leaves alive are older than every watched one."""
+        from leakscope.harness.trial import heap_graph_nodes
+
+        opened.close()
+        nodes = heap_graph_nodes(self.steps)
+        try:
+            self.steps.mark_before(nodes)
+        finally:
+            nodes.clear()
+
+    def restart(self) -> None:
+        """Forget the micro-batches watched so far (they were not the job's steps: NOTE [Steps from
+        autograd]); the heap stays frozen and the graphs older than the first stay older."""
+        self._stop_tracing()
+        for call in self.calls:
+            call.evidence = None
+        self.calls.clear()
+        self.looks.clear()
+        self.sites.clear()
+        self.sources.clear()
+        self.steps.restart()
+        self.anomaly_next = self.options.source
 
     def _end_call(self, result: Any) -> Any:
         """Place the call's graph, in any thread (NOTE [A step's graph]), and weakref what it keeps."""
@@ -574,7 +637,7 @@ class Observer:
         loop_globals: set[str] = set()
         frames = stack_of(frame)
         for frame in [*frames, *extra_frames]:
-            if not _is_leakscope_or_library(frame):
+            if not is_library_frame(frame):
                 name = str(frame.f_globals.get("__name__", ""))
                 if frame.f_code.co_name == "<module>":
                     module = safe.as_module(sys.modules.get(name))
@@ -643,6 +706,8 @@ class Observer:
                     "seconds": round(c.seconds, 4),
                 }
             )
+            if c.optimizer_step is not None:
+                out[-1]["optimizer_step"] = c.optimizer_step
         return out
 
 
@@ -757,4 +822,12 @@ def _project_modules() -> list[types.ModuleType]:
     ]
 
 
-__all__ = ["CallRecord", "Observer", "ObserverOptions", "WatchStop", "stack_of"]
+__all__ = [
+    "CallRecord",
+    "Observer",
+    "ObserverOptions",
+    "Opened",
+    "WatchStop",
+    "is_library_frame",
+    "stack_of",
+]

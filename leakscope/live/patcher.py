@@ -79,7 +79,13 @@ class Patcher:
         #: called with that line when a module imported during the job lacks its method (the watch
         #: may end the job there: NOTE [A typo in --method fails before the job])
         self.on_error: Callable[[str], None] | None = None
+        #: run once a module is imported (now, when it already is): module name -> callbacks
+        self.callbacks: dict[str, list[Callable[[types.ModuleType], None]]] = {}
         self._finder: _PatchOnImport | None = None
+
+    def when_imported(self, name: str, callback: Callable[[types.ModuleType], None]) -> None:
+        """Call ``callback(module)`` once module ``name`` has executed (at :meth:`install` if it has)."""
+        self.callbacks.setdefault(name, []).append(callback)
 
     def install(self) -> None:
         """Patch what is imported; hook the import of the rest."""
@@ -89,7 +95,12 @@ class Patcher:
                 self._patch(spec, module)
             else:
                 self.pending.setdefault(spec.module, []).append(spec)
-        if self.pending:
+        for name in list(self.callbacks):
+            module = sys.modules.get(name)
+            if module is not None:
+                for callback in self.callbacks.pop(name):
+                    callback(module)
+        if self.pending or self.callbacks:
             self._finder = _PatchOnImport(self)
             sys.meta_path.insert(0, self._finder)
 
@@ -100,6 +111,8 @@ class Patcher:
             self._patch(spec, module)
         if len(self.errors) > before and self.on_error is not None:
             self.on_error(self.errors[-1])
+        for callback in self.callbacks.pop(module.__name__, []):
+            callback(module)
 
     def found(self) -> list[str]:
         """The methods patched so far (as ``pkg.mod:Class.method``), restored or not."""
@@ -174,6 +187,7 @@ class Patcher:
             else:
                 setattr(p.cls, p.name, p.own)
         self.patched.clear()
+        self.callbacks.clear()
         if self._finder is not None:
             try:
                 sys.meta_path.remove(self._finder)
@@ -191,7 +205,9 @@ class _PatchOnImport:
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         patcher = self.patcher
-        if patcher is None or fullname not in patcher.pending:
+        if patcher is None or (
+            fullname not in patcher.pending and fullname not in patcher.callbacks
+        ):
             return None
         for finder in list(sys.meta_path):
             if finder is self:

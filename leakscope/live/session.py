@@ -13,12 +13,15 @@ import json
 import threading
 import types
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakscope import phase
 from leakscope.errors import TargetError, UsageError
 from leakscope.live.methods import DEFAULT_METHODS, MethodSpec, parse_method, uncovered_step
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
+
+if TYPE_CHECKING:
+    from leakscope.live.autograd_steps import AutogradSteps
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Watch:
     """
 
     def __init__(self, options: WatchOptions, *, stop_in_this_process: bool = True) -> None:
+        from leakscope.live.autograd_steps import AutogradSteps
         from leakscope.live.observer import Observer, ObserverOptions
         from leakscope.live.patcher import Patcher
 
@@ -84,6 +88,14 @@ class Watch:
         self.patcher = Patcher(specs, self._wrap)
         if options.methods and options.then == "stop" and stop_in_this_process:
             self.patcher.on_error = self._stop_on_missing
+        #: held by the thread in the observer (NOTE [Threads calling the step])
+        self._busy = threading.RLock()
+        #: with no --method, the steps found from autograd (NOTE [Steps from autograd])
+        self.autograd: AutogradSteps | None = (
+            None
+            if options.methods
+            else AutogradSteps(self.observer, self._busy, lambda: bool(self.patcher.history))
+        )
         self.report: Report | None = None
         #: the job's own failure, one line, when it raised or exited non-zero
         self.job_error: str | None = None
@@ -93,8 +105,6 @@ class Watch:
         self._explicit = bool(options.methods)
         #: the target name of the job's own error result (the script or module)
         self.job_name = "the job"
-        #: held by the thread in the observer (NOTE [Threads calling the step])
-        self._busy = threading.RLock()
         self._excepthook: tuple[Any, Any] | None = None
 
     # NOTE [Threads calling the step]
@@ -122,6 +132,8 @@ class Watch:
             ):
                 return original(*args, **kwargs)
             try:
+                if self.autograd is not None:
+                    self.autograd.yield_to_method()
                 before = len(observer.calls)
                 try:
                     return observer.call(spec, original, args, kwargs)
@@ -146,6 +158,8 @@ class Watch:
 
         deep_stack_here()  # NOTE [Freeing a walked chain]
         self.patcher.install()
+        if self.autograd is not None:
+            self.autograd.install()
         if self.observer.options.stop:
             self._quiet_threads()
         return self
@@ -198,6 +212,8 @@ class Watch:
         """
         observer = self.observer
         self._loud_threads()
+        if self.autograd is not None:
+            self.autograd.close()
         if look and not observer.done and observer.calls:
             observer.look(None, final=True, extra_modules=extra_modules, extra_frames=frames)
         observer.finish()  # calls _detach once
@@ -212,6 +228,8 @@ class Watch:
     def _detach(self) -> None:
         """Put the methods back, make the report, drop the job's objects."""
         self.patcher.restore()
+        if self.autograd is not None:
+            self.autograd.remove()
         if self.report is None or self.job_error is not None:
             self.report = self._with_snippets(self._make_report())
             self.observer.clear()
@@ -231,6 +249,20 @@ class Watch:
             *map(str, self.patcher.specs),
         ]  # the script (or -m module), the methods
         return capture(report, [Path.cwd(), *filter(None, map(target_directory, named))])
+
+    def _boundary(self) -> str:
+        """What ended each watched micro-batch: ``method``, ``backward`` or ``module call``
+        (NOTE [Steps from autograd])."""
+        if self.autograd is None or self.autograd.boundary is None:
+            return "method"
+        return self.autograd.boundary.value
+
+    def _methods(self) -> list[str]:
+        """The step methods the report names: those patched, else those asked for (none when the steps
+        came from autograd)."""
+        if self.patcher.found() or self._explicit:
+            return self.patcher.found() or [str(s) for s in self.patcher.specs]
+        return []
 
     def _make_report(self) -> Report:
         import platform
@@ -252,10 +284,14 @@ class Watch:
                 message = (
                     f"the job stopped before it {verb} {', '.join(self.patcher.found()) or name}"
                 )
-            elif not self.patcher.history:
-                message = (None if self._explicit else uncovered_step()) or (
-                    f"the job never imported {name}; name the step to watch with --method pkg.module:Class.method"
+            elif not self._explicit and not self.patcher.history:
+                message = uncovered_step() or (
+                    "the job never ran a step: it called no backward(), torch.autograd.grad or nn.Module, and none "
+                    "of the built-in step methods; if its step is elsewhere, name it with --method "
+                    "pkg.module:Class.method"
                 )
+            elif not self.patcher.history:
+                message = f"the job never imported {name}; name the step to watch with --method pkg.module:Class.method"
             else:
                 message = f"the job never called {', '.join(self.patcher.found())}; is it the step the loop calls?"
             results = [
@@ -283,7 +319,11 @@ class Watch:
             torch_version=_torch_version(),
             python_version=platform.python_version(),
             watch=WatchSummary(
-                methods=tuple(self.patcher.found() or [str(s) for s in self.patcher.specs]),
+                methods=tuple(self._methods()),
+                boundary=self._boundary(),
+                loop=self.autograd.loop
+                if self.autograd is not None and self._boundary() != "method"
+                else "",
                 calls=tuple(self.observer.call_summaries()),
                 skip=self.options.skip,
                 micro_batches=self.options.micro_batches,

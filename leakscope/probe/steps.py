@@ -64,6 +64,12 @@ class StepGraphs:
             if sequence_nr(node) != UINT64_MAX:
                 self._register(node, BEFORE)
 
+    def restart(self) -> None:
+        """Forget every step (the older graphs stay older); a step begun stays begun."""
+        self.ranges.clear()
+        self.leaves.clear()
+        self.known = {key: entry for key, entry in self.known.items() if entry[0] == BEFORE}
+
     def begin(self) -> None:
         """A step starts in this thread."""
         self._start = next_sequence_nr()

@@ -198,6 +198,8 @@ def report_dict(report: Report, *, debug: bool = False) -> dict[str, Any]:
             "processes": list(report.watch.processes),
             "skip": report.watch.skip,
             "micro_batches": report.watch.micro_batches,
+            "boundary": report.watch.boundary,
+            "loop": report.watch.loop,
         }
     return doc
 
