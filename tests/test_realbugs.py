@@ -10,8 +10,7 @@ For every release, two subprocesses on the repository's interpreter with the rel
 - ``leakscope watch --method <M> driver.py``: on the buggy release a leak, with a finding at
   the upstream holder (bugs.toml's path, exactly as leakscope prints it), of the bug's kind,
   retaining bytes; on the fixed release clean. A bug bugs.toml marks ``no_flag`` is watched with
-  plain ``leakscope watch driver.py`` and judged the same way (``test_watch_with_no_flags``, xfail,
-  not strict, until the no-flag watch of issue 24 lands).
+  plain ``leakscope watch driver.py`` and judged the same way (``test_watch_with_no_flags``).
 
 A release where leakscope is known to be wrong today carries ``watch_xfail`` in bugs.toml: its
 watch test expects the right answer and is marked xfail (strict), so that the fix shows up as
@@ -116,7 +115,6 @@ def test_watch(name: str, side: str) -> None:
     _judge_watch(name, side)
 
 
-@pytest.mark.xfail(reason="needs no-flag watch (steps branch)", strict=False)
 @pytest.mark.parametrize(("name", "side"), _cases("watch", no_flag=True))
 def test_watch_with_no_flags(name: str, side: str) -> None:
     """``leakscope watch driver.py``, no --method (bugs.toml ``no_flag``): leakscope finds the steps
