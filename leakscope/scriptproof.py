@@ -158,6 +158,8 @@ class _ScriptProver:
         self.argv = [str(a) for a in request["argv"]]
         self.methods = [str(m) for m in request["methods"]]
         self.steps = int(request["steps"])
+        import torch  # noqa: F401  (before ``since``: torch is never one of the job's modules to forget)
+
         self.since = set(sys.modules)
         self.base: Any = None
         self.base_error: str | None = None

@@ -108,6 +108,22 @@ def test_a_script_is_fixed_by_re_running_it_and_its_patch_applies(tmp_path: Path
     assert watched.returncode == 0, watched.stdout[-3000:]
 
 
+def test_a_plain_script_is_fixed_with_no_flags_and_is_clean_after(tmp_path: Path) -> None:
+    """``leakscope fix train.py --apply``, nothing else: the steps come from autograd, the running sum
+    at module level is detached where the script adds to it, proven by re-running the job, written,
+    and the job then watches clean."""
+    shutil.copy(FIXTURES / "watch" / "scripts" / "sum_loss.py", tmp_path / "train.py")
+    shutil.copy(FIXTURES / "watch" / "scripts" / "_graph.py", tmp_path / "_graph.py")
+    done = _run("fix", "train.py", "--apply", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "1 verified (1 applied), 0 not verified" in done.stdout, done.stdout
+    text = (tmp_path / "train.py").read_text(encoding="utf-8")
+    assert "        total_loss += loss.detach()\n" in text
+    assert "        total_loss += loss\n" not in text
+    watched = _run("watch", "train.py", cwd=tmp_path)
+    assert watched.returncode == 0, watched.stdout[-3000:]
+
+
 def test_outputs_that_are_inputs_are_refused(tmp_path: Path) -> None:
     shutil.copy(FIXTURES / "watch" / "history_job.py", tmp_path / "train.py")
     shutil.copy(FIXTURES / "watch" / "history_engine.py", tmp_path / "history_engine.py")

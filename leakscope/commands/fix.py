@@ -5,8 +5,9 @@ from __future__ import annotations
 import contextlib
 import enum
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -37,6 +38,9 @@ from leakscope.commands.common import (
 )
 from leakscope.errors import LeakscopeError
 from leakscope.render.escape import terminal
+
+if TYPE_CHECKING:
+    from leakscope.results import FixReport
 
 
 class FixFormat(str, enum.Enum):
@@ -146,33 +150,17 @@ def fix(
         shown = FormatChoice.text
     _refuse_input(output, list(settings.targets), shown)
     from leakscope.api import fix as run_fix
-    from leakscope.render import fixes as render_fixes
 
-    try:
-        with contextlib.redirect_stdout(sys.stderr):
-            report = run_fix(
-                list(settings.targets), settings.options, apply=apply, allow_outside=allow_outside
-            )
-    except LeakscopeError as exc:
-        if debug and exc.detail:
-            typer.echo(terminal(exc.detail, newlines=True), err=True)
-        fail(exc.message, int(exc.exit_code), shown, output)
-    if debug:  # tracebacks go to stderr, never into the report on stdout
-        print_tracebacks(report.report)
-    if diff:  # stdout (or -o) carries the patch only; the report goes to stderr
-        emit(render_fixes.render_patch(report), output)
-        if not quiet:
-            typer.echo(render_fixes.render_text(report), err=True, nl=False)
-    elif output is not None or not quiet:
-        emit(
-            render_fixes.render_json(report, debug=debug)
-            if shown is FormatChoice.json
-            else render_fixes.render_text(report),
-            output,
-        )
-    if quiet or (output is not None and not diff):  # no run ends in silence
-        _summary_on_stderr(report)
-    raise typer.Exit(render_fixes.exit_code(report))
+    _report(
+        lambda: run_fix(
+            list(settings.targets), settings.options, apply=apply, allow_outside=allow_outside
+        ),
+        shown,
+        output,
+        diff=diff,
+        quiet=quiet,
+        debug=debug,
+    )
 
 
 def _is_script(target: str) -> bool:
@@ -196,7 +184,6 @@ def _fix_script(
     [A script's fix is proven by re-running it])."""
     from leakscope.api import fix_script
     from leakscope.live.methods import parse_method
-    from leakscope.render import fixes as render_fixes
 
     shown = FormatChoice(fmt.value)
     script, argv = given[0], given[1:]
@@ -212,33 +199,55 @@ def _fix_script(
     try:
         for text in methods:
             parse_method(text)
+    except LeakscopeError as exc:
+        fail(exc.message, int(exc.exit_code), shown, output)
+    _report(
+        lambda: fix_script(
+            script, argv, methods=methods, apply=apply, allow_outside=allow_outside, timeout=timeout
+        ),
+        shown,
+        output,
+        diff=diff,
+        quiet=quiet,
+        debug=debug,
+    )
+
+
+def _report(
+    run: Callable[[], FixReport],
+    shown: FormatChoice,
+    output: Path | None,
+    *,
+    diff: bool,
+    quiet: bool,
+    debug: bool,
+) -> NoReturn:
+    """Run the fix (its progress on stderr), then write what it found: with ``--diff`` the patch alone
+    on stdout (``git apply`` takes it) and the report on stderr, else the report; with ``-o`` or ``-q``
+    each error and the summary line on stderr (no run ends in silence). Exits with the fix's code."""
+    from leakscope.render import fixes as render_fixes
+
+    try:
         with contextlib.redirect_stdout(sys.stderr):
-            report = fix_script(
-                script,
-                argv,
-                methods=methods,
-                apply=apply,
-                allow_outside=allow_outside,
-                timeout=timeout,
-            )
+            report = run()
     except LeakscopeError as exc:
         if debug and exc.detail:
             typer.echo(terminal(exc.detail, newlines=True), err=True)
         fail(exc.message, int(exc.exit_code), shown, output)
-    if debug:
+    if debug:  # tracebacks go to stderr, never into the report on stdout
         print_tracebacks(report.report)
-    if diff:  # the patch alone on stdout (git apply takes it); the report on stderr
+    if diff:
         emit(render_fixes.render_patch(report), output)
         if not quiet:
             typer.echo(render_fixes.render_text(report), err=True, nl=False)
     elif output is not None or not quiet:
         emit(
             render_fixes.render_json(report, debug=debug)
-            if fmt is FixFormat.json
+            if shown is FormatChoice.json
             else render_fixes.render_text(report),
             output,
         )
-    if quiet or (output is not None and not diff):  # no run ends in silence
+    if quiet or (output is not None and not diff):
         _summary_on_stderr(report)
     raise typer.Exit(render_fixes.exit_code(report))
 
