@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -41,15 +42,20 @@ def _run_from_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
 
 
-def validate_report(doc: Any) -> None:
-    """Fail unless ``doc`` is valid under the shipped JSON report schema (leakscope/render/report.schema.json)."""
+@functools.cache
+def report_validator() -> Any:
+    """The shipped JSON report schema's validator, read once per process (a test that audits which
+    files rendering opens calls this first)."""
     import jsonschema
 
     from leakscope.render.json_report import schema
 
-    errors = sorted(
-        jsonschema.Draft202012Validator(schema()).iter_errors(doc), key=lambda e: list(e.path)
-    )
+    return jsonschema.Draft202012Validator(schema())
+
+
+def validate_report(doc: Any) -> None:
+    """Fail unless ``doc`` is valid under the shipped JSON report schema (leakscope/render/report.schema.json)."""
+    errors = sorted(report_validator().iter_errors(doc), key=lambda e: list(e.path))
     if errors:
         first = errors[0]
         pytest.fail(

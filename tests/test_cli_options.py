@@ -146,6 +146,7 @@ OTHER_TOOLS = {
     "--no-fail": "benchmarks/run.py",
     "--junit-xml": "pytest",
     "--keep": "fixtures/watch/module_loop.py",
+    "--clean": "fixtures/watch/scripts/*.py (each script's clean twin)",
     "--leaky-rank": "fixtures/watch/rank_update.py",
     "--metric": "fixtures/watch/verl_update.py",
     "--no-build-isolation": "pip install",

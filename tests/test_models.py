@@ -27,6 +27,11 @@ PATH_MAP = {"hf-lora": ("module.blocks[", "module.base_model.model.model.layers[
 
 #: (model, fixture, mode) -> what that model reports instead, and why
 DIFFERENT = {
+    # ema_update keeps one EMA tensor per trainable parameter: full fine-tuning trains all 11.
+    **{
+        ("full-finetune", "ema_update", mode): ("leak", [f"engine.ema[{i}]" for i in range(11)])
+        for mode in ("train", "forward-only")
+    },
     # Reentrant checkpointing re-runs each block's forward during backward,
     # so a forward hook that stores outputs stores two per step, both attached.
     ("reentrant-checkpoint", "model_state", "train"): (

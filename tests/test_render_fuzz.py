@@ -29,6 +29,7 @@ from leakscope.cli import app
 from leakscope.errors import UsageError
 from leakscope.render import FORMATS, render, renderer
 from leakscope.render.json_report import load
+from tests.conftest import report_validator
 
 pytestmark = pytest.mark.integration
 
@@ -331,6 +332,7 @@ sys.addaudithook(_audit)  # permanent, as every audit hook; it records only whil
 
 def _render_all(report: Any) -> dict[str, str]:
     global _opened
+    report_validator()  # the suite's own schema check reads its file once, before the audit
     _opened = []
     try:
         pages = {fmt: render(report, fmt) for fmt in FORMATS}

@@ -110,7 +110,9 @@ def test_every_trainer_class_is_checked_with_no_glue(release: Release, name: str
     stock, kept = release.classes[name], _kept(release, name)
     if name in release.refused:
         for target in (stock, kept):
-            for mode in ("train", "forward-only"):
+            # the same refusal in every mode is one row (api.one_row_per_error)
+            assert (target, "forward-only") not in results
+            for mode in ("train",):
                 result = results[(target, mode)]
                 assert result["verdict"] == "error", result
                 error = result["error"]

@@ -27,7 +27,7 @@ SCRIPTS = ROOT / "fixtures" / "watch" / "scripts"
 
 #: script -> (the boundary watch uses, the holder path it names for the leaky variant)
 CASES: dict[str, tuple[str, str]] = {
-    "sum_loss": ("backward", "global:sum_loss.total_loss"),
+    "sum_loss": ("backward", "sum_loss.py:total_loss"),
     "loss_list": ("backward", "caller:loss_list.py:train.losses[0]"),
     "homegrown_trainer": (
         "backward",
@@ -40,7 +40,8 @@ CASES: dict[str, tuple[str, str]] = {
     "grad_accum": ("backward", "caller:grad_accum.py:train.epoch_losses[0]"),
     "closure": ("backward", "caller:closure.py:train.log.seen[0]"),
     "generator": ("backward", "caller:generator.py:losses.produced[0]"),
-    "compiled": ("backward", "caller:compiled.py:train.outputs[0]"),
+    # the micro-batch in which torch.compile compiles is a warm-up, not watched: outputs[1] on
+    "compiled": ("backward", "caller:compiled.py:train.outputs[1]"),
     "amp": ("backward", "caller:amp.py:train.history.loss[0]"),
     "multi_opt": ("backward", "caller:multi_opt.py:train.codes[0]"),
 }
