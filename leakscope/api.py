@@ -184,8 +184,8 @@ def fix_script(
     """Watch the training script ``script`` (run with ``argv``) as ``leakscope watch`` does, then prove
     every edit its findings carry by running the job again with the edit, for a few backward calls with
     the same seeds (NOTE [A script's fix is proven by re-running it]); with ``apply`` write the verified
-    ones. ``methods``: the steps to watch; none: the built-in adapters' steps, and where the job
-    imports none of them, every ``Tensor.backward`` call (:data:`BACKWARD_METHOD`).
+    ones. ``methods``: the steps to watch; none: as ``leakscope watch`` with no ``--method`` (the built-in
+    adapters' steps, else the steps found from autograd, NOTE [Steps from autograd]).
     """
     import os
 
@@ -197,10 +197,6 @@ def fix_script(
 
     chosen = tuple(methods)
     report = watch_job(script, list(argv), WatchOptions(methods=chosen), timeout=timeout).report
-    if not chosen and report.results and all(r.verdict.value == "error" for r in report.results):
-        # NOTE: the job called no built-in step method; watch every backward call instead.
-        chosen = (BACKWARD_METHOD,)
-        report = watch_job(script, list(argv), WatchOptions(methods=chosen), timeout=timeout).report
     root = None if allow_outside else os.getcwd()
     n = steps or DEFAULT_STEPS
     verdicts = verdicts_of(
@@ -216,7 +212,6 @@ def fix_script(
         ),
         root,
     )
-    n = steps or DEFAULT_STEPS
     return fix_report(
         report,
         verdicts,
@@ -227,8 +222,4 @@ def fix_script(
     )
 
 
-#: the step ``fix_script`` watches in a job that calls no built-in step method
-BACKWARD_METHOD = "torch._tensor:Tensor.backward"
-
-
-__all__ = ["BACKWARD_METHOD", "check", "explain", "fix", "fix_script", "one_row_per_error"]
+__all__ = ["check", "explain", "fix", "fix_script", "one_row_per_error"]

@@ -62,6 +62,17 @@ class ColorChoice(str, enum.Enum):
 # [tool.leakscope], then the command's defaults.
 
 Format = Annotated[FormatChoice, typer.Option("--format", "-f", help="Report format on stdout.")]
+Method = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--method",
+        metavar="pkg.mod:Class.method",
+        help="The step to watch (repeatable). Default: the built-in frameworks' step methods (verl's "
+        "forward_step, transformers' Trainer.training_step, Lightning's training_step) when the job "
+        "imports them, else the steps found from autograd (backward calls, outermost module calls).",
+        show_default=False,
+    ),
+]
 Output = Annotated[
     Path | None,
     typer.Option(
@@ -517,6 +528,7 @@ __all__ = [
     "Format",
     "FormatChoice",
     "Jobs",
+    "Method",
     "MicroBatches",
     "Mode",
     "ModeChoice",

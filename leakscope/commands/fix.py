@@ -21,6 +21,7 @@ from leakscope.commands.common import (
     Factory,
     FormatChoice,
     Jobs,
+    Method,
     MicroBatches,
     Mode,
     ModeChoice,
@@ -60,16 +61,7 @@ def fix(
             show_default=False,
         ),
     ] = None,
-    method: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--method",
-            metavar="pkg.mod:Class.method",
-            help="For a script: the step to watch (repeatable), as for watch. Default: the built-in "
-            "step methods, else every Tensor.backward call.",
-            show_default=False,
-        ),
-    ] = None,
+    method: Method = None,
     diff: Annotated[
         bool,
         typer.Option(

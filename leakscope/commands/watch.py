@@ -14,6 +14,7 @@ from leakscope.commands.common import (
     ColorChoice,
     Format,
     FormatChoice,
+    Method,
     Output,
     Quiet,
     Version,
@@ -57,16 +58,7 @@ def watch(
             "-m", "--module", metavar="MODULE", help="Run a module as __main__, as python -m does."
         ),
     ] = None,
-    method: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--method",
-            metavar="pkg.mod:Class.method",
-            help="The step to watch (repeatable). Default: verl engines' forward_step, "
-            "transformers Trainer.training_step, Lightning's training_step, when the job imports them.",
-            show_default=False,
-        ),
-    ] = None,
+    method: Method = None,
     micro_batches: Annotated[
         int, typer.Option("--micro-batches", min=1, help="Watched calls (after --skip).")
     ] = 3,
