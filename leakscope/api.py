@@ -98,10 +98,10 @@ def _with_snippets(report: Report, targets: Sequence[Any]) -> Report:
     from pathlib import Path
 
     from leakscope.harness.target import target_directory
-    from leakscope.snippets import capture
+    from leakscope.snippets import read_snippets
 
     roots = [Path.cwd(), *filter(None, (target_directory(t) for t in targets))]
-    return capture(report, roots)
+    return read_snippets(report, roots)
 
 
 def explain(
@@ -148,7 +148,7 @@ def fix(
     the verified ones into the user's files.
 
     A proof re-runs the check and one train step with the edited module, in a child process
-    (NOTE [A fix is proven, not worded] in ``leakscope/harness/proof.py``); nothing is written
+    (NOTE [A fix is proven, not worded] in ``leakscope/fix/__init__.py``); nothing is written
     unless ``apply``, and then only verified edits, atomically, and only where the line still reads
     as it did at the check. The returned :class:`~leakscope.results.FixReport` carries the
     check's report with each edit marked verified or not, and one result per leaking finding.
@@ -157,8 +157,9 @@ def fix(
     """
     import os
 
-    from leakscope.harness.proof import tolerance
-    from leakscope.runner.proof import fix_report, prove_target, verdicts_of
+    from leakscope.fix.engine import prove_target
+    from leakscope.fix.report import fix_report, verdicts_of
+    from leakscope.harness.gradients import tolerance
 
     options = options or CheckOptions()
     report = check(targets, options, on_result=on_result)
@@ -189,11 +190,11 @@ def fix_script(
     """
     import os
 
-    from leakscope.harness.proof import tolerance
+    from leakscope.fix.report import fix_report, verdicts_of
+    from leakscope.fix.script import DEFAULT_STEPS, prove_script
+    from leakscope.harness.gradients import tolerance
     from leakscope.live.job import watch_job
     from leakscope.live.session import WatchOptions
-    from leakscope.runner.proof import fix_report, verdicts_of
-    from leakscope.scriptproof import DEFAULT_STEPS, prove_script
 
     chosen = tuple(methods)
     report = watch_job(script, list(argv), WatchOptions(methods=chosen), timeout=timeout).report

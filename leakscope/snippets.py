@@ -37,7 +37,7 @@ MAX_LINE_CHARS = 400
 _NEVER = ("/proc", "/sys", "/dev")
 
 
-def capture(report: Report, roots: Iterable[str | os.PathLike[str]]) -> Report:
+def read_snippets(report: Report, roots: Iterable[str | os.PathLike[str]]) -> Report:
     """``report`` with every finding's ``source`` and ``stored_at`` lines captured (NOTE [Snippets read only the checked project])."""
     allowed = _roots(roots)
     cache: dict[str, list[str] | None] = {}
@@ -146,4 +146,11 @@ def _read_lines(file: str, roots: Sequence[str]) -> list[str] | None:
     return data.decode("utf-8", errors="replace").splitlines()
 
 
-__all__ = ["CONTEXT_LINES", "MAX_FILE_BYTES", "MAX_LINE_CHARS", "allowed", "capture", "snippet_for"]
+__all__ = [
+    "CONTEXT_LINES",
+    "MAX_FILE_BYTES",
+    "MAX_LINE_CHARS",
+    "allowed",
+    "read_snippets",
+    "snippet_for",
+]

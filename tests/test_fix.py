@@ -22,8 +22,10 @@ import pytest
 from typer.testing import CliRunner
 
 from leakscope.cli import app
-from leakscope.diagnose.proof import EditGroup, decide
-from leakscope.harness.patch import StaleEdit, applied, unified_diff
+from leakscope.fix.engine import prove_target
+from leakscope.fix.files import StaleEdit, applied, unified_diff
+from leakscope.fix.report import fix_report
+from leakscope.fix.verdict import EditGroup, decide
 from leakscope.options import CheckOptions
 from leakscope.render import render
 from leakscope.render.fixes import exit_code as fix_exit_code
@@ -39,7 +41,6 @@ from leakscope.results import (
     TargetResult,
     Verdict,
 )
-from leakscope.runner.proof import fix_report, prove_target
 from tests.conftest import FIXTURES, ROOT, fixture_target, holder_path
 
 pytestmark = pytest.mark.integration

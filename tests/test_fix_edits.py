@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from leakscope.diagnose.storefix import StoreSite, rewrite
-from leakscope.harness.patch import applied, read_source, source_lines, unified_diff, write_source
-from leakscope.harness.proof import graph_leaves, outside
+from leakscope.fix.files import applied, read_source, source_lines, unified_diff, write_source
+from leakscope.fix.loading import outside
+from leakscope.harness.gradients import graph_leaves
 from leakscope.holders import HolderPath
 from leakscope.render import regression
 from leakscope.results import (

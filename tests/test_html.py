@@ -28,7 +28,7 @@ from leakscope.render import render
 from leakscope.render.html import graph_svg
 from leakscope.render.json_report import load
 from leakscope.results import Finding, Holder, Mode, Report, Source, TargetResult, Verdict
-from leakscope.snippets import capture
+from leakscope.snippets import read_snippets
 from tests.conftest import ROOT, holder_path
 
 pytestmark = pytest.mark.integration
@@ -145,7 +145,9 @@ def test_stored_at_gets_its_own_snippet(report: Report) -> None:
         train.findings[0], stored_at=Source("fixtures/verl_bug.py", 29, "forward_step")
     )
     changed = dataclasses.replace(report, results=(dataclasses.replace(train, findings=(stored,)),))
-    page = render(capture(changed, [ROOT]), "html")  # as leakscope.check does when it finishes
+    page = render(
+        read_snippets(changed, [ROOT]), "html"
+    )  # as leakscope.check does when it finishes
     assert "stored at" in page and '<span class="hl"><span class="ln">29</span>' in page
 
 

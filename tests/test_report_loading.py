@@ -28,7 +28,7 @@ from leakscope.render import FORMATS, render
 from leakscope.render.json_report import MAX_GRAPH_NODES, load
 from leakscope.results import Finding, Holder, Mode, Report, Source, TargetResult, Verdict
 from leakscope.serialize import SchemaError, from_data, to_data
-from leakscope.snippets import MAX_FILE_BYTES, capture
+from leakscope.snippets import MAX_FILE_BYTES, read_snippets
 from tests.conftest import ROOT, holder_path
 
 pytestmark = pytest.mark.integration
@@ -437,14 +437,18 @@ def test_snippets_are_read_only_from_python_files_under_the_project(
         str(project / "missing.py"),
     ]
     for file in hostile:
-        assert _captured(capture(_finding_at(Source(file, 1, "f")), roots)) == (), file
+        assert _captured(read_snippets(_finding_at(Source(file, 1, "f")), roots)) == (), file
     # The look-alike: a plain file of the project, by absolute and by relative name.
-    assert _captured(capture(_finding_at(Source(str(project / "engine.py"), 2, "f")), roots)) == (
-        ("a = 1", "b = 2", "secret_free = 3"),
-    )
+    assert _captured(
+        read_snippets(_finding_at(Source(str(project / "engine.py"), 2, "f")), roots)
+    ) == (("a = 1", "b = 2", "secret_free = 3"),)
     monkeypatch.chdir(project)
-    assert _captured(capture(_finding_at(Source("engine.py", 1, "f")), roots))[0][0] == "a = 1"
-    assert _captured(capture(_finding_at(Source("engine.py", 9, "f")), roots)) == ()  # past the end
+    assert (
+        _captured(read_snippets(_finding_at(Source("engine.py", 1, "f")), roots))[0][0] == "a = 1"
+    )
+    assert (
+        _captured(read_snippets(_finding_at(Source("engine.py", 9, "f")), roots)) == ()
+    )  # past the end
 
 
 def _check_json(*args: str, cwd: Path = ROOT) -> dict[str, Any]:

@@ -246,7 +246,7 @@ def _report(
 
 def _refuse_input(output: Path | None, targets: list[str], shown: FormatChoice) -> None:
     """An output path that is an input (a target's own file) is refused, exit 2 (NOTE [Files are the
-    user's] in ``leakscope/harness/patch.py``)."""
+    user's] in ``leakscope/fix/files.py``)."""
     if output is None:
         return
     from leakscope.harness.target import target_file

@@ -464,13 +464,13 @@ class Experiment:
         the second replacing the store, as it is made, by a detached copy. None: not told (not a
         train step, the store could not be replaced, or the step cannot be compared)."""
         from leakscope.errors import LeakscopeError
-        from leakscope.harness.proof import capture, compare
+        from leakscope.harness.gradients import compare, record_train_step
 
         if self.mode is not Mode.TRAIN:
             return None
         try:
-            before = capture(self.spec, self.options)
-            after = capture(self.spec, self.options, detach_stores=[path])
+            before = record_train_step(self.spec, self.options)
+            after = record_train_step(self.spec, self.options, detach_stores=[path])
         except LeakscopeError:
             return None
         check = compare(before, after)

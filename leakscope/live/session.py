@@ -242,13 +242,13 @@ class Watch:
         from pathlib import Path
 
         from leakscope.harness.target import target_directory
-        from leakscope.snippets import capture
+        from leakscope.snippets import read_snippets
 
         named = [
             f"{self.job_name}:main",
             *map(str, self.patcher.specs),
         ]  # the script (or -m module), the methods
-        return capture(report, [Path.cwd(), *filter(None, map(target_directory, named))])
+        return read_snippets(report, [Path.cwd(), *filter(None, map(target_directory, named))])
 
     def _boundary(self) -> str:
         """What ended each watched micro-batch: ``method``, ``backward`` or ``module call``

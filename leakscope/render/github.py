@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakscope.harness.patch import edit_lines
 from leakscope.policy import exit_code
 from leakscope.render.escape import github_data, github_property, terminal
-from leakscope.render.summary import finding_message, label, report_line
+from leakscope.render.summary import edit_lines, finding_message, label, report_line
 from leakscope.results import Finding, Report, Severity, TargetResult, Verdict
 
 _COMMAND = {"leak": "error", "warning": "warning", "allowed": "notice"}

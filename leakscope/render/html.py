@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from leakscope.harness.patch import edit_lines
 from leakscope.render.escape import html as _e
 from leakscope.render.graph_layout import Box, layout
 from leakscope.render.summary import (
+    edit_lines,
     growth_line,
     human_bytes,
     node_count,

@@ -10,7 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from leakscope.policy import fails
-from leakscope.results import Finding, Holder, LeakKind, Report, Severity, TargetResult, Verdict
+from leakscope.results import (
+    Edit,
+    Finding,
+    Holder,
+    LeakKind,
+    Report,
+    Severity,
+    TargetResult,
+    Verdict,
+)
 
 
 def human_bytes(n: int) -> str:
@@ -222,7 +231,15 @@ def report_line(report: Report, exit_code: int, fail_on: str = "leak") -> str:
     )
 
 
+def edit_lines(edit: Edit) -> tuple[str, str]:
+    """The edited line before and after, indented as at ``edit.column`` (with spaces: a report carries
+    no file text, so a tab-indented line shows as spaces)."""
+    indent = " " * (edit.column - 1)
+    return f"{indent}{edit.before}", f"{indent}{edit.after}"
+
+
 __all__ = [
+    "edit_lines",
     "finding_block",
     "finding_line",
     "finding_message",

@@ -38,9 +38,9 @@ from leakscope.errors import UsageError
 from leakscope.options import CheckOptions
 from leakscope.phase import listened, report
 from leakscope.results import Mode, Report, TargetResult, Verdict
+from leakscope.runner.child import death_message, read_records, stderr_fd
 from leakscope.runner.zygote import Client, kill_group
 
-_FIX_EXIT = "an engine must return (loss, output) and never exit the process"
 #: ``LEAKSCOPE_START_METHOD=spawn`` starts every child as a new interpreter (no zygote)
 START_METHOD_ENV = "LEAKSCOPE_START_METHOD"
 #: seconds the zygote may take to import torch before the targets are spawned instead
@@ -238,7 +238,7 @@ class _Pool:
             return None
         if self.zygote is None:
             with interrupts.deferred():  # a signal mid-Popen would lose the process it started
-                self.zygote = Client(self.options.model, _stderr_fd())
+                self.zygote = Client(self.options.model, stderr_fd())
             if not self.zygote.wait_ready(_ZYGOTE_START_S, self.wake):
                 self.fork = False  # it could not import, or may not fork: spawn every target
                 self.zygote.close()
@@ -255,7 +255,7 @@ class _Pool:
             job.proc = subprocess.Popen(
                 [sys.executable, "-m", "leakscope.runner.worker", str(job.request)],
                 stdin=subprocess.DEVNULL,
-                stdout=_stderr_fd(),
+                stdout=stderr_fd(),
                 start_new_session=True,
             )
             self._running(job, job.proc.pid)
@@ -356,7 +356,7 @@ def _collect(
     """The results a finished child streamed, and an error result for each mode it did not finish."""
     from leakscope.serialize import result_from_data
 
-    records = _read_records(job.results)
+    records = read_records(job.results)
     version = next((r["torch_version"] for r in records if "torch_version" in r), None)
     usage = next((r["usage_error"] for r in records if "usage_error" in r), None)
     if usage is not None:  # bad options (``--device cuda`` without a GPU): exit 2, as in process
@@ -371,7 +371,7 @@ def _collect(
         elif fatal is not None:
             message = f"leakscope's check process failed: {fatal['fatal']}; please report it with --debug output"
         else:
-            message = _death_message(job.returncode or 0)
+            message = death_message(job.returncode or 0)
         detail = fatal.get("traceback") if fatal is not None else None
         results.extend(_error(target, mode, message, detail, job.seconds) for mode in missing)
     results.sort(
@@ -490,49 +490,6 @@ def _relay(path: Path, offset: int, target: str) -> int:
                 fields.get("phase"), step=fields.get("step"), mode=fields.get("mode"), target=target
             )
     return offset + end
-
-
-def _stderr_fd() -> int:
-    try:
-        return sys.__stderr__.fileno() if sys.__stderr__ is not None else subprocess.DEVNULL
-    except (OSError, ValueError):
-        return subprocess.DEVNULL
-
-
-def _read_records(path: Path) -> list[dict[str, Any]]:
-    """The child's JSON lines; a line cut short by a crash is dropped."""
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
-
-
-def _death_message(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        cause = (
-            "a crash in native code (an extension or torch)"
-            if name in ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
-            else "a kill from outside (out of memory?)"
-        )
-        return (
-            f"the check process died of {name} before reporting: {cause}; "
-            "the Python stack of the crash is on stderr; reproduce it without leakscope and fix it there"
-        )
-    return (
-        f"the check process exited with status {returncode} before reporting: the engine called "
-        f"os._exit({returncode}) or exited the process another way; {_FIX_EXIT}"
-    )
 
 
 def _error(

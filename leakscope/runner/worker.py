@@ -16,19 +16,10 @@ non-daemon threads the engine left behind cannot keep it alive.
 from __future__ import annotations
 
 import dataclasses
-import faulthandler
-import json
-import os
 import sys
-import traceback
 from typing import IO, Any, NoReturn
 
-from leakscope.phase import listening, report
-
-
-def _write(out: IO[str], record: dict[str, Any]) -> None:
-    out.write(json.dumps(record) + "\n")
-    out.flush()
+from leakscope.runner.child import run_child, write_record
 
 
 def _run(request: dict[str, Any], out: IO[str]) -> None:
@@ -44,19 +35,19 @@ def _run(request: dict[str, Any], out: IO[str]) -> None:
     try:
         options = resolve_device(options)  # as leakscope.check does in process
     except UsageError as exc:
-        _write(out, {"usage_error": exc.message})
+        write_record(out, {"usage_error": exc.message})
         return
     # As leakscope.check does in process: allowlisted findings are marked before they leave.
     check_target(
         request["target"],
         options,
-        on_result=lambda result: _write(
+        on_result=lambda result: write_record(
             out, {"result": to_data(allow_result(result, options.allowlist))}
         ),
     )
     torch = sys.modules.get("torch")
     if torch is not None:
-        _write(out, {"torch_version": str(torch.__version__)})
+        write_record(out, {"torch_version": str(torch.__version__)})
 
 
 def main(argv: list[str]) -> None:
@@ -65,30 +56,10 @@ def main(argv: list[str]) -> None:
 
 
 def run_request(request_path: str) -> NoReturn:
-    """Check the request in ``request_path``, stream the results, ``os._exit``."""
-    os.dup2(2, 1)  # engine prints, even from C, land on stderr
-    sys.stdout = sys.stderr
-    # A segfault in native code prints the Python stack it happened in.
-    faulthandler.enable(file=sys.__stderr__ or sys.stderr)
-    with open(request_path, encoding="utf-8") as f:
-        request = json.load(f)
-    status = 0
-    with (
-        open(request["results"], "a", encoding="utf-8") as out,
-        listening(lambda e: _write(out, {"phase": e})),
-    ):
-        try:
-            report(
-                "importing torch and leakscope"
-            )  # the parent shows each phase live (NOTE [Phases from the child])
-            _run(request, out)
-        except BaseException as exc:  # noqa: B036 - the parent turns this line into an error result
-            _write(
-                out, {"fatal": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-            )
-            status = 1
-    sys.stderr.flush()
-    os._exit(status)
+    """Check the request in ``request_path``, stream the results, ``os._exit``
+    (:func:`leakscope.runner.child.run_child`)."""
+    # the parent shows each phase live (NOTE [Phases from the child])
+    run_child(request_path, _run, first_phase="importing torch and leakscope")
 
 
 if __name__ == "__main__":

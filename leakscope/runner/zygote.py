@@ -96,7 +96,7 @@ PRELOAD = (
     "leakscope.harness.rng",
     "leakscope.harness.run",
     "leakscope.harness.runtime",
-    "leakscope.harness.proof",
+    "leakscope.harness.gradients",
     "leakscope.harness.source",
     "leakscope.probe.steps",
     "leakscope.harness.stored",

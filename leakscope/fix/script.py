@@ -1,4 +1,4 @@
-"""Prove the edits of a training script: ``python -m leakscope.scriptproof REQUEST.json``.
+"""Prove the edits of a training script: ``python -m leakscope.fix.script REQUEST.json``.
 
 # NOTE [A script's fix is proven by re-running it]
 # ``leakscope fix train.py [ARGS]`` watches the job (as ``leakscope watch`` does),
@@ -54,8 +54,8 @@ def _seed() -> None:
 @contextlib.contextmanager
 def _job_source(script: str, texts: Mapping[Path, str], since: set[str]) -> Iterator[bytes | None]:
     """The edited modules in place for a run; yields the script's edited text as bytes (None: as on disk)."""
-    from leakscope.harness.patch import source_encoding
-    from leakscope.harness.proof import edited_modules
+    from leakscope.fix.files import source_encoding
+    from leakscope.fix.loading import edited_modules
 
     path = Path(script).resolve()
     text = next((t for p, t in texts.items() if p.resolve() == path), None)
@@ -70,7 +70,7 @@ def _steps(
     import torch
 
     from leakscope.errors import EngineError
-    from leakscope.harness.proof import StepTensors, graph_leaves, has_data, plain_copy
+    from leakscope.harness.gradients import StepTensors, graph_leaves, has_data, plain_copy
     from leakscope.live import launcher
 
     tensors: dict[str, Any] = {}
@@ -152,7 +152,7 @@ class _ScriptProver:
 
     def __init__(self, request: dict[str, Any]) -> None:
         from leakscope.errors import LeakscopeError
-        from leakscope.harness.proof import compare
+        from leakscope.harness.gradients import compare
 
         self.script = str(request["script"])
         self.argv = [str(a) for a in request["argv"]]
@@ -178,10 +178,10 @@ class _ScriptProver:
             self.base_error = f"the unedited job could not run: {exc.message}"
 
     def prove(self, edits: Sequence[Edit]) -> Any:
-        from leakscope.diagnose.proof import EditProof
         from leakscope.errors import LeakscopeError
-        from leakscope.harness.proof import GradientCheck, compare, step_error
-        from leakscope.runner.proof import edited_texts
+        from leakscope.fix.files import edited_texts
+        from leakscope.fix.verdict import EditProof
+        from leakscope.harness.gradients import GradientCheck, compare, step_error
 
         try:
             texts = edited_texts(edits)
@@ -201,7 +201,7 @@ class _ScriptProver:
 
 
 def _run(request: dict[str, Any], out: IO[str]) -> None:
-    from leakscope.runner.proof import prove_groups
+    from leakscope.fix.prover import prove_groups
 
     prover = _ScriptProver(request)
     prove_groups(request, out, prover.prove, prover.script)
@@ -218,7 +218,7 @@ def prove_script(
     timeout: float | None = None,
 ) -> Any:
     """Prove each edit group of the job ``script`` in one child process (TargetProof)."""
-    from leakscope.runner.proof import run_prover
+    from leakscope.fix.prover import run_prover
     from leakscope.serialize import to_data
 
     phase("proving fixes", target=script)
@@ -231,13 +231,11 @@ def prove_script(
         "original": {mode: list(paths) for mode, paths in original.items()},
     }
     per_run = timeout or DEFAULT_TIMEOUT_PER_RUN
-    return run_prover(
-        "leakscope.scriptproof", request, len(groups), per_run * (2 * len(groups) + 3)
-    )
+    return run_prover("leakscope.fix.script", request, len(groups), per_run * (2 * len(groups) + 3))
 
 
 if __name__ == "__main__":
-    from leakscope.runner.proof import main
+    from leakscope.fix.prover import main
 
     main(sys.argv[1:], _run)
 

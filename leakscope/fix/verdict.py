@@ -1,6 +1,6 @@
 """Whether a proven edit is a fix: the decision, from what the re-run and the step comparison showed.
 
-NOTE [A fix is proven, not worded] (leakscope/harness/proof.py) says how the
+NOTE [A fix is proven, not worded] (leakscope/fix/__init__.py) says how the
 evidence is gathered; here it is judged, from descriptions only (no torch): a fix
 is **verified** when the re-run with the edit no longer finds the holder in any
 mode it was found in, finds no new one, errored nowhere, and one train step's
@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from leakscope.harness.proof import GradientCheck, in_project, outside
+from leakscope.fix.loading import in_project, outside
+from leakscope.harness.gradients import GradientCheck
 from leakscope.results import Edit, Finding, Report, Severity, TargetResult, Verdict
 
 

@@ -1,6 +1,6 @@
 """One-line edits as text: applied to a file's text, shown as a unified diff, written atomically.
 
-Pure strings; no torch. The proof (:mod:`leakscope.harness.proof`) loads a module
+Pure strings; no torch. The proof (:mod:`leakscope.fix.loading`) loads a module
 from :func:`applied` text, ``leakscope fix --diff`` prints :func:`unified_diff`,
 ``--apply`` writes :func:`applied` text (:func:`leakscope.atomic.write_atomic`): one
 rule for what an :class:`~leakscope.results.Edit` does to a file, used by all three.
@@ -132,17 +132,28 @@ def unified_diff(file: str, before: str, after: str) -> str:
     return "".join(out)
 
 
-def edit_lines(edit: Edit) -> tuple[str, str]:
-    """The edited line before and after, indented as at ``edit.column`` (with spaces: a report carries
-    no file text, so a tab-indented line shows as spaces)."""
-    indent = " " * (edit.column - 1)
-    return f"{indent}{edit.before}", f"{indent}{edit.after}"
+def edited_texts(edits: Sequence[Edit]) -> dict[Path, str]:
+    """Each edited file's text with its edits applied; raises what :func:`applied` raises."""
+    by_file: dict[str, list[Edit]] = {}
+    for edit in edits:
+        by_file.setdefault(edit.file, []).append(edit)
+    texts = {}
+    for file, mine in by_file.items():
+        path = Path(file)
+        try:
+            text = read_source(path)
+        except OSError as exc:
+            from leakscope.errors import TargetError
+
+            raise TargetError(f"cannot read {file}: {exc.strerror or exc}") from None
+        texts[path] = applied(text, mine, name=file)
+    return texts
 
 
 __all__ = [
+    "edited_texts",
     "StaleEdit",
     "applied",
-    "edit_lines",
     "read_source",
     "source_encoding",
     "source_lines",
