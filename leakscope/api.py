@@ -190,6 +190,7 @@ def fix_script(
     """
     import os
 
+    from leakscope.fix.candidates import explain_carries, with_created_line_edits
     from leakscope.fix.report import fix_report, verdicts_of
     from leakscope.fix.script import DEFAULT_STEPS, prove_script
     from leakscope.harness.gradients import tolerance
@@ -198,6 +199,7 @@ def fix_script(
 
     chosen = tuple(methods)
     report = watch_job(script, list(argv), WatchOptions(methods=chosen), timeout=timeout).report
+    report, carries = with_created_line_edits(report)
     root = None if allow_outside else os.getcwd()
     n = steps or DEFAULT_STEPS
     verdicts = verdicts_of(
@@ -215,7 +217,7 @@ def fix_script(
     )
     return fix_report(
         report,
-        verdicts,
+        explain_carries(verdicts, carries),
         apply=apply,
         tolerance=tolerance(),
         root=root,

@@ -169,3 +169,16 @@ def test_torchmetrics_forward_cache() -> None:
         "Lightning's logged copy" in logged
         and "self._results['training_step.train/loss']" in logged
     )
+
+
+def test_a_gradient_with_a_graph_says_create_graph_and_how_to_reset_it() -> None:
+    w = torch.nn.Parameter(torch.ones(2))
+    (w * w).sum().backward(create_graph=True)  # a second-order trick: .grad has a grad_fn
+    engine = types.SimpleNamespace(temperature=w)
+    assert w.grad is not None and w.grad.grad_fn is not None
+    text = hint("engine", engine, w.grad)
+    assert text.startswith(
+        "self.temperature.grad has a graph of its own: a backward with create_graph=True"
+    )
+    assert "self.temperature.grad = None, or optimizer.zero_grad(set_to_none=True)" in text
+    assert "value.detach()" not in text  # never "store a detached value" into .grad

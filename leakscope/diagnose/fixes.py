@@ -73,6 +73,15 @@ def _special_hint(path: HolderPath) -> str | None:
             "one): calling it keeps the value it computed, graph and all, in _forward_cache until the next "
             "call; feed it a detached value (self.train_loss(loss.detach())), or call .update() instead"
         )
+    if segments and segments[-1].kind is SegmentKind.ATTR and segments[-1].name == "grad":
+        owner = path.prefix(len(segments) - 1).code()
+        return (
+            f"{owner}.grad has a graph of its own: a backward with create_graph=True made the gradient"
+            " differentiable, and each step's gradient is added to the last one's, graph and all:"
+            f" reset it once the update has used it ({owner}.grad = None, or"
+            " optimizer.zero_grad(set_to_none=True)), or run backward without create_graph where no"
+            " second-order gradient is taken"
+        )
     cache = path.last(SegmentKind.CACHE)
     if cache is not None:
         return (

@@ -34,6 +34,12 @@ DEFAULT_STEPS = 3
 DEFAULT_TIMEOUT_PER_RUN = 600.0
 
 
+#: what a proof of a job that runs no backward compares: nothing an edit could change
+NO_BACKWARD = (
+    "the job runs no backward, with the edit as without: there is no gradient the edit could change"
+)
+
+
 class _Enough(BaseException):
     """Ends the job once the steps it is compared on have run (a BaseException: the job's own
     ``except Exception`` does not swallow it)."""
@@ -66,7 +72,8 @@ def _job_source(script: str, texts: Mapping[Path, str], since: set[str]) -> Iter
 def _steps(
     script: str, argv: Sequence[str], texts: Mapping[Path, str], steps: int, since: set[str]
 ) -> Any:
-    """Run the job until ``steps`` backward calls have run; their losses and gradients (StepTensors)."""
+    """Run the job until ``steps`` backward calls have run; their losses and gradients (StepTensors;
+    none when the job ends with no backward, an evaluation job)."""
     import torch
 
     from leakscope.errors import EngineError
@@ -110,9 +117,7 @@ def _steps(
     outcome.frames.clear()
     if failed:
         raise EngineError(f"{outcome.error}, after {calls[0]} of {steps} backward calls")
-    if calls[0] == 0:
-        raise EngineError("the job ran no backward to compare")
-    return StepTensors(tensors, with_grad[0])
+    return StepTensors(tensors, with_grad[0])  # no tensors: the job ran to its end with no backward
 
 
 def _watched(
@@ -166,8 +171,13 @@ class _ScriptProver:
         try:
             phase("the unedited job, twice", target=self.script)
             self.base = _steps(self.script, self.argv, {}, self.steps, self.since)
-            again = compare(self.base, _steps(self.script, self.argv, {}, self.steps, self.since))
-            if again.error is not None:
+            second = _steps(self.script, self.argv, {}, self.steps, self.since)
+            again = (
+                compare(self.base, second) if self.base.tensors or second.tensors else None
+            )  # None: the job runs no backward (NOTE [Edits from the line that made the graph])
+            if again is None:
+                pass
+            elif again.error is not None:
                 self.base_error = again.error
             elif again.changed is not None:
                 self.base_error = (
@@ -191,10 +201,18 @@ class _ScriptProver:
         if self.base_error is not None:
             return EditProof(results, GradientCheck(error=self.base_error))
         try:
-            grads = dataclasses.replace(
-                compare(self.base, _steps(self.script, self.argv, texts, self.steps, self.since)),
-                subject=f"the job's losses and gradients over its first {self.steps} backward calls",
-            )
+            edited = _steps(self.script, self.argv, texts, self.steps, self.since)
+            if not self.base.tensors:
+                grads = (
+                    GradientCheck(subject=NO_BACKWARD)
+                    if not edited.tensors
+                    else GradientCheck(changed="job's backward calls (the unedited job runs none)")
+                )
+            else:
+                grads = dataclasses.replace(
+                    compare(self.base, edited),
+                    subject=f"the job's losses and gradients over its first {self.steps} backward calls",
+                )
         except LeakscopeError as exc:
             grads = step_error(exc)
         return EditProof(results, grads)
