@@ -216,3 +216,62 @@ def test_an_engine_held_graph_keeps_the_class_test_only() -> None:
     text = regression.render(report, script="train.py")
     assert "JOB = " not in text and "import subprocess" not in text
     assert '"train_lib:Stepper": ["engine.entropies[0]"]' in text
+
+
+_SCRIPT = """import torch as T
+
+def evaluate(model, steps):
+    predictions = []
+    hidden = T.zeros(1)
+    total = 0
+    for step in range(steps):
+        predictions.append(model(T.randn(8, 16)))
+        out, hidden = model(step, hidden)
+        total += out
+        x = (  # a statement that goes on
+            out
+        )
+"""
+
+
+@pytest.mark.parametrize(
+    ("line", "after", "carry"),
+    [
+        # a line that made the graph and stores it: run it under torch.no_grad() (the module's own name)
+        (8, "with T.no_grad(): predictions.append(model(T.randn(8, 16)))", False),
+        # a carried state: detached where the line reads it
+        (9, "out, hidden = model(step, hidden.detach())", True),
+        # a running sum is the stored-at line's edit, and one line of a longer statement has none
+        (10, None, False),
+        (11, None, False),
+    ],
+)
+def test_an_edit_from_the_line_that_made_the_graph(
+    tmp_path: Path, line: int, after: str | None, carry: bool
+) -> None:
+    from leakscope.fix.candidates import from_created_line
+    from leakscope.results import Finding, Holder, Source
+
+    file = tmp_path / "train.py"
+    file.write_text(_SCRIPT, encoding="utf-8")
+    finding = Finding(
+        path=holder_path("caller:train.py:evaluate", "predictions", 0),
+        holder=Holder.CALLER,
+        grad_fn="AddBackward0",
+        graph_nodes=3,
+        retained_bytes=100,
+        confirmed=True,
+        hint="",
+        source=Source(str(file), line, "evaluate"),
+    )
+    derived = from_created_line(finding)
+    if after is None:
+        assert derived is None
+        return
+    assert derived is not None
+    edit, is_carry = derived
+    assert (edit.line, edit.column, edit.after, is_carry) == (line, 9, after, carry)
+    assert applied(_SCRIPT, [edit]).splitlines()[line - 1] == " " * 8 + after
+    # no torch imported by a name: no torch.no_grad() to write
+    file.write_text(_SCRIPT.replace("import torch as T", "from torch import nn"), encoding="utf-8")
+    assert from_created_line(finding) is None
