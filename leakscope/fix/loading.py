@@ -170,7 +170,7 @@ def edited_modules(
 
 
 def _load_file_target(target: str, texts: Mapping[str, str]) -> None:
-    from leakscope.harness.target import split_target
+    from leakscope.harness.target import load_file, split_target
 
     module_part, _ = split_target(target)
     if not (module_part.endswith(".py") or "/" in module_part):
@@ -182,24 +182,12 @@ def _load_file_target(target: str, texts: Mapping[str, str]) -> None:
     name = (
         path.stem if path.stem.isidentifier() else "leakscope_target"
     )  # as leakscope.harness.target names it
-    loader = _EditedLoader(name, str(path), text)
-    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    added = str(path.parent) not in sys.path
-    if added:
-        sys.path.insert(0, str(path.parent))
     try:
-        loader.exec_module(module)
+        load_file(path, name, _EditedLoader(name, str(path), text))
     except BaseException as exc:
-        sys.modules.pop(name, None)
         raise TargetError(
             f"the edited {module_part} does not import: {type(exc).__name__}: {exc}"
         ) from None
-    finally:
-        if added:
-            sys.path.remove(str(path.parent))
 
 
 __all__ = ["edited_modules", "forget", "in_project", "outside", "user_modules"]

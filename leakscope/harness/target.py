@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.abc
 import importlib.util
 import os
 import sys
@@ -68,9 +69,33 @@ def _import_file(path_text: str) -> types.ModuleType:
         return existing
     if existing is not None:
         name = f"leakscope_target_{abs(hash(str(path))):x}"
-    spec = importlib.util.spec_from_file_location(name, path)
+    try:
+        return load_file(path, name)
+    except SyntaxError as exc:
+        raise TargetError(
+            _syntax_error_line(exc) + "; fix the file", detail=traceback.format_exc()
+        ) from exc
+    except _NotAModule:
+        raise TargetError(
+            f"cannot load {path_text!r} as a Python module; give a .py file"
+        ) from None
+    except BaseException as exc:
+        raise _import_failure(path_text, exc) from exc
+
+
+class _NotAModule(Exception):
+    """The file cannot be loaded as a Python module (no loader for it)."""
+
+
+def load_file(
+    path: Path, name: str, loader: importlib.abc.Loader | None = None
+) -> types.ModuleType:
+    """Run the file ``path`` as the module ``name`` (with ``loader``: its text as that loader gives it,
+    an edited copy in :mod:`leakscope.fix.loading`), its directory on ``sys.path`` while it runs; the
+    one loader of a file by path. A module that fails to run is not left in ``sys.modules``."""
+    spec = importlib.util.spec_from_file_location(name, path, loader=loader)
     if spec is None or spec.loader is None:
-        raise TargetError(f"cannot load {path_text!r} as a Python module; give a .py file")
+        raise _NotAModule(str(path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     added = str(path.parent) not in sys.path
@@ -78,14 +103,9 @@ def _import_file(path_text: str) -> types.ModuleType:
         sys.path.insert(0, str(path.parent))
     try:
         spec.loader.exec_module(module)
-    except SyntaxError as exc:
-        del sys.modules[name]
-        raise TargetError(
-            _syntax_error_line(exc) + "; fix the file", detail=traceback.format_exc()
-        ) from exc
-    except BaseException as exc:
-        del sys.modules[name]
-        raise _import_failure(path_text, exc) from exc
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
     finally:
         if added and str(path.parent) in sys.path:
             sys.path.remove(str(path.parent))
