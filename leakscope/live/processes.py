@@ -177,7 +177,10 @@ def activate() -> None:
     """Start watching in this process from ``LEAKSCOPE_WATCH`` (called by the ``sitecustomize``)."""
     global _active, _progress, _listening
     text = os.environ.get(ENV_OPTIONS)
-    if not text or _active is not None or os.environ.get(ENV_DRIVER) == str(os.getpid()):
+    # The job's process (ENV_DRIVER) sets the environment after its own start-up, so it is never
+    # here: a process that starts with its pid is the job re-executed (os.execv), and watches
+    # itself like any other (NOTE [A job that re-executes itself] in leakscope/live/job.py).
+    if not text or _active is not None:
         return
     import atexit
 
