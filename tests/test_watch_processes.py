@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -60,3 +59,27 @@ def test_a_job_whose_thread_outlives_the_stop_still_ends_with_its_report(
     assert _verdicts(done) == ([("clean", [])] if clean else [("leak", [HOLDER])])
     assert done.job_exit_code == 0  # stopped by the watch
     assert seconds < 60
+
+
+@pytest.mark.parametrize("how", [[], ["--mp"]], ids=["os.fork", "multiprocessing-fork"])
+@pytest.mark.parametrize("clean", [False, True], ids=["leaky", "clean"])
+def test_a_forked_worker_is_watched_in_the_child_and_reported_by_the_parent(
+    how: list[str], clean: bool
+) -> None:
+    """The job trains only in a forked worker that ends by ``os._exit``: the child, a copy of the
+    watched process, reports its own looks (the leak was lost: "the job never ran a step", or an
+    error that the child ended before its report), named by its pid, and the job's process merges it."""
+    done, _ = _watch("fork_worker.py", *how, *(["--clean"] if clean else []))
+    assert _verdicts(done) == ([("clean", [])] if clean else [("leak", [HOLDER])])
+    assert [r.target.rpartition(" @ ")[2].split()[0] for r in done.report.results] == ["pid"]
+    assert done.job_exit_code == 0
+
+
+def test_a_forking_job_s_own_exit_status_is_reported_with_the_child_s_leak() -> None:
+    """The job's process exits 3 after its forked worker leaked: both are in the report, and the
+    exit status is the job's own."""
+    done, _ = _watch("fork_worker.py", "--exit", "3")
+    verdicts = sorted(r.verdict.value for r in done.report.results)
+    assert verdicts == ["error", "leak"]
+    assert any("sys.exit(3)" in (r.error or "") for r in done.report.results)
+    assert done.job_exit_code == 3

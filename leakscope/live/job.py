@@ -516,7 +516,7 @@ def _run_here(
     stopped the job."""
     from leakscope import phase
     from leakscope.live import launcher
-    from leakscope.live.processes import Progress, children_watched, process_label
+    from leakscope.live.processes import Progress, children_watched, follow_forks, process_label
     from leakscope.live.session import Watch
 
     session = Watch(options)  # usage errors raise here, before the job starts
@@ -527,8 +527,18 @@ def _run_here(
     session.on_report = progress.complete
 
     def finish(report: Report, code: int, stopped: bool) -> None:
-        from leakscope.live.processes import write_json
+        from leakscope.live.processes import forked_child, unfollow, write_json, write_report
         from leakscope.serialize import to_data
+
+        if forked_child():  # NOTE [A forked worker]: a copy that ran off the script's end
+            if not progress.ended:
+                write_report(report, directory, progress.label or process_label())
+                progress.end()
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)
+        unfollow()
 
         phase.report("writing the report")
         write_json(
@@ -561,6 +571,7 @@ def _run_here(
     timer = _Timeout(remaining, lambda: progress.phase, stuck)
     with children_watched(options, directory), phase.listening(progress):
         session.start()
+        follow_forks(session, progress)  # NOTE [A forked worker]
         try:
             with timer:
                 outcome = launcher.run(target, argv, as_module=as_module)
