@@ -83,3 +83,12 @@ def test_a_forking_job_s_own_exit_status_is_reported_with_the_child_s_leak() -> 
     assert verdicts == ["error", "leak"]
     assert any("sys.exit(3)" in (r.error or "") for r in done.report.results)
     assert done.job_exit_code == 3
+
+
+def test_a_worker_forked_after_the_parent_s_calls_that_trains_nothing_reports_nothing() -> None:
+    """A DataLoader-like worker forked after the job's process made watched calls inherits them,
+    makes none of its own and ends by ``os._exit``: the report is the job's process's alone (no
+    second copy of its looks, no "ended before its report" error)."""
+    done, _ = _watch("fork_worker.py", "--idle-worker", "--mp")
+    assert _verdicts(done) == [("leak", [HOLDER])]
+    assert " @ " not in done.report.results[0].target

@@ -531,7 +531,7 @@ def _run_here(
         from leakscope.serialize import to_data
 
         if forked_child():  # NOTE [A forked worker]: a copy that ran off the script's end
-            if not progress.ended:
+            if not progress.ended and progress.own_calls():
                 write_report(report, directory, progress.label or process_label())
                 progress.end()
             for stream in (sys.stdout, sys.stderr):

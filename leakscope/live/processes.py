@@ -122,6 +122,8 @@ class Progress:
         self._lock = threading.Lock()
         #: this process is a forked copy of the watched one (NOTE [A forked worker])
         self.forked = False
+        #: the watched calls the copy inherited: only calls of its own make it report
+        self.calls_at_fork = 0
 
     @property
     def path(self) -> Path:
@@ -138,8 +140,14 @@ class Progress:
         if text is None:
             return
         self.phase = text
+        if self.forked and not self.begun and self.own_calls():
+            self.begun = True  # a forked copy's first call of its own (NOTE [A forked worker])
         if self.begun:
             self._save()
+
+    def own_calls(self) -> bool:
+        """Whether this process made watched calls itself (not only inherited them in a fork)."""
+        return len(self.watch.observer.calls) > self.calls_at_fork
 
     def complete(self, report: Report) -> None:
         """The watch is done and its report made (the job may still run on)."""
@@ -210,14 +218,16 @@ def activate() -> None:
 # the child goes on watching with its copy, as a process of its own: its
 # state file is named by its pid (NOTE [A process that ends before its
 # report]), and its report, ``report-PID.json``, is written when its watch
-# makes one, or when it ends. A forked child ends by ``os._exit`` (as
-# multiprocessing's do, skipping ``atexit``), so in the child only, ``os._exit``
-# first makes the report from the looks so far and a last one (the loop's
-# locals are still alive in the frames that called it), then exits with the
-# status it was given. Like any child it detaches after its report rather
-# than stop the job (the job's process decides when the job ends), and it
-# never writes the job's result: the job's
-# process is the parent, which reports the child's leak as any other process's.
+# makes one, or when it ends. A copy that makes no watched call of its own (a
+# DataLoader worker forked after the parent's calls) keeps no state file and
+# writes nothing. A forked child ends by ``os._exit`` (as multiprocessing's
+# do, skipping ``atexit``), so in the child only, ``os._exit`` first makes the
+# report from the looks so far and a last one (the loop's locals are still
+# alive in the frames that called it), then exits with the status it was
+# given. Like any child it detaches after its report rather than stop the job
+# (the job's process decides when the job ends), and it never writes the
+# job's result: the job's process is the parent, which reports the child's
+# leak as any other process's.
 _following: list[Any] = []  # [watch, progress] of this process while it watches
 
 
@@ -247,10 +257,12 @@ def _forked() -> None:
     progress.forked = True
     progress.label = process_label()
     progress.ended = False
-    progress.begun = bool(watch.observer.calls) or progress.begun
+    # A copy made after the parent's calls (a DataLoader worker) reports nothing unless it calls.
+    progress.calls_at_fork = len(watch.observer.calls)
+    progress.begun = False
 
     def report_once(report: Report) -> None:
-        if not progress.ended:
+        if not progress.ended and progress.own_calls():
             write_report(report, progress.directory, progress.label)
             progress.end()
 
@@ -261,7 +273,7 @@ def _forked() -> None:
 
     def leakscope_forked_exit(status: int) -> NoReturn:
         os._exit = real_exit
-        if not progress.ended and watch.observer.calls:
+        if not progress.ended and progress.own_calls():
             with contextlib.suppress(BaseException):
                 frames = []
                 frame: types.FrameType | None = sys._getframe(1)
