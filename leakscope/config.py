@@ -449,6 +449,10 @@ def nesting_depth(text: str) -> int:
 def read(path: Path, *, required: bool = True) -> Settings:
     """The ``[tool.leakscope]`` table of ``path`` (empty settings when absent and not ``required``)."""
     if not path.is_file():
+        if path.exists():  # a directory, a FIFO (reading it would wait for a writer), a device
+            raise ConfigError(
+                f"{path}: not a regular file; pass a pyproject.toml (a file) to --config"
+            )
         raise ConfigError(
             f"{path}: config file not found; pass an existing pyproject.toml to --config"
         )

@@ -51,3 +51,31 @@ def test_a_cycle_the_engine_never_collects_is_a_leak_and_the_collector_comes_bac
     assert clean == ("clean", [], [])
     assert warned == ("clean", ["<reference cycle>"], ["warning"])  # the collector on: a warning
     assert gc.isenabled() and gc.get_threshold() == thresholds
+
+
+def test_a_graph_the_collector_saved_in_gc_garbage_is_named_there() -> None:
+    """``gc.set_debug(gc.DEBUG_SAVEALL)`` in the engine: its cycle's graph lives in ``gc.garbage``,
+    named ``global:gc.garbage[i]`` with a fix that names the flag (it was "<unknown holder>"); the
+    look-alike whose cycle holds a detached tensor is clean. Isolated: the flag stays in the child."""
+    report = leakscope.check(
+        ["fixtures.gc_saveall:Engine", "fixtures.gc_saveall_clean:Engine"],
+        CheckOptions(modes=(Mode.TRAIN,), isolate=True),
+    )
+    leaky, clean = report.results
+    assert leaky.verdict.value == "leak", leaky
+    paths = [str(f.path) for f in leaky.findings]
+    assert paths and all(p.startswith("global:gc.garbage[") for p in paths), paths
+    assert any("DEBUG_SAVEALL" in f.hint for f in leaky.findings)  # a node held there: node_fix
+    assert (clean.verdict.value, clean.findings) == ("clean", ())
+    assert gc.get_debug() == 0  # set in the child only
+
+
+def test_the_collector_s_debug_flags_come_back_after_an_in_process_check() -> None:
+    """An engine that sets ``DEBUG_SAVEALL`` in the checking process: the flag is gone after the check."""
+    try:
+        (clean,) = _check("fixtures.gc_saveall_clean:Engine")
+        assert clean[0] == "clean"
+        assert gc.get_debug() == 0
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()

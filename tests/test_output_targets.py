@@ -353,6 +353,43 @@ def test_the_cli_reads_a_bad_config_in_one_line(tmp_path: Path) -> None:
     )
 
 
+@settings(
+    max_examples=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    name=st.sampled_from(list(PATHS)),
+    text=st.sampled_from(
+        [
+            "[tool.leakscope]\nmodes = ['train']\n",
+            "[tool.leakscope]\nmicro-batches = 1e300\n",
+            "[tool.leakscope\n",
+            "\udcff",
+        ]
+    )
+    | st.text(max_size=40),
+)
+def test_fuzz_a_config_file_of_every_kind_of_path(
+    tmp_path_factory: Any, name: str, text: str
+) -> None:
+    """``check --config PATH`` for every kind of path, holding any text where it is a file: one line
+    and exit 2 (there is no target to check, or the file is bad), never a traceback, never a wait on
+    a FIFO, and nothing in the directory changed (a config file is only read)."""
+    directory = tmp_path_factory.mktemp("cfg")
+    path = PATHS[name][0](directory)
+    if name in ("regular file", "symlink to a file"):
+        path.resolve().write_bytes(text.encode("utf-8", "surrogateescape"))
+    before = _snapshot(directory)
+    result = runner.invoke(app, ["check", "--config", str(path)])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    if name not in ("new file", "dangling symlink", "missing directory"):
+        assert "config file not found" not in result.stderr  # it exists: named for what it is
+    assert _snapshot(directory) == before
+
+
 @pytest.mark.parametrize("redirect", ["pipe", "file"])
 def test_dev_stdout_is_written_through_never_replaced(tmp_path: Path, redirect: str) -> None:
     """``-o /dev/stdout`` (as root on a CI runner too): the report goes to the command's stdout,

@@ -89,6 +89,14 @@ def _special_hint(path: HolderPath) -> str | None:
             "with their graphs: return a detached value from the cached function (or do not cache "
             "tensors that require grad); cache_clear() frees them"
         )
+    if path.root == "global:gc" and segments and segments[0].name == "garbage":
+        # NOTE [The collector's own lists] in leakscope/harness/observe.py
+        return (
+            "gc.garbage keeps what the cyclic collector found unreachable, this step's graph with "
+            "it: the job set gc.set_debug(gc.DEBUG_SAVEALL) (turn it off outside a debugging "
+            "session, or empty gc.garbage after reading it), or an object the collector cannot "
+            "free sits in a reference cycle with a tensor of this step (break the cycle)"
+        )
     call = path.last(SegmentKind.CALL)
     if call is not None:
         var = path.prefix(call).code()

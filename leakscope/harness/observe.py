@@ -526,10 +526,22 @@ def module_roots(skip: Iterable[str] = ()) -> list[Root]:
     # leakscope's own (:func:`leakscope.probe.library.is_state_module`), bounded by
     # the walk's object limit, each object once.
     """
+    # NOTE [The collector's own lists]
+    # Two lists of the gc module keep objects alive that no other module names:
+    # ``gc.garbage`` (every object a collection found unreachable while the job
+    # set ``gc.DEBUG_SAVEALL``, or one it could not free) and ``gc.callbacks``
+    # (closures run around each collection). A step's graph in either is named
+    # ``global:gc.garbage[0].value``, not "<unknown holder>"; the walk reaches them
+    # only when one is not empty (the standard library is otherwise not walked).
+    import gc
+
     from leakscope.probe.library import is_state_module
 
     seen = set(skip)
     out = []
+    if (gc.garbage or gc.callbacks) and "gc" not in seen:
+        seen.add("gc")
+        out.append(Root("global:gc", gc, "global"))
     for (
         name,
         module,

@@ -232,11 +232,23 @@ def _job_report(
             code if isinstance(code, int) else 1,
             result.get("stopped") is True,
         )
+    code = returncode if returncode >= 0 else 128 - returncode
+    # NOTE [A job that re-executes itself]
+    # A job may replace its process with a new image (``os.execv`` of its own
+    # script, as launchers that fix their environment do): the process keeps
+    # its pid, and the new interpreter starts watching itself from the
+    # environment like any process the job starts (NOTE [Activation at
+    # start-up]), so its report is ``report-PID.json`` under the job's own pid,
+    # and no result file is written. That report is the job's; its exit status
+    # is the process's real one.
+    execd = read_json(Path(directory, f"report-{job.pid}.json"))
+    replaced = report_of(execd)
+    if execd is not None and replaced is not None and not killed:
+        return replaced, str(execd.get("label", "")), code, False
     state = read_json(Path(directory, f"state-{job.pid}.json")) or {}
     partial = report_of(state)
     phase = str(state.get("phase") or "starting")
     label = str(state.get("label") or "")
-    code = returncode if returncode >= 0 else 128 - returncode
     if partial is not None and state.get("complete") and returncode == 0:
         return partial, label, 0, False  # the watch was done; then the job ended the process itself
     covers = "; the report covers the looks before" if partial is not None else ""
@@ -425,7 +437,7 @@ def job_process() -> None:
         None if timeout is None else max(0.001, timeout - (time.time() - float(config["launched"])))
     )
     try:
-        _run_here(
+        stopped = _run_here(
             str(config["target"]),
             [str(a) for a in config["argv"]],
             WatchOptions.from_json(str(config["options"])),
@@ -434,6 +446,8 @@ def job_process() -> None:
             remaining=remaining,
             directory=directory,
         )
+        if stopped:
+            _end_stopped_job()
     except LeakscopeError as exc:
         write_json(
             Path(directory, _RESULT),
@@ -445,6 +459,34 @@ def job_process() -> None:
                 },
             },
         )
+
+
+def _end_stopped_job() -> None:
+    """End the job's process once the watch stopped the job and its report is written, whatever
+    threads it left running.
+
+    # NOTE [A stopped job's threads]
+    # The watch stops a job by raising in its main thread (WatchStop). A thread
+    # the job started that is not a daemon (a heartbeat, a data prefetcher, a
+    # logger's flusher) would then keep the process alive forever: Python joins
+    # every such thread before it exits, and nothing tells them the loop is
+    # gone. The job was stopped on purpose, so its exit handlers run (as at any
+    # end) and the process ends without joining them. A job that ends by itself
+    # ends as Python ends it: it waits for its threads, as it would unwatched.
+    """
+    import atexit
+
+    if not any(
+        t.is_alive() and not t.daemon and t is not threading.main_thread()
+        for t in threading.enumerate()
+    ):
+        return
+    with contextlib.suppress(BaseException):
+        atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(0)
 
 
 def _die_with_parent(parent: int) -> None:
@@ -469,11 +511,12 @@ def _run_here(
     timeout: float | None,
     remaining: float | None,
     directory: str,
-) -> None:
-    """Run the job in this process under a watch; write ``job-result.json``."""
+) -> bool:
+    """Run the job in this process under a watch; write ``job-result.json``; whether the watch
+    stopped the job."""
     from leakscope import phase
     from leakscope.live import launcher
-    from leakscope.live.processes import Progress, children_watched, process_label
+    from leakscope.live.processes import Progress, children_watched, follow_forks, process_label
     from leakscope.live.session import Watch
 
     session = Watch(options)  # usage errors raise here, before the job starts
@@ -484,8 +527,18 @@ def _run_here(
     session.on_report = progress.complete
 
     def finish(report: Report, code: int, stopped: bool) -> None:
-        from leakscope.live.processes import write_json
+        from leakscope.live.processes import forked_child, unfollow, write_json, write_report
         from leakscope.serialize import to_data
+
+        if forked_child():  # NOTE [A forked worker]: a copy that ran off the script's end
+            if not progress.ended and progress.own_calls():
+                write_report(report, directory, progress.label or process_label())
+                progress.end()
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)
+        unfollow()
 
         phase.report("writing the report")
         write_json(
@@ -518,6 +571,7 @@ def _run_here(
     timer = _Timeout(remaining, lambda: progress.phase, stuck)
     with children_watched(options, directory), phase.listening(progress):
         session.start()
+        follow_forks(session, progress)  # NOTE [A forked worker]
         try:
             with timer:
                 outcome = launcher.run(target, argv, as_module=as_module)
@@ -541,6 +595,7 @@ def _run_here(
         outcome.module = None
         outcome.frames.clear()
         finish(own, outcome.exit_code if not outcome.stopped else 0, outcome.stopped)
+    return outcome.stopped
 
 
 class _Timeout:

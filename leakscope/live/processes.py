@@ -44,9 +44,10 @@ import os
 import sys
 import threading
 import time
+import types
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from leakscope.results import Report, WatchSummary
 
@@ -119,6 +120,10 @@ class Progress:
         self._report: Any = None
         self._complete = False
         self._lock = threading.Lock()
+        #: this process is a forked copy of the watched one (NOTE [A forked worker])
+        self.forked = False
+        #: the watched calls the copy inherited: only calls of its own make it report
+        self.calls_at_fork = 0
 
     @property
     def path(self) -> Path:
@@ -135,8 +140,14 @@ class Progress:
         if text is None:
             return
         self.phase = text
+        if self.forked and not self.begun and self.own_calls():
+            self.begun = True  # a forked copy's first call of its own (NOTE [A forked worker])
         if self.begun:
             self._save()
+
+    def own_calls(self) -> bool:
+        """Whether this process made watched calls itself (not only inherited them in a fork)."""
+        return len(self.watch.observer.calls) > self.calls_at_fork
 
     def complete(self, report: Report) -> None:
         """The watch is done and its report made (the job may still run on)."""
@@ -177,7 +188,10 @@ def activate() -> None:
     """Start watching in this process from ``LEAKSCOPE_WATCH`` (called by the ``sitecustomize``)."""
     global _active, _progress, _listening
     text = os.environ.get(ENV_OPTIONS)
-    if not text or _active is not None or os.environ.get(ENV_DRIVER) == str(os.getpid()):
+    # The job's process (ENV_DRIVER) sets the environment after its own start-up, so it is never
+    # here: a process that starts with its pid is the job re-executed (os.execv), and watches
+    # itself like any other (NOTE [A job that re-executes itself] in leakscope/live/job.py).
+    if not text or _active is not None:
         return
     import atexit
 
@@ -193,7 +207,84 @@ def activate() -> None:
     _listening.enter_context(listening(progress))  # for the life of the process (until its report)
     watch.start()
     _active, _progress = watch, progress
+    follow_forks(watch, progress)
     atexit.register(_at_exit)
+
+
+# NOTE [A forked worker]
+# A job may fork a worker that runs the step (``os.fork``, multiprocessing's
+# 'fork' context): the child is a copy of the watched process, patches,
+# autograd hooks and watch included, and no ``sitecustomize`` runs in it. So
+# the child goes on watching with its copy, as a process of its own: its
+# state file is named by its pid (NOTE [A process that ends before its
+# report]), and its report, ``report-PID.json``, is written when its watch
+# makes one, or when it ends. A copy that makes no watched call of its own (a
+# DataLoader worker forked after the parent's calls) keeps no state file and
+# writes nothing. A forked child ends by ``os._exit`` (as multiprocessing's
+# do, skipping ``atexit``), so in the child only, ``os._exit`` first makes the
+# report from the looks so far and a last one (the loop's locals are still
+# alive in the frames that called it), then exits with the status it was
+# given. Like any child it detaches after its report rather than stop the job
+# (the job's process decides when the job ends), and it never writes the
+# job's result: the job's process is the parent, which reports the child's
+# leak as any other process's.
+_following: list[Any] = []  # [watch, progress] of this process while it watches
+
+
+def follow_forks(watch: Any, progress: Progress) -> None:
+    """Make a forked copy of this process watch itself and report (NOTE [A forked worker]).
+
+    The fork handler is registered once per process and does nothing once :func:`unfollow` ran."""
+    if not _following:
+        os.register_at_fork(after_in_child=_forked)
+    _following[:] = [watch, progress]
+
+
+def unfollow() -> None:
+    """This process's watch has ended: a later fork is not watched."""
+    _following.clear()
+
+
+def forked_child() -> bool:
+    """Whether this process is a forked copy of the watched process (NOTE [A forked worker])."""
+    return bool(_following) and _following[1].forked
+
+
+def _forked() -> None:
+    if not _following:
+        return
+    watch, progress = _following
+    progress.forked = True
+    progress.label = process_label()
+    progress.ended = False
+    # A copy made after the parent's calls (a DataLoader worker) reports nothing unless it calls.
+    progress.calls_at_fork = len(watch.observer.calls)
+    progress.begun = False
+
+    def report_once(report: Report) -> None:
+        if not progress.ended and progress.own_calls():
+            write_report(report, progress.directory, progress.label)
+            progress.end()
+
+    watch.on_report = report_once
+    # As in any child: the job's process decides when the job ends, this one detaches after its report.
+    watch.observer.options = dataclasses.replace(watch.observer.options, stop=False)
+    real_exit = os._exit
+
+    def leakscope_forked_exit(status: int) -> NoReturn:
+        os._exit = real_exit
+        if not progress.ended and progress.own_calls():
+            with contextlib.suppress(BaseException):
+                frames = []
+                frame: types.FrameType | None = sys._getframe(1)
+                while frame is not None:
+                    frames.append(frame)
+                    frame = frame.f_back
+                report_once(watch.stop(frames=frames))
+                frames.clear()
+        real_exit(status)
+
+    os._exit = leakscope_forked_exit
 
 
 def ray_setup_hook() -> None:
@@ -208,6 +299,7 @@ def _write_own(report: Report) -> None:
         return
     write_report(report, progress.directory, progress.label or process_label())
     progress.end()
+    unfollow()
     if _listening is not None:
         _listening.close()
         _listening = None
@@ -400,6 +492,9 @@ __all__ = [
     "Unreported",
     "activate",
     "children_watched",
+    "follow_forks",
+    "forked_child",
+    "unfollow",
     "merged",
     "process_label",
     "ray_setup_hook",

@@ -46,10 +46,13 @@ def gc_paused() -> Iterator[None]:
     # stays the engine's to change: an engine that calls ``gc.disable()`` is seen
     # (:func:`gc_turned_off`), and a graph held only by a reference cycle is then a
     # leak, not a warning: in the real job no collection ever frees it. On the way
-    # out the collector's state and thresholds are what they were on entry.
+    # out the collector's state, thresholds and debug flags are what they were
+    # on entry (an engine that set ``gc.DEBUG_SAVEALL`` leaves it set in its
+    # own process only).
     """
     was_enabled = gc.isenabled()
     thresholds = gc.get_threshold()
+    debug = gc.get_debug()
     gc.set_threshold(0, *thresholds[1:])
     # NOTE [Frozen heap]
     # After ``import torch`` (and FSDP, which pulls in torch._dynamo and sympy)
@@ -71,6 +74,7 @@ def gc_paused() -> Iterator[None]:
         if freeze:
             gc.unfreeze()
         gc.set_threshold(*thresholds)
+        gc.set_debug(debug)
         if was_enabled:
             gc.enable()  # the engine may have turned it off: the caller's state comes back
         else:

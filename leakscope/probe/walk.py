@@ -140,11 +140,9 @@ _ATOMS: tuple[type, ...] = (
     types.CodeType,
     types.FrameType,
     types.TracebackType,
-    types.BuiltinFunctionType,
     types.GetSetDescriptorType,
     types.MemberDescriptorType,
     types.WrapperDescriptorType,
-    types.MethodWrapperType,
     memoryview,
     slice,
 )
@@ -379,6 +377,9 @@ def _method_children(obj: Any, generic: bool) -> Iterable[Child]:
 
 
 def _builtin_method_children(obj: Any, generic: bool) -> Iterable[Child]:
+    """A C method bound to its object (``entropy.mean`` kept to call later, ``t.__len__``) keeps
+    that object alive: a deferred metric of an attached tensor is ``engine.deferred[0].__self__``.
+    Bound to a module (``len``, ``torch.add``), it keeps nothing of the step's."""
     owner = obj.__self__  # the C type's own getter
     if owner is not None and not is_instance(owner, types.ModuleType):
         yield _attr("__self__"), LinkKind.READONLY, obj, "__self__", owner
@@ -504,6 +505,7 @@ _EXACT_KINDS: dict[int, tuple[type, int]] = {
         (types.FunctionType, _FUNCTION),
         (types.MethodType, _METHOD),
         (types.BuiltinMethodType, _BUILTIN_METHOD),
+        (types.MethodWrapperType, _BUILTIN_METHOD),
         (functools.partial, _PARTIAL),
         (types.CellType, _CELL),
         (types.GeneratorType, _SUSPENDED_FRAME),
