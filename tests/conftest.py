@@ -184,6 +184,45 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             "every test module sets exactly one tier (pytestmark = pytest.mark.unit, integration or "
             "frameworks; NOTE [Test tiers] in tests/conftest.py):\n  " + "\n  ".join(wrong[:20])
         )
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # NOTE [Slowest modules first]: every worker sorts alike, so the collections still match
+        items.sort(key=lambda item: _module_rank(item.nodeid.split("::", 1)[0]))
+
+
+#: The modules that take longest under the README's command, longest first (measured with
+#: ``--durations`` and per-module wall and CPU time; NOTE [Slowest modules first]).
+SLOWEST = (
+    "tests/test_doc_examples_jobs.py",
+    "tests/test_doc_examples.py",
+    "tests/test_realbugs.py",
+    "tests/test_watch_ends.py",
+    "tests/test_models.py",
+    "tests/test_watch.py",
+    "tests/test_reach.py",
+    "tests/test_zygote.py",
+    "tests/test_torchrun.py",
+    "tests/test_watch_ray.py",
+    "tests/test_watch_lightning.py",
+    "tests/test_lightning.py",
+    "tests/test_trainers.py",
+    "tests/test_trl.py",
+    "tests/test_verl.py",
+    "tests/test_fix.py",
+    "tests/test_adapters_realbugs.py",
+    "tests/test_contract.py",
+)
+
+
+def _module_rank(path: str) -> int:
+    return SLOWEST.index(path) if path in SLOWEST else len(SLOWEST)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """NOTE [Slowest modules first]: under ``--dist loadfile`` the modules go out in the order the
+    workers collected them (:func:`pytest_collection_modifyitems`), not by their number of tests."""
+    if config.getoption("dist", None) == "loadfile":
+        config.option.loadscopereorder = False
 
 
 # NOTE [Parallel tests]
@@ -196,3 +235,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # session-scoped, so that a worker that gets a module's tests in two runs does not make it twice.
 # (``--dist loadgroup`` would spread the rest test by test, but pytest 9 ignores the group that
 # pytest-xdist 3.8 appends to a node id.)
+
+# NOTE [Slowest modules first]
+# pytest-xdist hands out whole modules (``--dist loadfile``) largest first by number of tests, so
+# the modules with few but long tests (the real-bug suite, a Ray cluster per test, watch tests
+# that wait out a --timeout) went out last and ran on one worker while the other two had
+# finished: the tail of the run. Here the workers order their collection by SLOWEST (the rest
+# after it, in their own order) and the controller keeps that order (``loadscopereorder`` off):
+# the longest modules start first and the short ones fill the gaps at the end. A module missing
+# from SLOWEST costs only balance, never a test; a module that grows slow belongs in it.

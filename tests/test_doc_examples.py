@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,14 @@ from tests.conftest import ROOT, framework_missing
 pytestmark = pytest.mark.frameworks
 
 BLOCKS = [block for doc in gen.documents() for block in gen.blocks(doc)]
-#: the blocks this file runs (the others are shown only, or run by another test file)
-RUN = [block for block in BLOCKS if gen.kind(block) not in ("not run", "pre-commit", "realbugs")]
+#: every block that runs (the others are shown only, or run by another test file)
+RUNS = [block for block in BLOCKS if gen.kind(block) not in ("not run", "pre-commit", "realbugs")]
+#: documents whose blocks tests/test_doc_examples_jobs.py runs: the examples are the largest piece of
+#: the suite, and two modules run in two workers (NOTE [Parallel tests] in tests/conftest.py); the
+#: README and docs/watch.md stay together, since they show one command
+JOBS_DOCS = frozenset({"README.md", "watch.md", "frameworks.md", "adapters.md", "distributed.md"})
+#: the blocks this file runs
+RUN = [block for block in RUNS if block.doc.name not in JOBS_DOCS]
 
 
 def test_every_block_is_run_or_says_why_not() -> None:
@@ -42,9 +49,9 @@ def test_every_block_is_run_or_says_why_not() -> None:
     )
 
 
-def _selected(request: pytest.FixtureRequest) -> list[gen.Block]:
-    """The blocks of this session's selected example tests (so that ``-k`` runs only what it picks)."""
-    module = sys.modules[__name__]
+def selected(request: pytest.FixtureRequest, module: types.ModuleType) -> list[gen.Block]:
+    """The blocks of this session's selected example tests in ``module`` (so that ``-k`` runs only
+    what it picks)."""
     items = [item for item in request.session.items if getattr(item, "module", None) is module]
     return [
         item.callspec.params["block"]
@@ -53,20 +60,32 @@ def _selected(request: pytest.FixtureRequest) -> list[gen.Block]:
     ]
 
 
-@pytest.fixture(scope="session")
-def runs(request: pytest.FixtureRequest) -> dict[str, str | BaseException]:
-    """Every selected block that can run here, run once: its name -> what it shows today (or how it failed)."""
-    chosen = [block for block in _selected(request) if gen.missing(block) is None]
+def run_selected(
+    request: pytest.FixtureRequest, module: types.ModuleType
+) -> dict[str, str | BaseException]:
+    """Every selected block of ``module`` that can run here, run once: its name -> what it shows
+    today (or how it failed)."""
+    chosen = [block for block in selected(request, module) if gen.missing(block) is None]
     jobs = int(os.environ.get("LEAKSCOPE_DOC_JOBS", "2"))
     return {
         block.name: result for block, result in zip(chosen, gen.run_all(chosen, jobs), strict=True)
     }
 
 
+@pytest.fixture(scope="session")
+def runs(request: pytest.FixtureRequest) -> dict[str, str | BaseException]:
+    return run_selected(request, sys.modules[__name__])
+
+
 @pytest.mark.parametrize("block", RUN, ids=[block.name for block in RUN])
 def test_example_runs_and_shows_its_real_output(
     block: gen.Block, runs: dict[str, str | BaseException]
 ) -> None:
+    check_block(block, runs)
+
+
+def check_block(block: gen.Block, runs: dict[str, str | BaseException]) -> None:
+    """``block`` ran (:func:`run_selected`) and printed exactly what it shows."""
     problem = gen.missing(block)
     if problem is not None:
         framework_missing(problem)
