@@ -305,7 +305,7 @@ class _BuiltForData:
 
 def test_a_module_built_for_a_data_set_leakscope_cannot_make_asks_for_a_factory() -> None:
     """The annotation (postponed: a string here) names the data set class; with no recipe for it, one line."""
-    from leakscope.adapters.lightning import build_from_dataset, dataset_parameter
+    from leakscope.adapters.lightning_build import build_from_dataset, dataset_parameter
     from leakscope.errors import EngineError
 
     assert dataset_parameter(_BuiltForData) == ("dataset", _Series)
@@ -322,7 +322,7 @@ def test_a_module_built_for_a_data_set_leakscope_cannot_make_asks_for_a_factory(
 def test_a_data_set_recipe_builds_the_module_and_its_failure_is_one_line(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from leakscope.adapters import lightning
+    from leakscope.adapters import lightning_build as lightning
     from leakscope.errors import EngineError
 
     key = (__name__.partition(".")[0], "_Series")
@@ -343,7 +343,7 @@ def test_a_data_set_recipe_builds_the_module_and_its_failure_is_one_line(
 
 
 def test_a_data_loader_set_on_the_instance_is_the_module_s_own_data() -> None:
-    from leakscope.adapters.lightning import own_data
+    from leakscope.adapters.lightning_build import own_data
 
     class Module:
         example_input_array = None

@@ -408,7 +408,7 @@ def test_lightning_module_is_built_from_its_constructor() -> None:
     a value without default cannot be guessed (one line, naming --factory)."""
     import torch
 
-    from leakscope.adapters.lightning import build_module
+    from leakscope.adapters.lightning_build import build_module
     from leakscope.errors import EngineError
 
     net = torch.nn.Linear(2, 2)

@@ -76,6 +76,8 @@ PRELOAD = (
     "leakscope.runner.worker",
     "leakscope.runner.inprocess",
     "leakscope.adapters.lightning",
+    "leakscope.adapters.lightning_build",
+    "leakscope.adapters.lightning_loop",
     "leakscope.adapters.registry",
     "leakscope.adapters.trainer",
     "leakscope.adapters.trainer_build",

@@ -22,7 +22,8 @@ import greenlet
 import torch
 
 import leakscope
-from leakscope.adapters.lightning import _LOGGERS, ADAPTER
+from leakscope.adapters.lightning import ADAPTER
+from leakscope.adapters.lightning_loop import _LOGGERS
 from leakscope.options import CheckOptions
 
 
