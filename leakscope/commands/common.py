@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
 
 import typer
 
-from leakscope import __version__
+from leakscope import __version__, policy
 from leakscope.atomic import problem, write, write_atomic
 from leakscope.errors import ExitCode, LeakscopeError
+from leakscope.options import CheckOptions, ModelKind
+from leakscope.policy import exit_code
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
     from leakscope.config import Settings
-    from leakscope.options import CheckOptions
     from leakscope.results import Report
 
 DEFAULT_TARGET = "leakscope.models.engines:FSDPEngine"
@@ -37,11 +38,6 @@ class FormatChoice(str, enum.Enum):
     sarif = "sarif"
     github = "github"
     html = "html"
-
-
-class FailOnChoice(str, enum.Enum):
-    leak = "leak"
-    warning = "warning"
 
 
 class DeviceChoice(str, enum.Enum):
@@ -158,7 +154,7 @@ Confirm = Annotated[
     ),
 ]
 FailOn = Annotated[
-    FailOnChoice | None,
+    policy.FailOn | None,
     typer.Option(
         "--fail-on",
         help="Exit 1 on a leak (default), or also on a warning such as until-gc.",
@@ -303,7 +299,7 @@ def report_text(
     fmt: FormatChoice,
     output: Path | None,
     *,
-    fail_on: str = "leak",
+    fail_on: policy.FailOn = policy.FailOn.LEAK,
     debug: bool = False,
     color: ColorChoice = ColorChoice.auto,
 ) -> str:
@@ -324,10 +320,9 @@ def report_text(
     return render(report, fmt.value, debug=debug, fail_on=fail_on)
 
 
-def summarize(report: Report, fail_on: str, output: Path | None) -> None:
+def summarize(report: Report, fail_on: policy.FailOn, output: Path | None) -> None:
     """When the report went to ``-o FILE`` or nowhere (``-q``): each error and the summary line on
     stderr, so no run ends in silence (``leakscope: 0 leak, 0 clean, 1 error (exit 3); report in FILE``)."""
-    from leakscope.policy import exit_code
     from leakscope.render.summary import report_line
 
     for result in report.results:
@@ -398,7 +393,7 @@ class Run:
     #: the library's options
     options: CheckOptions
     #: what fails the run (``leak`` or ``warning``)
-    fail_on: str
+    fail_on: policy.FailOn
     fmt: FormatChoice
     output: Path | None
     quiet: bool
@@ -424,7 +419,6 @@ def resolve(
     from leakscope.errors import ConfigError, UsageError
     from leakscope.harness.distributed import launcher_env
     from leakscope.harness.target import split_target
-    from leakscope.options import CheckOptions
 
     params = ctx.params
     fmt = FormatChoice(_plain(params.get("fmt", "text")))
@@ -478,7 +472,7 @@ def resolve(
             every_setting=every_setting,
         )
         options = settings.check_options(base)
-        if options.model == "hf-lora":
+        if options.model is ModelKind.HF_LORA:
             _require_hf()
     except LeakscopeError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
@@ -524,7 +518,6 @@ __all__ = [
     "DeviceChoice",
     "Factory",
     "FailOn",
-    "FailOnChoice",
     "Format",
     "FormatChoice",
     "Jobs",

@@ -26,6 +26,7 @@ from leakscope.commands.common import (
     summarize,
 )
 from leakscope.errors import LeakscopeError, UsageError
+from leakscope.policy import FailOn
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
@@ -273,7 +274,7 @@ def _output(
     if output is not None or quiet:
         if output is not None:
             emit(report_text(report, fmt, output, debug=debug, color=color), output)
-        summarize(report, "leak", output)  # each error, and the summary line
+        summarize(report, FailOn.LEAK, output)  # each error, and the summary line
     else:
         for result in report.results:
             if result.verdict.value == "error" and result.error:

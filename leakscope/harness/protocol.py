@@ -19,6 +19,7 @@ from typing import Any
 from leakscope.errors import EngineError, TargetError
 from leakscope.harness.source import user_frame
 from leakscope.harness.target import ResolvedTarget
+from leakscope.options import ModelKind
 from leakscope.probe import safe
 
 STEP_PARAMS = ("micro_batch", "loss_function", "forward_only")
@@ -54,7 +55,7 @@ class EngineSpec:
     runs_backward: bool = False
     #: the tiny model this target runs on whatever ``--model`` says (an adapter's
     #: ``model_kind``, e.g. ``"hf-lora"`` for transformers/TRL); None: ``--model``
-    model_kind: str | None = None
+    model_kind: ModelKind | None = None
     #: ``(engine) -> None``: end what the adapter started for this engine (a
     #: framework loop paused between micro-batches) once a trial is done with it
     close_engine: Callable[[Any], None] | None = None

@@ -102,7 +102,7 @@ class recording:
     def __enter__(self) -> None:
         _RECORDING[0] = True
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _RECORDING[0] = False
 
 

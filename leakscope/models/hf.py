@@ -26,7 +26,7 @@ import warnings
 import weakref
 from typing import Any
 
-from leakscope.options import ModelSize
+from leakscope.options import ModelKind, ModelSize
 
 # Built from a config only: never let a stray call reach the Hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -140,7 +140,7 @@ def build_hf_lora(
     object.__setattr__(model, "leakscope_probes", probes)
     object.__setattr__(model, "blocks", layers)
     object.__setattr__(model, "size", size)
-    object.__setattr__(model, "kind", "hf-lora")
+    object.__setattr__(model, "kind", ModelKind.HF_LORA)
     model.train()
     return model
 

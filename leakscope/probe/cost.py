@@ -196,7 +196,7 @@ def _measure() -> NodeCost:
     import torch
 
     from leakscope.models.tiny import build_model
-    from leakscope.options import ModelSize
+    from leakscope.options import ModelKind, ModelSize
     from leakscope.probe.autograd import (
         UINT64_MAX,
         graph_tensors,
@@ -217,7 +217,7 @@ def _measure() -> NodeCost:
     try:
         with torch.random.fork_rng(devices=[]), torch.enable_grad():
             size = ModelSize()
-            model = build_model("peft-checkpoint", size)
+            model = build_model(ModelKind.PEFT_CHECKPOINT, size)
             model.record_probes = False
             gen = torch.Generator().manual_seed(0)
             batches = [

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
 from leakscope.holders import shorten
 from leakscope.render.escape import terminal
@@ -102,7 +101,7 @@ def render_patch(fixes: FixReport) -> str:
     return "".join(parts)
 
 
-def fix_dict(fix: FixResult) -> dict[str, Any]:
+def fix_dict(fix: FixResult) -> dict[str, object]:
     """One finding's fix as plain JSON data."""
     return {
         "target": fix.target,

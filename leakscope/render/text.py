@@ -6,7 +6,7 @@ import io
 from typing import Any
 
 from leakscope.holders import shorten
-from leakscope.policy import exit_code
+from leakscope.policy import FailOn, exit_code
 from leakscope.render.escape import rich_text, terminal
 from leakscope.render.summary import (
     growth_line,
@@ -58,7 +58,7 @@ def fold(text: str, width: int | None) -> str:
     return "\n".join(out)
 
 
-def _result_block(result: TargetResult, fail_on: str, width: int | None = None) -> list[Any]:
+def _result_block(result: TargetResult, fail_on: FailOn, width: int | None = None) -> list[Any]:
     """The verdict line, the findings table, and one block per finding: every engine string escaped
     (:func:`~leakscope.render.escape.terminal`), every cell a ``Text`` that rich never parses as markup."""
     from rich import box
@@ -140,8 +140,8 @@ def render(
     *,
     color: bool = False,
     width: int | None = None,
-    fail_on: str = "leak",
-    **_: Any,
+    fail_on: FailOn = FailOn.LEAK,
+    **_: object,
 ) -> str:
     """The report as terminal text (ANSI colours only when ``color``).
 
