@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
@@ -12,10 +13,12 @@ from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
 import typer
 
 from leakscope import __version__, policy
+from leakscope import config as project_config
 from leakscope.atomic import problem, write, write_atomic
-from leakscope.errors import ExitCode, LeakscopeError
+from leakscope.errors import ConfigError, ExitCode, LeakscopeError, UsageError
 from leakscope.options import CheckOptions, ModelKind
 from leakscope.policy import exit_code
+from leakscope.render import render
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
@@ -287,7 +290,6 @@ def use_color(choice: ColorChoice, stream: TextIO | None = None) -> bool:
 def terminal_width(stream: TextIO | None = None) -> int | None:
     """The terminal's columns when ``stream`` (stdout) is one, else None: a log, a pipe or a file is
     never wrapped, so a path is copied from there whole. ``COLUMNS`` wins, as everywhere."""
-    import shutil
 
     if not (stream or sys.stdout).isatty():
         return None
@@ -305,7 +307,6 @@ def report_text(
 ) -> str:
     """The report in ``fmt``: text coloured (:func:`use_color`) and wrapped to the terminal's width only
     when it goes to a terminal (:func:`terminal_width`), never wrapped in a log, a pipe or a file."""
-    from leakscope.render import render
 
     if fmt is FormatChoice.text:
         on_terminal = output is None and sys.stdout.isatty()
@@ -415,8 +416,6 @@ def resolve(
     (exit 2), and ``-o FILE`` is checked before anything runs. ``fixed``: settings the command
     sets itself (``estimate``'s growth run), over both; ``targets``: the command's own TARGET
     arguments when it does not call them ``targets``."""
-    from leakscope import config as project_config
-    from leakscope.errors import ConfigError, UsageError
     from leakscope.harness.distributed import launcher_env
     from leakscope.harness.target import split_target
 
@@ -495,7 +494,6 @@ def _plain(value: object) -> str:
 
 def _require_hf() -> None:
     """``--model hf-lora`` without transformers/peft is a usage error (checked without importing them)."""
-    from leakscope.errors import UsageError
     from leakscope.models.names import HF_EXTRA_HINT, missing_hf
 
     missing = missing_hf()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import enum
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from leakscope.atomic import write
 from leakscope.commands.common import (
     Color,
     ColorChoice,
@@ -26,7 +28,7 @@ from leakscope.commands.common import (
     summarize,
 )
 from leakscope.errors import LeakscopeError, UsageError
-from leakscope.policy import FailOn
+from leakscope.policy import FailOn, exit_code
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
@@ -207,9 +209,7 @@ def _emit_test(
     """Write the regression test for the report's leaking classes, and for a graph the job itself
     holds, a watch of the job (NOTE [From a real job to a gate]); say on stderr what it checks, or
     that there was nothing to write."""
-    import os
 
-    from leakscope.atomic import write
     from leakscope.render import regression
 
     found = regression.leaking_classes(report, script)
@@ -262,7 +262,6 @@ def _output(
     color: ColorChoice = ColorChoice.auto,
 ) -> int:
     """Print a watch's errors on stderr and its report; the exit code."""
-    from leakscope.policy import exit_code
 
     report = done.report
     if not done.reporting:

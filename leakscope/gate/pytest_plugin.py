@@ -29,6 +29,9 @@ import pytest
 
 from leakscope import config as project_config
 from leakscope.errors import LeakscopeError
+from leakscope.policy import exit_code
+from leakscope.render import render
+from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
     from leakscope.results import Report
@@ -76,9 +79,6 @@ def assert_no_graph_retention(
     """
     __tracebackhide__ = True
     from leakscope.api import check
-    from leakscope.policy import exit_code
-    from leakscope.render import render
-    from leakscope.render.escape import terminal
     from leakscope.render.summary import report_line, result_detail
 
     try:

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from leakscope.harness.trial import build_subject, make_micro_batch, step_once
 from leakscope.results import Report, TargetResult
 
 #: how long a rank waits in a collective for its peers
@@ -160,7 +161,6 @@ class Lockstep:
         return bool(flag.item())
 
     def _spare_step(self, mode: Any, options: Any) -> None:
-        from leakscope.harness.trial import build_subject, make_micro_batch, step_once
 
         model, engine = build_subject(self.spec, options)
         # Through the adapter, as the rank's own steps are: a verl engine gets verl's micro-batch.

@@ -7,6 +7,7 @@ fixtures count as user code: they are engines like any other.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import traceback
@@ -156,7 +157,6 @@ def called_from(obj: Any, source: Source | None, modules: Any) -> tuple[Source, 
     ``modules``: the target's own module(s) (not its bases'): a line there in a function
     that no outer frame repeats is the engine's own line and needs no call site.
     """
-    import os
 
     if source is None:
         return ()
@@ -182,7 +182,6 @@ def called_from(obj: Any, source: Source | None, modules: Any) -> tuple[Source, 
 
 def anchor_source(spec: EngineSpec) -> Source | None:
     """Where the engine's ``forward_step`` (or the step function) is defined."""
-    import inspect
 
     anchor = spec.anchor
     # The class's own ``forward_step`` as defined (read without its metaclass's hooks).

@@ -24,6 +24,7 @@ import ast
 import contextvars
 import dataclasses
 import linecache
+import os
 import re
 import sys
 import types
@@ -31,8 +32,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from leakscope.harness.source import display_path
 from leakscope.holders import HolderPath, Segment, SegmentKind
 from leakscope.probe import safe
+from leakscope.probe.autograd import ScanStats, graph_tensors
 from leakscope.probe.library import is_library_type
 from leakscope.results import Source
 
@@ -368,7 +371,6 @@ def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None
 
 def _backward_done(obj: Any) -> bool | None:
     """Whether backward has run through every saved slot of ``obj``'s graph (NOTE [Freed by backward])."""
-    from leakscope.probe.autograd import ScanStats, graph_tensors
 
     node = safe.grad_fn(obj) if safe.is_tensor(obj) else None
     if node is None:
@@ -403,7 +405,6 @@ class StoreTracer:
         growth: bool = False,
         detach: bool = False,
     ) -> None:
-        from leakscope.harness.source import display_path
 
         self._display = display_path
         #: put a detached copy in place of each store it sees (a trial's own objects only)
@@ -549,7 +550,6 @@ def trace_stores(
 
 
 def _absolute(file: str) -> str:
-    import os
 
     return os.path.abspath(file)
 

@@ -15,10 +15,12 @@ import os
 import sys
 import traceback
 import types
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
 from leakscope.errors import TargetError, UsageError
+from leakscope.harness.source import display_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +50,6 @@ def _looks_like_path(module_part: str) -> bool:
 
 
 def _syntax_error_line(exc: SyntaxError) -> str:
-    from leakscope.harness.source import display_path
 
     where = f"{display_path(exc.filename)}:{exc.lineno}" if exc.filename else f"line {exc.lineno}"
     return f"syntax error in {where}: {exc.msg}"
@@ -194,7 +195,6 @@ def module_file(name: str, search: list[str]) -> Path | None:
     """The file of module ``name`` (a package: its ``__init__.py``), located on ``search`` as the
     import system would, without importing (and so without executing) any package. None when it is
     not found there, or is built in."""
-    from importlib.machinery import PathFinder
 
     path: list[str] | None = search
     spec = None

@@ -11,6 +11,9 @@ evidence), so :mod:`leakscope.harness.observe` can tell who still holds it.
 from __future__ import annotations
 
 import dataclasses
+import gc
+import os
+import sys
 import types
 import weakref
 from collections.abc import Iterable
@@ -23,6 +26,7 @@ from leakscope.options import CheckOptions
 from leakscope.phase import report
 from leakscope.probe import safe
 from leakscope.probe.autograd import storage_key
+from leakscope.probe.library import is_library_module
 from leakscope.probe.liveness import Evidence, collect_evidence
 from leakscope.probe.steps import StepGraphs
 from leakscope.probe.walk import Root, walk
@@ -199,7 +203,6 @@ def heap_graph_nodes(steps: StepGraphs | None = None) -> list[Any]:
     before it is frozen (NOTE [Frozen heap]) and ``gc.get_objects()`` lists only
     what the check created.
     """
-    import gc
 
     out = []
     for obj in gc.get_objects():
@@ -230,9 +233,6 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
     for top-level modules, the same directory (a single-file engine and the
     ``helpers.py`` beside it). Library packages are never added.
     """
-    import sys
-
-    from leakscope.probe.library import is_library_module
 
     out = [m for m in modules if safe.module_dict(m) is not None]
     for module in list(out):
@@ -259,7 +259,6 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
 
 
 def _same_project(a: types.ModuleType, b: types.ModuleType) -> bool:
-    import os
 
     name_a, name_b = safe.module_name(a), safe.module_name(b)
     top_a, top_b = name_a.partition(".")[0], name_b.partition(".")[0]
@@ -272,9 +271,6 @@ def _same_project(a: types.ModuleType, b: types.ModuleType) -> bool:
 
 
 def _engine_modules(engine: Any) -> list[types.ModuleType]:
-    import sys
-
-    from leakscope.probe.library import is_library_module
 
     out = []
     for klass in safe.mro(type(engine)):

@@ -25,6 +25,7 @@ references only for the duration of one call.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -35,6 +36,7 @@ from leakscope.probe.safe import (
     instance_dict,
     is_exactly,
     is_instance,
+    is_node_type,
     is_plain_tensor,
     is_tensor,
     numel_bytes,
@@ -180,9 +182,6 @@ def heap_nodes() -> list[Node]:
     """Every graph node's Python wrapper the collector tracks (NOTE [Nodes as evidence] in
     leakscope/harness/observe.py), each object's type tested once per type: a look over a
     heap of 10^6 walked nodes costs one pass."""
-    import gc
-
-    from leakscope.probe.safe import is_node_type
 
     verdicts: dict[int, bool] = {}  # id(type) -> a node type; the objects listed pin their types
     objects = gc.get_objects()
@@ -538,7 +537,6 @@ def checkpoint_tensors(packed: list[object]) -> list[tuple[str, Tensor]]:
     # generations, which during a check (and after a watch's first call) hold
     # only what was made since (NOTE [Frozen heap]).
     """
-    import gc
 
     try:
         from torch.utils.checkpoint import _CheckpointFrame

@@ -8,6 +8,8 @@ Only a trial's own objects are ever released, never a running job's.
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import types
 from collections import deque
 from typing import Any
@@ -148,12 +150,10 @@ def _set_frame_local(frame: types.FrameType, name: str, value: Any) -> None:
     snapshot dict is written back with ``PyFrame_LocalsToFast``, which also
     sets cells. Only trial objects are ever released, never the user's.
     """
-    import sys
 
     if sys.version_info >= (3, 13):
         frame.f_locals[name] = value
         return
-    import ctypes
 
     frame.f_locals[name] = value  # the snapshot dict, kept on the frame
     ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))

@@ -29,7 +29,15 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from leakscope.probe.autograd import UINT64_MAX, iter_nodes, node_key, node_name, sequence_nr
+from leakscope.probe.autograd import (
+    UINT64_MAX,
+    heap_nodes,
+    iter_nodes,
+    node_key,
+    node_name,
+    sequence_nr,
+    wrappers_preserved,
+)
 
 if TYPE_CHECKING:
     import weakref
@@ -104,7 +112,6 @@ class StepGraphs:
         is not taken for it. A node's wrapper lives exactly as long as the node (NOTE [Node
         identity]), and every wrapper registered since the heap was frozen is on the collector's
         young generations; the older graphs' registrations are kept."""
-        from leakscope.probe.autograd import heap_nodes, wrappers_preserved
 
         if not wrappers_preserved():
             return

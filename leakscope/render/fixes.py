@@ -14,6 +14,7 @@ import json
 
 from leakscope.holders import shorten
 from leakscope.render.escape import terminal
+from leakscope.render.json_report import report_dict
 from leakscope.results import FixReport, FixResult, FixStatus
 
 SCHEMA_VERSION = 1
@@ -118,7 +119,6 @@ def fix_dict(fix: FixResult) -> dict[str, object]:
 
 def render_json(fixes: FixReport, *, debug: bool = False) -> str:
     """The fix report as an indented JSON document (``schema_version`` 1) with a trailing newline."""
-    from leakscope.render.json_report import report_dict
 
     doc = {
         "schema_version": SCHEMA_VERSION,

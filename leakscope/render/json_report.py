@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from importlib.resources import files
 from typing import Any
 
 from leakscope.errors import UsageError
@@ -17,7 +18,6 @@ SCHEMA_VERSION = 1
 def schema() -> dict[str, object]:
     """The report's JSON Schema (draft 2020-12), shipped beside this module as
     ``report.schema.json`` and generated from :mod:`leakscope.results` by docs/gen_schema.py."""
-    from importlib.resources import files
 
     loaded: dict[str, object] = json.loads(
         files("leakscope.render").joinpath("report.schema.json").read_text(encoding="utf-8")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import Any
 
 from leakscope.holders import shorten
@@ -36,7 +37,6 @@ def fold(text: str, width: int | None) -> str:
     line of its own, for the terminal to soft-wrap and a copy to take whole."""
     if width is None:
         return text
-    import textwrap
 
     out = []
     for line in text.split("\n"):
