@@ -63,12 +63,12 @@ def _settings(
 
 
 def assert_no_graph_retention(
-    target: Any,
+    target: object,
     /,
     *,
     item: pytest.Item | None = None,
     project: project_config.Settings | None = None,
-    **options: Any,
+    **options: object,
 ) -> Report:
     """Check ``target`` (a ``pkg.mod:Name`` string or the object) and fail the test on a leak.
 
@@ -103,7 +103,7 @@ def assert_no_graph_retention(
     return report
 
 
-def _name(target: Any) -> str:
+def _name(target: object) -> str:
     if isinstance(target, str):
         return target
     if isinstance(target, (list, tuple)):
@@ -118,7 +118,7 @@ class LeakscopeFixture:
         self._item = item
         self._session = session
 
-    def check(self, target: Any, **options: Any) -> Report:
+    def check(self, target: object, **options: Any) -> Report:
         """:func:`assert_no_graph_retention` for this test, with the project's settings as defaults."""
         __tracebackhide__ = True
         try:

@@ -369,7 +369,7 @@ def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None
     return resolver(HolderPath(path.root, segments, path.kind), roots)
 
 
-def _backward_done(obj: Any) -> bool | None:
+def _backward_done(obj: object) -> bool | None:
     """Whether backward has run through every saved slot of ``obj``'s graph (NOTE [Freed by backward])."""
 
     node = safe.grad_fn(obj) if safe.is_tensor(obj) else None
@@ -454,7 +454,7 @@ class StoreTracer:
             del stored
             w.last = now
 
-    def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+    def _local(self, frame: types.FrameType, event: str, arg: object) -> Any:
         if event in ("line", "return"):
             self._check()
             where = Source(
@@ -492,7 +492,7 @@ class StoreTracer:
             user = self._user[file] = self.is_user_file(file)
         return user
 
-    def _global(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+    def _global(self, frame: types.FrameType, event: str, arg: object) -> Any:
         if not self._is_user(frame):
             return None
         self.depth += 1

@@ -164,7 +164,7 @@ def resolve(spec: str) -> ResolvedTarget:
     return ResolvedTarget(spec=spec, obj=obj, module=module, attr=attr)
 
 
-def target_directory(target: Any) -> Path | None:
+def target_directory(target: object) -> Path | None:
     """The directory of the file that defines ``target``, found without running any code.
 
     A ``path/to/file.py:Name`` target: that file's directory; a ``pkg.mod:Name``
@@ -176,7 +176,7 @@ def target_directory(target: Any) -> Path | None:
     return file.parent if file is not None else None
 
 
-def target_file(target: Any) -> Path | None:
+def target_file(target: object) -> Path | None:
     """The file that defines ``target`` (resolved), found without running any code, as
     :func:`target_directory` finds its directory; None when not found."""
     if not isinstance(target, str):

@@ -90,7 +90,7 @@ class Trial:
             out.append(Root(f"global:{name}", module, "global"))
         return out
 
-    def is_preexisting(self, t: Any) -> bool:
+    def is_preexisting(self, t: object) -> bool:
         """True for tensors the roots already held before the step (inputs, buffers)."""
         ref = self.preexisting.get(id(t))
         return ref is not None and ref() is t
@@ -148,7 +148,12 @@ def run_trial(
 
 
 def new_trial(
-    spec: EngineSpec, mode: Mode, options: CheckOptions, model: Any, engine: Any, micro_batch: Any
+    spec: EngineSpec,
+    mode: Mode,
+    options: CheckOptions,
+    model: object,
+    engine: Any,
+    micro_batch: Any,
 ) -> Trial:
     """A trial over these objects, with what they hold before any step recorded as pre-existing."""
     roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
@@ -270,7 +275,7 @@ def _same_project(a: types.ModuleType, b: types.ModuleType) -> bool:
     return os.path.dirname(os.path.abspath(file_a)) == os.path.dirname(os.path.abspath(file_b))
 
 
-def _engine_modules(engine: Any) -> list[types.ModuleType]:
+def _engine_modules(engine: object) -> list[types.ModuleType]:
 
     out = []
     for klass in safe.mro(type(engine)):
@@ -280,7 +285,7 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
     return out
 
 
-def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> None:
+def _step(trial: Trial, model: object, options: CheckOptions, *, anomaly: bool) -> None:
     """Run the step; everything it touches is local and gone when this returns."""
 
     trial.steps.begin()
@@ -298,7 +303,7 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
     del loss
 
 
-def record_step(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> int:
+def record_step(trial: Trial, model: object, loss: Any, options: CheckOptions) -> int:
     """The step that began last ended: place its graph (in any thread) and weakref what it keeps.
 
     Reach every graph the step built that the caller's objects, the loss or the heap

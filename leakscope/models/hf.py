@@ -128,7 +128,9 @@ def build_hf_lora(
     if probes is None:
         probes = []
 
-    def record_checkpoint_input(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def record_checkpoint_input(
+        module: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
         hidden = args[0] if args else kwargs.get("hidden_states")
         if isinstance(hidden, torch.Tensor):
             probes.append(weakref.ref(hidden))

@@ -25,7 +25,7 @@ class ReleaseFailed(Exception):
     """The reference sits in a slot that cannot be replaced."""
 
 
-def release(link: Link, value: Any) -> None:
+def release(link: Link, value: object) -> None:
     """Replace the object at ``link`` by ``value`` in its container.
 
     Used to confirm findings: a reference is released by putting a detached
@@ -121,7 +121,7 @@ def _rebuilt(tp: type, items: list[Any]) -> tuple[Any, ...]:
     return tp(items)  # type: ignore[no-any-return]
 
 
-def _hashable(key: Any) -> None:
+def _hashable(key: object) -> None:
     if not plain_hash(key):
         raise ReleaseFailed(
             f"the key is a {type_name(type(key))}, whose class hashes itself: leakscope does not run it"
@@ -143,7 +143,7 @@ def _set_item(container: Any, key: Any, value: Any) -> None:
         raise ReleaseFailed(f"cannot replace an entry of a {type_name(tp)}")
 
 
-def _set_frame_local(frame: types.FrameType, name: str, value: Any) -> None:
+def _set_frame_local(frame: types.FrameType, name: str, value: object) -> None:
     """Rebind a local (or closed-over cell) of a suspended frame.
 
     Python 3.13's ``f_locals`` writes through (PEP 667); before it, the

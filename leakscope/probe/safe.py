@@ -79,7 +79,7 @@ def class_dict(cls: type) -> Mapping[str, Any]:
 
 
 def class_attr(
-    tp: type, name: str, default: Any = None, *, want: type | tuple[type, ...] | None = None
+    tp: type, name: str, default: object = None, *, want: type | tuple[type, ...] | None = None
 ) -> Any:
     """The raw value ``name`` has on ``tp`` or the first base that defines it, with no descriptor's
     ``__get__`` run; with ``want``, the first such value of exactly one of those types."""
@@ -189,7 +189,7 @@ def _generic_get_dict() -> Callable[[Any], Any] | None:
         fn.restype = ctypes.py_object
         fn.argtypes = [ctypes.py_object, ctypes.c_void_p]
 
-        def get(obj: Any) -> Any:
+        def get(obj: object) -> Any:
             return fn(obj, None)
 
         found: Callable[[Any], Any] | None = get
@@ -488,7 +488,7 @@ def is_plain_tensor(obj: object) -> bool:
     return kind == _TENSOR or (kind == _SUBCLASS and not is_parameter(obj))
 
 
-def tensor_read(obj: Any, read: Callable[[Any], T], *, op: bool = False) -> T:
+def tensor_read(obj: object, read: Callable[[Any], T], *, op: bool = False) -> T:
     """``read(obj)`` with torch functions and Python dispatch off (raises what ``read`` raises).
 
     A getter on an exact ``torch.Tensor`` or ``nn.Parameter`` runs no Python unless a torch-function
@@ -505,7 +505,7 @@ def tensor_read(obj: Any, read: Callable[[Any], T], *, op: bool = False) -> T:
         return read(obj)
 
 
-def grad_fn(t: Any) -> Any:
+def grad_fn(t: object) -> Any:
     """``t.grad_fn`` (None for a leaf, or when it cannot be read)."""
     try:
         return tensor_read(t, _t().grad_fn)
@@ -513,14 +513,14 @@ def grad_fn(t: Any) -> Any:
         return None
 
 
-def requires_grad(t: Any) -> bool:
+def requires_grad(t: object) -> bool:
     try:
         return bool(tensor_read(t, _t().requires_grad))
     except Exception:
         return False
 
 
-def grad(t: Any) -> Any:
+def grad(t: object) -> Any:
     """``t.grad`` (read only on leaves, as torch warns otherwise), or None."""
     try:
         return tensor_read(t, _t().grad)
@@ -528,14 +528,14 @@ def grad(t: Any) -> Any:
         return None
 
 
-def is_leaf(t: Any) -> bool:
+def is_leaf(t: object) -> bool:
     try:
         return bool(tensor_read(t, _t().is_leaf))
     except Exception:
         return True
 
 
-def version(t: Any) -> int:
+def version(t: object) -> int:
     """``t._version``, the in-place write counter (0 when it cannot be read)."""
     try:
         return int(tensor_read(t, _t().version))
@@ -543,14 +543,14 @@ def version(t: Any) -> int:
         return 0
 
 
-def shape(t: Any) -> tuple[int, ...]:
+def shape(t: object) -> tuple[int, ...]:
     try:
         return tuple(int(d) for d in tensor_read(t, _t().shape))
     except Exception:
         return ()
 
 
-def dtype(t: Any) -> str:
+def dtype(t: object) -> str:
     """``"float32"``, or ``"?"``."""
     try:
         return str(tensor_read(t, _t().dtype)).replace("torch.", "")
@@ -558,7 +558,7 @@ def dtype(t: Any) -> str:
         return "?"
 
 
-def device(t: Any) -> str:
+def device(t: object) -> str:
     """``"cpu"``, ``"cuda:0"``, or ``"?"``."""
     try:
         return str(tensor_read(t, _t().device))
@@ -582,7 +582,7 @@ def storage(t: Any) -> tuple[str, int, int] | None:
     return found if found[1] != 0 else None
 
 
-def numel_bytes(t: Any) -> int:
+def numel_bytes(t: object) -> int:
     """``t.numel() * t.element_size()``, or 0."""
     base = _t().base
     try:
@@ -591,7 +591,7 @@ def numel_bytes(t: Any) -> int:
         return 0
 
 
-def tensor_hooks(t: Any) -> list[tuple[str, dict[Any, Any]]]:
+def tensor_hooks(t: object) -> list[tuple[str, dict[Any, Any]]]:
     """``(name, hooks)`` for the Python hook dicts registered on ``t`` (``register_hook``,
     ``register_post_accumulate_grad_hook``)."""
     out = []
@@ -605,7 +605,7 @@ def tensor_hooks(t: Any) -> list[tuple[str, dict[Any, Any]]]:
     return out
 
 
-def detached(t: Any) -> Any:
+def detached(t: object) -> Any:
     """A detached plain copy of ``t``'s view (``t.detach()`` without the subclass's code), or None."""
     try:
         return tensor_read(t, _t().base.detach, op=True)
@@ -613,7 +613,7 @@ def detached(t: Any) -> Any:
         return None
 
 
-def detach_in_place(t: Any) -> bool:
+def detach_in_place(t: object) -> bool:
     """``t.detach_()`` without the subclass's code; whether it worked."""
     try:
         tensor_read(t, _t().base.detach_, op=True)
@@ -628,7 +628,7 @@ def detach_in_place(t: Any) -> bool:
 _SUBCLASS_PATHS: dict[int, tuple[weakref.ref[Any], str]] = {}
 
 
-def remember_path(t: Any, path: Callable[[], object]) -> None:
+def remember_path(t: object, path: Callable[[], object]) -> None:
     """Note where the walk named ``t`` when it is a tensor subclass's (the first place only), so an
     error its code raises later can be named (:func:`subclass_failure`). Plain tensors, whose code
     is torch's, are not noted; nothing is kept alive."""
@@ -649,7 +649,7 @@ def remember_path(t: Any, path: Callable[[], object]) -> None:
     _SUBCLASS_PATHS[key] = (ref, str(path()))
 
 
-def _path_of(obj: Any) -> str | None:
+def _path_of(obj: object) -> str | None:
     entry = _SUBCLASS_PATHS.get(id(obj))
     return entry[1] if entry is not None and entry[0]() is obj else None
 

@@ -32,6 +32,6 @@ def renderer(fmt: str) -> Callable[..., str]:
     return fn
 
 
-def render(report: Any, fmt: str, **kwargs: Any) -> str:
+def render(report: object, fmt: str, **kwargs: Any) -> str:
     """Render ``report`` in ``fmt`` (keyword options are format-specific)."""
     return renderer(fmt)(report, **kwargs)

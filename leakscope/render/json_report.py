@@ -286,7 +286,7 @@ def _one_line(exc: Exception) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
-def _checked(tp: Any, value: object, where: str) -> Any:
+def _checked(tp: object, value: object, where: str) -> Any:
     """``value`` checked against the type ``tp`` by ``serialize.from_data``'s rules."""
     return value_from_data(tp, value, ints=_INTS, where=where)
 
