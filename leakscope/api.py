@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 
 def check(
-    targets: Sequence[Any] | str | Any,
+    targets: Sequence[object] | str | object,
     options: CheckOptions | None = None,
     *,
     on_result: Callable[[TargetResult], None] | None = None,
@@ -103,7 +103,7 @@ def one_row_per_error(report: Report) -> Report:
     return dataclasses.replace(report, results=tuple(kept))
 
 
-def _with_snippets(report: Report, targets: Sequence[Any]) -> Report:
+def _with_snippets(report: Report, targets: Sequence[object]) -> Report:
     """The report with its source lines, read from the project and the targets' directories only
     (NOTE [Snippets read only the checked project]): renderers never read a file."""
 
@@ -138,7 +138,7 @@ def explain(
 
 
 def fix(
-    targets: Sequence[Any] | str | Any,
+    targets: Sequence[object] | str | object,
     options: CheckOptions | None = None,
     *,
     apply: bool = False,

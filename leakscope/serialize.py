@@ -106,7 +106,7 @@ def from_data(
 
 
 def value_from_data(
-    tp: object, data: Any, *, ints: tuple[int, int] = INT_RANGE, where: str = ""
+    tp: object, data: object, *, ints: tuple[int, int] = INT_RANGE, where: str = ""
 ) -> Any:
     """One value checked against the type hint ``tp`` by :func:`from_data`'s rules."""
     return _Decoder(ints).build(tp, data, where)
@@ -138,7 +138,7 @@ class _Decoder:
     def __init__(self, ints: tuple[int, int]) -> None:
         self.lo, self.hi = ints
 
-    def build(self, tp: object, data: Any, where: str) -> Any:
+    def build(self, tp: object, data: object, where: str) -> Any:
         if tp is Any:
             return self.plain(data, where, 0)
         origin = typing.get_origin(tp)
@@ -201,7 +201,7 @@ class _Decoder:
             )
         return data
 
-    def union(self, args: tuple[Any, ...], data: object, where: str) -> Any:
+    def union(self, args: tuple[object, ...], data: object, where: str) -> Any:
         options = [a for a in args if a is not type(None)]
         if data is None:
             if len(options) < len(args):
@@ -236,7 +236,7 @@ class _Decoder:
         values = [self.build(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
         return origin(values) if origin is not list else values
 
-    def mapping(self, tp: object, data: Any, where: str) -> dict[str, Any]:
+    def mapping(self, tp: object, data: object, where: str) -> dict[str, Any]:
         if not isinstance(data, Mapping):
             raise SchemaError(where, f"is {_kind(data)}, not an object")
         args = typing.get_args(tp)

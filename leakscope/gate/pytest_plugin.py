@@ -56,7 +56,7 @@ _SESSION = pytest.StashKey[_Session]()
 
 
 def _settings(
-    options: Mapping[str, Any], where: str, project: project_config.Settings | None
+    options: Mapping[str, object], where: str, project: project_config.Settings | None
 ) -> project_config.Settings:
     given = project_config.parse(options, where)
     return (project or project_config.Settings()).override(given)
@@ -118,7 +118,7 @@ class LeakscopeFixture:
         self._item = item
         self._session = session
 
-    def check(self, target: object, **options: Any) -> Report:
+    def check(self, target: object, **options: object) -> Report:
         """:func:`assert_no_graph_retention` for this test, with the project's settings as defaults."""
         __tracebackhide__ = True
         try:

@@ -145,7 +145,7 @@ class Lockstep:
         vote = self._vote
 
         def call_step(
-            engine: object, micro_batch: Any, loss_function: Any, forward_only: bool
+            engine: object, micro_batch: object, loss_function: object, forward_only: bool
         ) -> Any:
             vote(True)
             return inner(engine, micro_batch, loss_function, forward_only)

@@ -151,7 +151,7 @@ def from_target(resolved: ResolvedTarget, factory: object = None) -> EngineSpec:
         step = obj
 
         def call_step(
-            model: object, micro_batch: Any, loss_function: Any, forward_only: bool
+            model: object, micro_batch: object, loss_function: object, forward_only: bool
         ) -> Any:
             return step(model, micro_batch, loss_function, forward_only)
 

@@ -105,7 +105,7 @@ def engine_files(modules: Any) -> frozenset[str]:
     return frozenset(files)
 
 
-def created_at(obj: object, modules: Any = ()) -> Source | None:
+def created_at(obj: object, modules: object = ()) -> Source | None:
     """The user line that created ``obj``'s graph node (needs anomaly-mode stack traces).
 
     Lines in ``modules``' files are preferred.
@@ -150,7 +150,7 @@ MAX_CALLED_FROM = 3
 STEP_NAMES = ("forward_step", "training_step", "step")
 
 
-def called_from(obj: object, source: Source | None, modules: Any) -> tuple[Source, ...]:
+def called_from(obj: object, source: Source | None, modules: object) -> tuple[Source, ...]:
     """When ``source`` is a shared helper or is reached through ``super()``: the user frames
     that called it, innermost first, up to the target's own file or its step method.
 

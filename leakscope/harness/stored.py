@@ -208,7 +208,7 @@ def _signature(
         now = full()
         lengths = []
         for prefix in prefixes:
-            container: Any = prefix() if prefix is not None else _MISSING
+            container: object = prefix() if prefix is not None else _MISSING
             lengths.append(_length(container) if container is not _MISSING else -1)
         # An in-place update (``total += loss`` on a tensor) keeps the object and bumps its version.
         version = safe.version(now) if safe.is_tensor(now) else 0

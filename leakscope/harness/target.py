@@ -148,7 +148,7 @@ def resolve(spec: str) -> ResolvedTarget:
     module = (
         _import_file(module_part) if _looks_like_path(module_part) else _import_module(module_part)
     )
-    obj: Any = module
+    obj: object = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

@@ -152,8 +152,8 @@ def new_trial(
     mode: Mode,
     options: CheckOptions,
     model: object,
-    engine: Any,
-    micro_batch: Any,
+    engine: object,
+    micro_batch: object,
 ) -> Trial:
     """A trial over these objects, with what they hold before any step recorded as pre-existing."""
     roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
@@ -303,7 +303,7 @@ def _step(trial: Trial, model: object, options: CheckOptions, *, anomaly: bool) 
     del loss
 
 
-def record_step(trial: Trial, model: object, loss: Any, options: CheckOptions) -> int:
+def record_step(trial: Trial, model: object, loss: object, options: CheckOptions) -> int:
     """The step that began last ended: place its graph (in any thread) and weakref what it keeps.
 
     Reach every graph the step built that the caller's objects, the loss or the heap

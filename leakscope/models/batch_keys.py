@@ -225,7 +225,7 @@ class SynthesisingBatch(TensorDict):  # type: ignore[no-untyped-call]
         self._fill(key)
         return super().__getitem__(key)
 
-    def get(self, key: object, *args: Any, **kwargs: Any) -> Any:
+    def get(self, key: object, *args: object, **kwargs: object) -> Any:
         if not (args or "default" in kwargs) or spec_for_key(str(key), self.overrides) is not None:
             self._fill(key)
         elif isinstance(key, str) and _RECORDING[0]:

@@ -129,7 +129,7 @@ def build_hf_lora(
         probes = []
 
     def record_checkpoint_input(
-        module: object, args: tuple[Any, ...], kwargs: dict[str, Any]
+        module: object, args: tuple[object, ...], kwargs: dict[str, Any]
     ) -> None:
         hidden = args[0] if args else kwargs.get("hidden_states")
         if isinstance(hidden, torch.Tensor):

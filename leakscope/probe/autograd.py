@@ -393,7 +393,7 @@ def graph_tensors(
             (attr, slot, group(ACTIVATIONS, info.name, slot)) for attr, slot in info.raw_saved
         )
         if info.leaf:
-            kind: tuple[int, Any, Any] = (_LEAF, None, None)
+            kind: tuple[int, object, object] = (_LEAF, None, None)
         elif len(slots) == 1 and not info.has_dict:
             kind = (_ONE_SLOT, slots[0][0], slots[0][2])
         else:

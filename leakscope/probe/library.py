@@ -27,7 +27,6 @@ import sys
 import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from leakscope.probe.safe import type_module
 
@@ -173,7 +172,7 @@ def is_installed_file(filename: str) -> bool:
     return bool(_INSTALLED.search(resolved))
 
 
-def is_user_file_of(filename: str, owners: Iterable[Any]) -> bool:
+def is_user_file_of(filename: str, owners: Iterable[object]) -> bool:
     """Whether a line of ``filename`` can be the one to change for a holder of ``owners`` (modules,
     or None): never a library's; an installed package's only when it is one of the owners' files
     (a framework trainer the user subclasses), else the user's own code."""

@@ -258,7 +258,7 @@ def slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
         namespace = class_dict(klass)
         slots = namespace.get("__slots__")
         if type(slots) is str:
-            names: tuple[Any, ...] = (slots,)
+            names: tuple[object, ...] = (slots,)
         elif is_exactly(slots, (tuple, list)):
             names = tuple(slots)  # type: ignore[arg-type]
         elif type(slots) is dict:
@@ -297,7 +297,7 @@ def plain_hash(obj: object) -> bool:
     if any(tp is scalar for scalar in _SCALARS):
         return True
     if tp is tuple:
-        items: tuple[Any, ...] = obj  # type: ignore[assignment]
+        items: tuple[object, ...] = obj  # type: ignore[assignment]
         return all(plain_hash(item) for item in tuple.__iter__(items))
     if tp is weakref.ref:
         referent = obj()  # type: ignore[operator]
