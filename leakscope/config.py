@@ -184,19 +184,21 @@ def _target(where: str, key: str, value: object) -> str:
     return text
 
 
+def _entry(
+    where: str, key: str, value: object, keys: Sequence[str], like: str
+) -> Mapping[str, Any]:
+    """One entry of a table: a table (``like`` shows one) whose keys are all among ``keys``."""
+    if not isinstance(value, Mapping):
+        raise _fail(where, key, f"expected a table like {like}, got {_shown(value)}")
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise _fail(where, f"{key}.{unknown[0]}", f"unknown key; an entry takes {', '.join(keys)}")
+    return value
+
+
 def _allow_entry(where: str, index: int, value: object) -> AllowEntry:
     key = f"allowlist[{index}]"
-    if not isinstance(value, Mapping):
-        raise _fail(
-            where,
-            key,
-            f'expected a table like {{path = "output.x", reason = "why"}}, got {_shown(value)}',
-        )
-    unknown = sorted(set(value) - set(ALLOW_KEYS))
-    if unknown:
-        raise _fail(
-            where, f"{key}.{unknown[0]}", f"unknown key; an entry takes {', '.join(ALLOW_KEYS)}"
-        )
+    value = _entry(where, key, value, ALLOW_KEYS, '{path = "output.x", reason = "why"}')
     if "path" not in value:
         raise _fail(where, f"{key}.path", "missing; name the finding path to allow, as reported")
     if "reason" not in value or not isinstance(value["reason"], str) or not value["reason"].strip():
@@ -229,19 +231,13 @@ def _micro_batch(where: str, value: object) -> tuple[MicroBatchKey, ...]:
         if isinstance(entry, MicroBatchKey):
             entry = dataclasses.asdict(entry)
             entry.pop("name")
-        if not isinstance(entry, Mapping):
-            raise _fail(
-                where,
-                key,
-                f'expected a table like {{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0}}, got {_shown(entry)}',
-            )
-        unknown = sorted(set(entry) - set(MICRO_BATCH_KEYS))
-        if unknown:
-            raise _fail(
-                where,
-                f"{key}.{unknown[0]}",
-                f"unknown key; an entry takes {', '.join(MICRO_BATCH_KEYS)}",
-            )
+        entry = _entry(
+            where,
+            key,
+            entry,
+            MICRO_BATCH_KEYS,
+            '{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0}',
+        )
         fields: dict[str, Any] = {}
         if "shape" in entry:
             fields["shape"] = _string(where, f"{key}.shape", entry["shape"], KEY_SHAPES)
