@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leakscope.errors import ConfigError
-from leakscope.options import KEY_DTYPES, KEY_SHAPES, CheckOptions, MicroBatchKey
+from leakscope.errors import ConfigError, UsageError
+from leakscope.options import KEY_DTYPES, KEY_SHAPES, MODELS, CheckOptions, MicroBatchKey
 from leakscope.policy import FAIL_ON, AllowEntry, FailOn
+from leakscope.render import FORMATS
 from leakscope.results import Mode
 
 if sys.version_info >= (3, 11):
@@ -173,7 +174,6 @@ def _string(where: str, key: str, value: object, choices: Sequence[str] | None =
 
 
 def _target(where: str, key: str, value: object) -> str:
-    from leakscope.errors import UsageError
     from leakscope.harness.target import split_target
 
     text = _string(where, key, value)
@@ -320,8 +320,6 @@ def _targets(where: str, key: str, value: object) -> tuple[str, ...]:
 
 
 def _model(where: str, key: str, value: object) -> str:
-    from leakscope.models.names import MODELS
-
     return _string(where, key, value, MODELS)
 
 
@@ -342,7 +340,6 @@ def _jobs(where: str, key: str, value: object) -> int:
 
 
 def _format(where: str, key: str, value: object) -> str:
-    from leakscope.render import FORMATS
 
     return _string(where, key, value, FORMATS)
 

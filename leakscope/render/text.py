@@ -80,7 +80,7 @@ def _result_block(result: TargetResult, fail_on: FailOn, width: int | None = Non
         )
     elif shown == "warning":
         head.append(f"  {warning_count(result)} (fails --fail-on warning)")
-    blocks: list[Any] = [head]
+    blocks: list[object] = [head]
     if result.error:
         blocks.append(Text(fold(f"  error: {terminal(result.error)}", width)))
     if result.findings:
