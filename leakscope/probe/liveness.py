@@ -143,8 +143,9 @@ def collect_evidence(
         if t is not None:
             add(t, LEAF_GRAD if grad_fn(t) is None else "activations", "probe")
             # Only leaves have a .grad (reading it on a non-leaf warns).
-            if is_leaf(t) and grad(t) is not None:
-                add(grad(t), LEAF_GRAD, "probe.grad")
+            leaf_grad = grad(t) if is_leaf(t) else None
+            if leaf_grad is not None:
+                add(leaf_grad, LEAF_GRAD, "probe.grad")
     _, found = graph_tensors(graph_roots, stop=stop)
     # A learnable leaf the engine owned before the step (SAC's ``log_alpha``, a
     # temperature) keeps its ``.grad`` by design, as a Parameter does.

@@ -45,7 +45,11 @@ import types
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.autograd.graph import Node
 
 T = TypeVar("T")
 
@@ -55,6 +59,7 @@ _NAME = type.__dict__["__name__"].__get__
 _QUALNAME = type.__dict__["__qualname__"].__get__
 _MODULE = type.__dict__["__module__"].__get__
 _DICT_OFFSET = type.__dict__["__dictoffset__"].__get__
+
 _MISSING: Any = object()
 
 
@@ -505,12 +510,13 @@ def tensor_read(obj: object, read: Callable[[Any], T], *, op: bool = False) -> T
         return read(obj)
 
 
-def grad_fn(t: object) -> Any:
+def grad_fn(t: object) -> Node | None:
     """``t.grad_fn`` (None for a leaf, or when it cannot be read)."""
     try:
-        return tensor_read(t, _t().grad_fn)
+        found: Node | None = tensor_read(t, _t().grad_fn)
     except Exception:
         return None
+    return found
 
 
 def requires_grad(t: object) -> bool:
@@ -520,12 +526,13 @@ def requires_grad(t: object) -> bool:
         return False
 
 
-def grad(t: object) -> Any:
+def grad(t: object) -> Tensor | None:
     """``t.grad`` (read only on leaves, as torch warns otherwise), or None."""
     try:
-        return tensor_read(t, _t().grad)
+        found: Tensor | None = tensor_read(t, _t().grad)
     except Exception:
         return None
+    return found
 
 
 def is_leaf(t: object) -> bool:
@@ -566,7 +573,7 @@ def device(t: object) -> str:
         return "?"
 
 
-def storage(t: Any) -> tuple[str, int, int] | None:
+def storage(t: object) -> tuple[str, int, int] | None:
     """``(device, data pointer, bytes)`` of the whole storage behind ``t`` (views share it), or
     None when it has none to read (a wrapper subclass, a meta tensor)."""
     tensors = _t()
@@ -605,7 +612,7 @@ def tensor_hooks(t: object) -> list[tuple[str, dict[Any, Any]]]:
     return out
 
 
-def detached(t: object) -> Any:
+def detached(t: object) -> Tensor | None:
     """A detached plain copy of ``t``'s view (``t.detach()`` without the subclass's code), or None."""
     try:
         return tensor_read(t, _t().base.detach, op=True)
