@@ -6,20 +6,39 @@ The CLI and the pytest plugin gather options, call :func:`check` and render the
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import platform
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from leakscope import __version__
+from leakscope.adapters.registry import resolve_spec
+from leakscope.errors import UsageError
+from leakscope.fix.candidates import explain_carries, with_created_line_edits
+from leakscope.fix.engine import prove_target
+from leakscope.fix.report import fix_report, verdicts_of
+from leakscope.fix.script import DEFAULT_STEPS, prove_script
+from leakscope.harness.distributed import gather_report, process_group, session
+from leakscope.harness.experiment import Experiment, checking
+from leakscope.harness.gradients import tolerance
+from leakscope.harness.runtime import resolve_device
+from leakscope.harness.target import target_directory
+from leakscope.live.job import watch_job
+from leakscope.live.session import WatchOptions
 from leakscope.options import CheckOptions
-from leakscope.results import Report, TargetResult
+from leakscope.policy import allow_result
+from leakscope.results import GraphView, Mode, Report, TargetResult
+from leakscope.runner.inprocess import check_target
+from leakscope.snippets import read_snippets
 
 if TYPE_CHECKING:
     from leakscope.results import FixReport
 
 
 def check(
-    targets: Sequence[Any] | str | Any,
+    targets: Sequence[object] | str | object,
     options: CheckOptions | None = None,
     *,
     on_result: Callable[[TargetResult], None] | None = None,
@@ -46,11 +65,6 @@ def check(
         return _with_snippets(one_row_per_error(report), targets)
     import torch
 
-    from leakscope.harness.distributed import gather_report, session
-    from leakscope.harness.runtime import resolve_device
-    from leakscope.policy import allow_result
-    from leakscope.runner.inprocess import check_target
-
     options = resolve_device(options)
     results: list[TargetResult] = []
     # Under torchrun each rank checks its own step; the report merges the ranks.
@@ -76,7 +90,6 @@ def one_row_per_error(report: Report) -> Report:
     """``report`` with one error result per target and error: a target that cannot be imported
     (or whose process died) fails the same way in every mode, and is one row, counted once, under
     the first mode it was asked in. Errors that differ by mode keep a row each."""
-    import dataclasses
 
     seen: set[tuple[object, ...]] = set()
     kept = []
@@ -92,13 +105,9 @@ def one_row_per_error(report: Report) -> Report:
     return dataclasses.replace(report, results=tuple(kept))
 
 
-def _with_snippets(report: Report, targets: Sequence[Any]) -> Report:
+def _with_snippets(report: Report, targets: Sequence[object]) -> Report:
     """The report with its source lines, read from the project and the targets' directories only
     (NOTE [Snippets read only the checked project]): renderers never read a file."""
-    from pathlib import Path
-
-    from leakscope.harness.target import target_directory
-    from leakscope.snippets import read_snippets
 
     roots = [Path.cwd(), *filter(None, (target_directory(t) for t in targets))]
     return read_snippets(report, roots)
@@ -115,12 +124,6 @@ def explain(
     keeps: a :class:`~leakscope.results.GraphView` (``leakscope explain``; renderers in
     ``leakscope.render.tree`` and ``leakscope.render.dot``). An unknown ``path`` is a
     :class:`~leakscope.errors.UsageError` naming the holders there are."""
-    from leakscope.adapters.registry import resolve_spec
-    from leakscope.errors import UsageError
-    from leakscope.harness.distributed import process_group
-    from leakscope.harness.experiment import Experiment, checking
-    from leakscope.harness.runtime import resolve_device
-    from leakscope.results import GraphView, Mode
 
     mode = mode or Mode.TRAIN
     options = resolve_device(options or CheckOptions())
@@ -137,7 +140,7 @@ def explain(
 
 
 def fix(
-    targets: Sequence[Any] | str | Any,
+    targets: Sequence[object] | str | object,
     options: CheckOptions | None = None,
     *,
     apply: bool = False,
@@ -155,11 +158,6 @@ def fix(
     Only files under the current directory (the project being checked) are edited, unless
     ``allow_outside``.
     """
-    import os
-
-    from leakscope.fix.engine import prove_target
-    from leakscope.fix.report import fix_report, verdicts_of
-    from leakscope.harness.gradients import tolerance
 
     options = options or CheckOptions()
     report = check(targets, options, on_result=on_result)
@@ -188,14 +186,6 @@ def fix_script(
     ones. ``methods``: the steps to watch; none: as ``leakscope watch`` with no ``--method`` (the built-in
     adapters' steps, else the steps found from autograd, NOTE [Steps from autograd]).
     """
-    import os
-
-    from leakscope.fix.candidates import explain_carries, with_created_line_edits
-    from leakscope.fix.report import fix_report, verdicts_of
-    from leakscope.fix.script import DEFAULT_STEPS, prove_script
-    from leakscope.harness.gradients import tolerance
-    from leakscope.live.job import watch_job
-    from leakscope.live.session import WatchOptions
 
     chosen = tuple(methods)
     report = watch_job(script, list(argv), WatchOptions(methods=chosen), timeout=timeout).report

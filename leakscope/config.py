@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from leakscope.errors import ConfigError
-from leakscope.options import KEY_DTYPES, KEY_SHAPES, CheckOptions, MicroBatchKey
-from leakscope.policy import FAIL_ON, AllowEntry
+from leakscope.errors import ConfigError, UsageError
+from leakscope.options import KEY_DTYPES, KEY_SHAPES, MODELS, CheckOptions, MicroBatchKey
+from leakscope.policy import FAIL_ON, AllowEntry, FailOn
+from leakscope.render import FORMATS
 from leakscope.results import Mode
 
 if sys.version_info >= (3, 11):
@@ -62,7 +63,7 @@ class Settings:
     factory: str | None = None
     micro_batches: int | None = None
     confirm: bool | None = None
-    fail_on: str | None = None
+    fail_on: FailOn | None = None
     allowlist: tuple[AllowEntry, ...] = ()
     #: ``[tool.leakscope.micro-batch]``: how to synthesise keys the engine reads
     micro_batch: tuple[MicroBatchKey, ...] = ()
@@ -90,9 +91,9 @@ class Settings:
         return Settings(**merged)
 
     @property
-    def effective_fail_on(self) -> str:
+    def effective_fail_on(self) -> FailOn:
         """``fail_on`` or its default, ``leak``."""
-        return self.fail_on or "leak"
+        return self.fail_on or FailOn.LEAK
 
     def check_options(self, base: CheckOptions | None = None) -> CheckOptions:
         """The :class:`CheckOptions` these settings describe (unset values keep ``base``'s)."""
@@ -143,7 +144,7 @@ _REPR.maxother = 80
 _REPR.maxlist = _REPR.maxdict = _REPR.maxtuple = 4
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     """``value`` as an error shows it: bounded in depth and length."""
     return _REPR.repr(value)
 
@@ -164,7 +165,7 @@ MAX_MICRO_BATCHES = 1024
 MAX_JOBS = 256
 
 
-def _string(where: str, key: str, value: Any, choices: Sequence[str] | None = None) -> str:
+def _string(where: str, key: str, value: object, choices: Sequence[str] | None = None) -> str:
     if not isinstance(value, str) or not value:
         raise _fail(where, key, f"expected a non-empty string, got {_shown(value)}")
     if choices is not None and value not in choices:
@@ -172,8 +173,7 @@ def _string(where: str, key: str, value: Any, choices: Sequence[str] | None = No
     return value
 
 
-def _target(where: str, key: str, value: Any) -> str:
-    from leakscope.errors import UsageError
+def _target(where: str, key: str, value: object) -> str:
     from leakscope.harness.target import split_target
 
     text = _string(where, key, value)
@@ -184,19 +184,21 @@ def _target(where: str, key: str, value: Any) -> str:
     return text
 
 
-def _allow_entry(where: str, index: int, value: Any) -> AllowEntry:
-    key = f"allowlist[{index}]"
+def _entry(
+    where: str, key: str, value: object, keys: Sequence[str], like: str
+) -> Mapping[str, Any]:
+    """One entry of a table: a table (``like`` shows one) whose keys are all among ``keys``."""
     if not isinstance(value, Mapping):
-        raise _fail(
-            where,
-            key,
-            f'expected a table like {{path = "output.x", reason = "why"}}, got {_shown(value)}',
-        )
-    unknown = sorted(set(value) - set(ALLOW_KEYS))
+        raise _fail(where, key, f"expected a table like {like}, got {_shown(value)}")
+    unknown = sorted(set(value) - set(keys))
     if unknown:
-        raise _fail(
-            where, f"{key}.{unknown[0]}", f"unknown key; an entry takes {', '.join(ALLOW_KEYS)}"
-        )
+        raise _fail(where, f"{key}.{unknown[0]}", f"unknown key; an entry takes {', '.join(keys)}")
+    return value
+
+
+def _allow_entry(where: str, index: int, value: object) -> AllowEntry:
+    key = f"allowlist[{index}]"
+    value = _entry(where, key, value, ALLOW_KEYS, '{path = "output.x", reason = "why"}')
     if "path" not in value:
         raise _fail(where, f"{key}.path", "missing; name the finding path to allow, as reported")
     if "reason" not in value or not isinstance(value["reason"], str) or not value["reason"].strip():
@@ -215,7 +217,7 @@ def _allow_entry(where: str, index: int, value: Any) -> AllowEntry:
     )
 
 
-def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
+def _micro_batch(where: str, value: object) -> tuple[MicroBatchKey, ...]:
     """``{advantages = {shape = "batch,seq", dtype = "float32", low = -1.0, high = 1.0}, ...}``."""
     if not isinstance(value, Mapping):
         raise _fail(
@@ -229,19 +231,13 @@ def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
         if isinstance(entry, MicroBatchKey):
             entry = dataclasses.asdict(entry)
             entry.pop("name")
-        if not isinstance(entry, Mapping):
-            raise _fail(
-                where,
-                key,
-                f'expected a table like {{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0}}, got {_shown(entry)}',
-            )
-        unknown = sorted(set(entry) - set(MICRO_BATCH_KEYS))
-        if unknown:
-            raise _fail(
-                where,
-                f"{key}.{unknown[0]}",
-                f"unknown key; an entry takes {', '.join(MICRO_BATCH_KEYS)}",
-            )
+        entry = _entry(
+            where,
+            key,
+            entry,
+            MICRO_BATCH_KEYS,
+            '{shape = "batch,seq", dtype = "float32", low = 0.0, high = 1.0}',
+        )
         fields: dict[str, Any] = {}
         if "shape" in entry:
             fields["shape"] = _string(where, f"{key}.shape", entry["shape"], KEY_SHAPES)
@@ -271,7 +267,7 @@ def _micro_batch(where: str, value: Any) -> tuple[MicroBatchKey, ...]:
     return tuple(out)
 
 
-def _timeout(where: str, key: str, value: Any) -> float:
+def _timeout(where: str, key: str, value: object) -> float:
     """Seconds: a number of 0 or more (0: no limit)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise _fail(where, key, f"expected seconds (a number, 0 for no limit), got {value!r}")
@@ -280,7 +276,7 @@ def _timeout(where: str, key: str, value: Any) -> float:
     return float(value)
 
 
-def _scalar(where: str, key: str, value: Any) -> str:
+def _scalar(where: str, key: str, value: object) -> str:
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, (int, float, str)):
@@ -288,7 +284,7 @@ def _scalar(where: str, key: str, value: Any) -> str:
     raise _fail(where, key, f"expected true/false, a number or a string, got {_shown(value)}")
 
 
-def _settings(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
+def _settings(where: str, value: object) -> tuple[tuple[str, ...], ...]:
     """``set``: a table ``{key = value, "pkg.mod:Engine" = {key = value}}`` or ``["key=value", ...]`` (--set)."""
     out: list[tuple[str, ...]] = []
     if isinstance(value, (list, tuple)):
@@ -313,7 +309,7 @@ def _settings(where: str, value: Any) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
-def _targets(where: str, key: str, value: Any) -> tuple[str, ...]:
+def _targets(where: str, key: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not value:
@@ -323,13 +319,11 @@ def _targets(where: str, key: str, value: Any) -> tuple[str, ...]:
     return tuple(_target(where, f"targets[{i}]", v) for i, v in enumerate(value))
 
 
-def _model(where: str, key: str, value: Any) -> str:
-    from leakscope.models.names import MODELS
-
+def _model(where: str, key: str, value: object) -> str:
     return _string(where, key, value, MODELS)
 
 
-def _micro_batches(where: str, key: str, value: Any) -> int:
+def _micro_batches(where: str, key: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_MICRO_BATCHES:
         raise _fail(
             where,
@@ -339,25 +333,24 @@ def _micro_batches(where: str, key: str, value: Any) -> int:
     return value
 
 
-def _jobs(where: str, key: str, value: Any) -> int:
+def _jobs(where: str, key: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_JOBS:
         raise _fail(where, key, f"expected an integer from 1 to {MAX_JOBS}, got {_shown(value)}")
     return value
 
 
-def _format(where: str, key: str, value: Any) -> str:
-    from leakscope.render import FORMATS
+def _format(where: str, key: str, value: object) -> str:
 
     return _string(where, key, value, FORMATS)
 
 
-def _boolean(where: str, key: str, value: Any) -> bool:
+def _boolean(where: str, key: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise _fail(where, key, f"expected true or false, got {_shown(value)}")
     return value
 
 
-def _allowlist(where: str, key: str, value: Any) -> tuple[AllowEntry, ...]:
+def _allowlist(where: str, key: str, value: object) -> tuple[AllowEntry, ...]:
     if isinstance(value, (Mapping, AllowEntry)):
         value = [value]
     if not isinstance(value, (list, tuple)):
@@ -370,14 +363,14 @@ def _allowlist(where: str, key: str, value: Any) -> tuple[AllowEntry, ...]:
 #: NOTE [One rule per key]: each key of the table, the ``Settings`` field it fills and the one
 #: function that validates it (``(where, key, value) -> field value``, raising a one-line
 #: :class:`ConfigError` that names the key). A new key is one row here and one field of ``Settings``.
-RULES: dict[str, tuple[str, Callable[[str, str, Any], Any]]] = {
+RULES: dict[str, tuple[str, Callable[[str, str, object], object]]] = {
     "targets": ("targets", _targets),
     "mode": ("mode", lambda where, key, value: _string(where, key, value, MODES)),
     "model": ("model", _model),
     "factory": ("factory", _target),
     "micro-batches": ("micro_batches", _micro_batches),
     "confirm": ("confirm", _boolean),
-    "fail-on": ("fail_on", lambda where, key, value: _string(where, key, value, FAIL_ON)),
+    "fail-on": ("fail_on", lambda where, key, value: FailOn(_string(where, key, value, FAIL_ON))),
     "allowlist": ("allowlist", _allowlist),
     "micro-batch": ("micro_batch", lambda where, key, value: _micro_batch(where, value)),
     "set": ("set", lambda where, key, value: _settings(where, value)),
@@ -387,7 +380,7 @@ RULES: dict[str, tuple[str, Callable[[str, str, Any], Any]]] = {
 }
 
 
-def parse(table: Mapping[str, Any], where: str) -> Settings:
+def parse(table: Mapping[str, object], where: str) -> Settings:
     """Validate one settings table (dashed or underscored keys) read from ``where``."""
     values: dict[str, Any] = {}
     for raw_key, value in table.items():

@@ -3,14 +3,26 @@
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Any
 
 from leakscope.errors import UsageError
 from leakscope.policy import AllowEntry
 from leakscope.results import Mode
 
-#: the tiny models (``hf-lora`` lives in :mod:`leakscope.models.hf` and needs the ``hf`` extra)
-MODELS = ("peft-checkpoint", "reentrant-checkpoint", "full-finetune", "hf-lora")
+
+class ModelKind(str, enum.Enum):
+    """``--model``: the model leakscope hands the engine (``hf-lora`` lives in
+    :mod:`leakscope.models.hf` and needs the ``hf`` extra)."""
+
+    PEFT_CHECKPOINT = "peft-checkpoint"
+    REENTRANT_CHECKPOINT = "reentrant-checkpoint"
+    FULL_FINETUNE = "full-finetune"
+    HF_LORA = "hf-lora"
+
+
+#: the values of :class:`ModelKind`, as the CLI and the configuration spell them
+MODELS = tuple(m.value for m in ModelKind)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,8 +65,8 @@ class CheckOptions:
     """How to check a target. Every field has the CLI's default."""
 
     modes: tuple[Mode, ...] = (Mode.TRAIN, Mode.FORWARD_ONLY)
-    #: which tiny model to hand the engine (one of :data:`MODELS`)
-    model: str = "peft-checkpoint"
+    #: which tiny model to hand the engine (a caller's plain string becomes its member)
+    model: ModelKind = ModelKind.PEFT_CHECKPOINT
     size: ModelSize = ModelSize()
     #: micro-batches per growth run (1 disables the growth measurement)
     micro_batches: int = 3
@@ -91,6 +103,7 @@ class CheckOptions:
         """Options that cannot work together are a usage error here, for the CLI and the library alike."""
         if self.model not in MODELS:
             raise UsageError(f"--model {self.model!r} is not one of: {', '.join(MODELS)}")
+        object.__setattr__(self, "model", ModelKind(self.model))
         if self.micro_batches < 1:
             raise UsageError(f"--micro-batches {self.micro_batches} must be 1 or more")
         if self.timeout is not None and not (self.timeout > 0):  # NaN included

@@ -8,13 +8,22 @@ reason, so a deliberate case is visible in every format instead of hidden.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Sequence
 
 from leakscope.errors import ExitCode
 from leakscope.results import Finding, Report, Severity, TargetResult, Verdict
 
-#: values of ``--fail-on`` / ``fail-on``: the least severe finding that fails the gate
-FAIL_ON = ("leak", "warning")
+
+class FailOn(str, enum.Enum):
+    """``--fail-on`` / ``fail-on``: the least severe finding that fails the gate."""
+
+    LEAK = "leak"
+    WARNING = "warning"
+
+
+#: the values of :class:`FailOn`, as the configuration and the CLI spell them
+FAIL_ON = tuple(f.value for f in FailOn)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,16 +81,16 @@ def has_warning(result: TargetResult) -> bool:
     return bool(result.warnings) or any(f.severity is Severity.WARNING for f in result.findings)
 
 
-def fails(result: TargetResult, fail_on: str = "leak") -> bool:
+def fails(result: TargetResult, fail_on: FailOn = FailOn.LEAK) -> bool:
     """Whether ``result`` fails a gate run with ``fail_on`` (errors always fail)."""
     if result.verdict in (Verdict.LEAK, Verdict.ERROR):
         return True
-    return fail_on == "warning" and has_warning(result)
+    return fail_on == FailOn.WARNING and has_warning(result)
 
 
-def exit_code(report: Report, fail_on: str = "leak") -> int:
-    """0 pass, 1 a leak (or a warning under ``fail_on="warning"``), 3 a target errored."""
-    if fail_on not in FAIL_ON:
+def exit_code(report: Report, fail_on: FailOn = FailOn.LEAK) -> int:
+    """0 pass, 1 a leak (or a warning under ``FailOn.WARNING``), 3 a target errored."""
+    if fail_on not in FAIL_ON:  # a library caller's string: the enum's own values only
         raise ValueError(f"fail_on must be one of {FAIL_ON}, not {fail_on!r}")
     if any(r.verdict is Verdict.ERROR for r in report.results):
         return int(ExitCode.ERROR)
@@ -90,4 +99,4 @@ def exit_code(report: Report, fail_on: str = "leak") -> int:
     return int(ExitCode.CLEAN)
 
 
-__all__ = ["FAIL_ON", "AllowEntry", "allow_result", "exit_code", "fails", "has_warning"]
+__all__ = ["FAIL_ON", "AllowEntry", "FailOn", "allow_result", "exit_code", "fails", "has_warning"]

@@ -63,7 +63,7 @@ class SchemaError(ValueError):
         self.problem = problem
 
 
-def to_data(obj: Any) -> Any:
+def to_data(obj: object) -> Any:
     """A dataclass tree as JSON-compatible data (enums by value, tuples as lists)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -91,7 +91,9 @@ def any_field_class(owner: type, name: str) -> type | None:
     return cls
 
 
-def from_data(cls: type[T], data: Any, *, ints: tuple[int, int] = INT_RANGE, where: str = "") -> T:
+def from_data(
+    cls: type[T], data: object, *, ints: tuple[int, int] = INT_RANGE, where: str = ""
+) -> T:
     """Rebuild an instance of dataclass ``cls`` from :func:`to_data` output, checking every value.
 
     Unknown keys are ignored and missing optional ones take the field default, so a
@@ -104,13 +106,13 @@ def from_data(cls: type[T], data: Any, *, ints: tuple[int, int] = INT_RANGE, whe
 
 
 def value_from_data(
-    tp: Any, data: Any, *, ints: tuple[int, int] = INT_RANGE, where: str = ""
+    tp: object, data: object, *, ints: tuple[int, int] = INT_RANGE, where: str = ""
 ) -> Any:
     """One value checked against the type hint ``tp`` by :func:`from_data`'s rules."""
     return _Decoder(ints).build(tp, data, where)
 
 
-def _kind(data: Any) -> str:
+def _kind(data: object) -> str:
     """What a JSON value is, for a message (``null``, ``a string``, ``1e+400``)."""
     if data is None:
         return "null"
@@ -128,7 +130,7 @@ def _kind(data: Any) -> str:
     return type(data).__name__
 
 
-def _name(tp: Any) -> str:
+def _name(tp: object) -> str:
     return getattr(tp, "__name__", None) or str(tp)
 
 
@@ -136,7 +138,7 @@ class _Decoder:
     def __init__(self, ints: tuple[int, int]) -> None:
         self.lo, self.hi = ints
 
-    def build(self, tp: Any, data: Any, where: str) -> Any:
+    def build(self, tp: object, data: object, where: str) -> Any:
         if tp is Any:
             return self.plain(data, where, 0)
         origin = typing.get_origin(tp)
@@ -190,7 +192,7 @@ class _Decoder:
             tp, "a list" if typing.get_origin(tp) in (tuple, list) else _name(tp)
         )
 
-    def integer(self, data: Any, where: str) -> int:
+    def integer(self, data: object, where: str) -> int:
         if isinstance(data, bool) or not isinstance(data, int):
             raise SchemaError(where, f"is {_kind(data)}, not an integer")
         if not self.lo <= data <= self.hi:
@@ -199,7 +201,7 @@ class _Decoder:
             )
         return data
 
-    def union(self, args: tuple[Any, ...], data: Any, where: str) -> Any:
+    def union(self, args: tuple[object, ...], data: object, where: str) -> Any:
         options = [a for a in args if a is not type(None)]
         if data is None:
             if len(options) < len(args):
@@ -220,7 +222,7 @@ class _Decoder:
         assert error is not None
         raise error
 
-    def sequence(self, tp: Any, origin: Any, data: Any, where: str) -> Any:
+    def sequence(self, tp: object, origin: Any, data: Any, where: str) -> Any:
         if not isinstance(data, (list, tuple)):
             raise SchemaError(where, f"is {_kind(data)}, not a list")
         args = typing.get_args(tp)
@@ -234,7 +236,7 @@ class _Decoder:
         values = [self.build(item, v, f"{where}[{i}]") for i, v in enumerate(data)]
         return origin(values) if origin is not list else values
 
-    def mapping(self, tp: Any, data: Any, where: str) -> dict[str, Any]:
+    def mapping(self, tp: object, data: object, where: str) -> dict[str, Any]:
         if not isinstance(data, Mapping):
             raise SchemaError(where, f"is {_kind(data)}, not an object")
         args = typing.get_args(tp)
@@ -246,7 +248,7 @@ class _Decoder:
             out[key] = self.build(value_tp, value, f"{where}[{key!r}]")
         return out
 
-    def dataclass(self, tp: type, data: Any, where: str) -> Any:
+    def dataclass(self, tp: type, data: object, where: str) -> Any:
         if not isinstance(data, Mapping):
             raise SchemaError(where, f"is {_kind(data)}, not an object")
         hints = _hints(tp)
@@ -271,7 +273,7 @@ class _Decoder:
         except (TypeError, ValueError) as exc:
             raise SchemaError(where, f"is not a valid {tp.__name__} ({exc})") from None
 
-    def plain(self, data: Any, where: str, depth: int) -> Any:
+    def plain(self, data: object, where: str, depth: int) -> Any:
         """A value of a field typed ``Any``: plain JSON, finite, bounded in depth."""
         if depth > MAX_PLAIN_DEPTH:
             raise SchemaError(where, f"nests deeper than {MAX_PLAIN_DEPTH} levels")
@@ -295,11 +297,11 @@ class _Decoder:
         raise SchemaError(where, f"is {_kind(data)}, not plain JSON")
 
 
-def result_from_data(data: Any) -> TargetResult:
+def result_from_data(data: object) -> TargetResult:
     """One :class:`TargetResult` from :func:`to_data` output."""
     return from_data(TargetResult, data)
 
 
-def options_from_data(data: Any) -> CheckOptions:
+def options_from_data(data: object) -> CheckOptions:
     """:class:`CheckOptions` from :func:`to_data` output."""
     return from_data(CheckOptions, data)

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import tomllib
 from typer.testing import CliRunner
 
 from leakscope.cli import app
@@ -121,3 +122,39 @@ def test_architecture_names_only_what_exists() -> None:
     assert missing == [], f"docs/architecture.md names what does not exist: {missing}"
     for module in re.findall(r"(\w+)/: ", doc):  # the stage folders of the drawing
         assert (DOCS.parent / "leakscope" / module).is_dir(), module
+
+
+def _drawn_layers(doc: str) -> list[set[str]]:
+    """The drawing's rows, top to bottom, as the modules on each: a row is ``stage │ modules │ what``,
+    a row with no stage continues the one above, ``·`` separates a row's modules, ``x/`` is the
+    package ``leakscope.x`` and ``x.py`` the module."""
+    start = doc.index("```text\n stage")
+    block = doc[start : doc.index("```\n", start + 1)].splitlines()[3:]  # fence, header, rule
+    layers: list[set[str]] = []
+    for line in block:
+        stage, modules, _what = (cell.strip() for cell in line.split("│"))
+        if stage:
+            layers.append(set())
+        for token in filter(None, (t.strip() for t in modules.split("·"))):
+            assert re.fullmatch(r"\w+(/|\.py)", token), f"not a module of the drawing: {token!r}"
+            layers[-1].add("leakscope." + token.removesuffix("/").removesuffix(".py"))
+    return layers
+
+
+def test_architecture_drawing_is_the_layers_contract() -> None:
+    """The drawing's rows are the import-linter ``layers`` contract, row for row, and every module
+    and package of ``leakscope/`` stands on exactly one row: the picture is what lint-imports checks."""
+    doc = (DOCS / "architecture.md").read_text(encoding="utf-8")
+    drawn = _drawn_layers(doc)
+    project = tomllib.loads((DOCS.parent / "pyproject.toml").read_text(encoding="utf-8"))
+    (contract,) = [c for c in project["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    assert drawn == [{m.strip() for m in row.split("|")} for row in contract["layers"]]
+    package = DOCS.parent / "leakscope"
+    top = {
+        f"leakscope.{p.stem}"
+        for p in package.iterdir()
+        if (p.suffix == ".py" and p.stem not in ("__init__", "__main__"))
+        or (p.is_dir() and (p / "__init__.py").is_file())
+    }
+    placed = [m for row in drawn for m in row]
+    assert sorted(placed) == sorted(top)

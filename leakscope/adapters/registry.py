@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from leakscope.errors import TargetError, UsageError
 from leakscope.harness.target import ResolvedTarget
+from leakscope.options import ModelKind
 
 if TYPE_CHECKING:
     from leakscope.harness.protocol import EngineSpec
@@ -153,7 +154,7 @@ def spec_for(
         return adapter.build_engine(resolved, model)
 
     model_kind = getattr(adapter, "model_kind", None)
-    if model_kind == "hf-lora":
+    if model_kind == ModelKind.HF_LORA:
         from leakscope.models.names import HF_EXTRA_HINT, missing_hf
 
         missing = missing_hf()

@@ -5,20 +5,24 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn, TextIO
 
 import typer
 
-from leakscope import __version__
+from leakscope import __version__, policy
+from leakscope import config as project_config
 from leakscope.atomic import problem, write, write_atomic
-from leakscope.errors import ExitCode, LeakscopeError
+from leakscope.errors import ConfigError, ExitCode, LeakscopeError, UsageError
+from leakscope.options import CheckOptions, ModelKind
+from leakscope.policy import exit_code
+from leakscope.render import render
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
     from leakscope.config import Settings
-    from leakscope.options import CheckOptions
     from leakscope.results import Report
 
 DEFAULT_TARGET = "leakscope.models.engines:FSDPEngine"
@@ -37,11 +41,6 @@ class FormatChoice(str, enum.Enum):
     sarif = "sarif"
     github = "github"
     html = "html"
-
-
-class FailOnChoice(str, enum.Enum):
-    leak = "leak"
-    warning = "warning"
 
 
 class DeviceChoice(str, enum.Enum):
@@ -158,7 +157,7 @@ Confirm = Annotated[
     ),
 ]
 FailOn = Annotated[
-    FailOnChoice | None,
+    policy.FailOn | None,
     typer.Option(
         "--fail-on",
         help="Exit 1 on a leak (default), or also on a warning such as until-gc.",
@@ -291,7 +290,6 @@ def use_color(choice: ColorChoice, stream: TextIO | None = None) -> bool:
 def terminal_width(stream: TextIO | None = None) -> int | None:
     """The terminal's columns when ``stream`` (stdout) is one, else None: a log, a pipe or a file is
     never wrapped, so a path is copied from there whole. ``COLUMNS`` wins, as everywhere."""
-    import shutil
 
     if not (stream or sys.stdout).isatty():
         return None
@@ -303,13 +301,12 @@ def report_text(
     fmt: FormatChoice,
     output: Path | None,
     *,
-    fail_on: str = "leak",
+    fail_on: policy.FailOn = policy.FailOn.LEAK,
     debug: bool = False,
     color: ColorChoice = ColorChoice.auto,
 ) -> str:
     """The report in ``fmt``: text coloured (:func:`use_color`) and wrapped to the terminal's width only
     when it goes to a terminal (:func:`terminal_width`), never wrapped in a log, a pipe or a file."""
-    from leakscope.render import render
 
     if fmt is FormatChoice.text:
         on_terminal = output is None and sys.stdout.isatty()
@@ -324,10 +321,9 @@ def report_text(
     return render(report, fmt.value, debug=debug, fail_on=fail_on)
 
 
-def summarize(report: Report, fail_on: str, output: Path | None) -> None:
+def summarize(report: Report, fail_on: policy.FailOn, output: Path | None) -> None:
     """When the report went to ``-o FILE`` or nowhere (``-q``): each error and the summary line on
     stderr, so no run ends in silence (``leakscope: 0 leak, 0 clean, 1 error (exit 3); report in FILE``)."""
-    from leakscope.policy import exit_code
     from leakscope.render.summary import report_line
 
     for result in report.results:
@@ -398,7 +394,7 @@ class Run:
     #: the library's options
     options: CheckOptions
     #: what fails the run (``leak`` or ``warning``)
-    fail_on: str
+    fail_on: policy.FailOn
     fmt: FormatChoice
     output: Path | None
     quiet: bool
@@ -420,11 +416,8 @@ def resolve(
     (exit 2), and ``-o FILE`` is checked before anything runs. ``fixed``: settings the command
     sets itself (``estimate``'s growth run), over both; ``targets``: the command's own TARGET
     arguments when it does not call them ``targets``."""
-    from leakscope import config as project_config
-    from leakscope.errors import ConfigError, UsageError
     from leakscope.harness.distributed import launcher_env
     from leakscope.harness.target import split_target
-    from leakscope.options import CheckOptions
 
     params = ctx.params
     fmt = FormatChoice(_plain(params.get("fmt", "text")))
@@ -478,7 +471,7 @@ def resolve(
             every_setting=every_setting,
         )
         options = settings.check_options(base)
-        if options.model == "hf-lora":
+        if options.model is ModelKind.HF_LORA:
             _require_hf()
     except LeakscopeError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
@@ -501,7 +494,6 @@ def _plain(value: object) -> str:
 
 def _require_hf() -> None:
     """``--model hf-lora`` without transformers/peft is a usage error (checked without importing them)."""
-    from leakscope.errors import UsageError
     from leakscope.models.names import HF_EXTRA_HINT, missing_hf
 
     missing = missing_hf()
@@ -524,7 +516,6 @@ __all__ = [
     "DeviceChoice",
     "Factory",
     "FailOn",
-    "FailOnChoice",
     "Format",
     "FormatChoice",
     "Jobs",

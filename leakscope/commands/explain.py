@@ -26,6 +26,7 @@ from leakscope.commands.common import (
 )
 from leakscope.errors import LeakscopeError
 from leakscope.render.escape import terminal
+from leakscope.results import Mode
 
 
 class ExplainMode(str, enum.Enum):
@@ -80,7 +81,6 @@ def explain(
     from leakscope.api import explain as run_explain
     from leakscope.render.dot import render as render_dot
     from leakscope.render.tree import render as render_tree
-    from leakscope.results import Mode
 
     # [tool.leakscope] fills what the command line did not give; a project's "both" is a check
     # setting, and explain keeps its own --mode (its help offers only the modes it takes)

@@ -10,7 +10,6 @@ import typer
 from leakscope.commands.common import (
     Color,
     ColorChoice,
-    FailOnChoice,
     Format,
     FormatChoice,
     Output,
@@ -21,6 +20,7 @@ from leakscope.commands.common import (
     report_text,
 )
 from leakscope.errors import UsageError
+from leakscope.policy import FailOn
 
 
 def render_report(
@@ -34,9 +34,9 @@ def render_report(
     fmt: Format = FormatChoice.text,
     output: Output = None,
     fail_on: Annotated[
-        FailOnChoice,
+        FailOn,
         typer.Option("--fail-on", help="As check's --fail-on: what the summary counts as failing."),
-    ] = FailOnChoice.leak,
+    ] = FailOn.LEAK,
     color: Color = ColorChoice.auto,
     version: Version = False,
 ) -> None:
@@ -60,7 +60,7 @@ def render_report(
         report = load(text, str(report_file))
     except UsageError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
-    emit(report_text(report, fmt, output, fail_on=fail_on.value, color=color), output)
+    emit(report_text(report, fmt, output, fail_on=fail_on, color=color), output)
 
 
 __all__ = ["render_report"]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import enum
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from leakscope.atomic import write
 from leakscope.commands.common import (
     Color,
     ColorChoice,
@@ -26,6 +28,7 @@ from leakscope.commands.common import (
     summarize,
 )
 from leakscope.errors import LeakscopeError, UsageError
+from leakscope.policy import FailOn, exit_code
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
@@ -206,9 +209,7 @@ def _emit_test(
     """Write the regression test for the report's leaking classes, and for a graph the job itself
     holds, a watch of the job (NOTE [From a real job to a gate]); say on stderr what it checks, or
     that there was nothing to write."""
-    import os
 
-    from leakscope.atomic import write
     from leakscope.render import regression
 
     found = regression.leaking_classes(report, script)
@@ -261,7 +262,6 @@ def _output(
     color: ColorChoice = ColorChoice.auto,
 ) -> int:
     """Print a watch's errors on stderr and its report; the exit code."""
-    from leakscope.policy import exit_code
 
     report = done.report
     if not done.reporting:
@@ -273,7 +273,7 @@ def _output(
     if output is not None or quiet:
         if output is not None:
             emit(report_text(report, fmt, output, debug=debug, color=color), output)
-        summarize(report, "leak", output)  # each error, and the summary line
+        summarize(report, FailOn.LEAK, output)  # each error, and the summary line
     else:
         for result in report.results:
             if result.verdict.value == "error" and result.error:

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from leakscope.errors import UsageError
 from leakscope.options import ModelSize
 from leakscope.phase import report
+from leakscope.results import Cause
 
 if TYPE_CHECKING:
     from leakscope.harness.experiment import Experiment
@@ -74,7 +75,7 @@ SAMPLES = (
 #: the fitted terms: name, and how to evaluate it from (T, H, V, L)
 #: the cause whose bytes are graph nodes, not tensors: their count grows with layers, never with
 #: tokens, hidden size or dtype
-NODES = "nodes-only"
+NODES = Cause.NODES_ONLY.value
 #: NOTE [Nodes at scale]: a graph node costs the same bytes at any width (NOTE [What a node costs]),
 #: and a model has about the same nodes per layer at any size, so nodes are fitted per layer and
 #: taken to the user's number of layers, never multiplied by tokens or hidden size.

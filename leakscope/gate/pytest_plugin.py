@@ -29,6 +29,9 @@ import pytest
 
 from leakscope import config as project_config
 from leakscope.errors import LeakscopeError
+from leakscope.policy import exit_code
+from leakscope.render import render
+from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
     from leakscope.results import Report
@@ -53,19 +56,19 @@ _SESSION = pytest.StashKey[_Session]()
 
 
 def _settings(
-    options: Mapping[str, Any], where: str, project: project_config.Settings | None
+    options: Mapping[str, object], where: str, project: project_config.Settings | None
 ) -> project_config.Settings:
     given = project_config.parse(options, where)
     return (project or project_config.Settings()).override(given)
 
 
 def assert_no_graph_retention(
-    target: Any,
+    target: object,
     /,
     *,
     item: pytest.Item | None = None,
     project: project_config.Settings | None = None,
-    **options: Any,
+    **options: object,
 ) -> Report:
     """Check ``target`` (a ``pkg.mod:Name`` string or the object) and fail the test on a leak.
 
@@ -76,9 +79,6 @@ def assert_no_graph_retention(
     """
     __tracebackhide__ = True
     from leakscope.api import check
-    from leakscope.policy import exit_code
-    from leakscope.render import render
-    from leakscope.render.escape import terminal
     from leakscope.render.summary import report_line, result_detail
 
     try:
@@ -103,7 +103,7 @@ def assert_no_graph_retention(
     return report
 
 
-def _name(target: Any) -> str:
+def _name(target: object) -> str:
     if isinstance(target, str):
         return target
     if isinstance(target, (list, tuple)):
@@ -118,7 +118,7 @@ class LeakscopeFixture:
         self._item = item
         self._session = session
 
-    def check(self, target: Any, **options: Any) -> Report:
+    def check(self, target: object, **options: object) -> Report:
         """:func:`assert_no_graph_retention` for this test, with the project's settings as defaults."""
         __tracebackhide__ = True
         try:

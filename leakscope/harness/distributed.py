@@ -20,9 +20,14 @@ import contextlib
 import dataclasses
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from leakscope.results import Report, TargetResult
+from leakscope.harness.trial import build_subject, make_micro_batch, step_once
+from leakscope.results import Mode, Report, TargetResult
+
+if TYPE_CHECKING:
+    from leakscope.harness.protocol import EngineSpec
+    from leakscope.options import CheckOptions
 
 #: how long a rank waits in a collective for its peers
 GROUP_TIMEOUT_S = 300
@@ -131,21 +136,23 @@ def process_group(device: str | None = "cpu") -> Iterator[bool]:
 class Lockstep:
     """Pairs every rank's steps of one target and mode; see NOTE [Ranks in lockstep]."""
 
-    def __init__(self, spec: Any) -> None:
+    def __init__(self, spec: EngineSpec) -> None:
         self.spec = spec
 
-    def wrapped(self) -> Any:
+    def wrapped(self) -> EngineSpec:
         """The spec whose ``call_step`` first votes that this rank has a real step to run."""
         inner = self.spec.call_step
         vote = self._vote
 
-        def call_step(engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
+        def call_step(
+            engine: object, micro_batch: object, loss_function: object, forward_only: bool
+        ) -> Any:
             vote(True)
             return inner(engine, micro_batch, loss_function, forward_only)
 
         return dataclasses.replace(self.spec, call_step=call_step)
 
-    def drain(self, mode: Any, options: Any) -> None:
+    def drain(self, mode: Mode, options: CheckOptions) -> None:
         """This rank is done with the mode: step along with any rank that is not."""
         while self._vote(False):
             self._spare_step(mode, options)
@@ -159,9 +166,7 @@ class Lockstep:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
-    def _spare_step(self, mode: Any, options: Any) -> None:
-        from leakscope.harness.trial import build_subject, make_micro_batch, step_once
-
+    def _spare_step(self, mode: Mode, options: CheckOptions) -> None:
         model, engine = build_subject(self.spec, options)
         # Through the adapter, as the rank's own steps are: a verl engine gets verl's micro-batch.
         micro_batch = make_micro_batch(self.spec, options, 0)

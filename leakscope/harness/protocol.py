@@ -19,6 +19,7 @@ from typing import Any
 from leakscope.errors import EngineError, TargetError
 from leakscope.harness.source import user_frame
 from leakscope.harness.target import ResolvedTarget
+from leakscope.options import ModelKind
 from leakscope.probe import safe
 
 STEP_PARAMS = ("micro_batch", "loss_function", "forward_only")
@@ -54,7 +55,7 @@ class EngineSpec:
     runs_backward: bool = False
     #: the tiny model this target runs on whatever ``--model`` says (an adapter's
     #: ``model_kind``, e.g. ``"hf-lora"`` for transformers/TRL); None: ``--model``
-    model_kind: str | None = None
+    model_kind: ModelKind | None = None
     #: ``(engine) -> None``: end what the adapter started for this engine (a
     #: framework loop paused between micro-batches) once a trial is done with it
     close_engine: Callable[[Any], None] | None = None
@@ -112,7 +113,7 @@ def _signature(fn: Any) -> str:
         return "(...)"
 
 
-def _is_step_function(obj: Any) -> bool:
+def _is_step_function(obj: object) -> bool:
     if not isinstance(obj, (types.FunctionType, types.MethodType)):
         return False
     try:
@@ -122,12 +123,12 @@ def _is_step_function(obj: Any) -> bool:
     return len(params) == 4 and tuple(params[1:]) == STEP_PARAMS
 
 
-def _module_of(obj: Any) -> types.ModuleType | None:
+def _module_of(obj: object) -> types.ModuleType | None:
     name = getattr(obj, "__module__", None)
     return sys.modules.get(name) if isinstance(name, str) else None
 
 
-def from_target(resolved: ResolvedTarget, factory: Any = None) -> EngineSpec:
+def from_target(resolved: ResolvedTarget, factory: object = None) -> EngineSpec:
     """Turn a resolved target (and an optional factory object) into an :class:`EngineSpec`."""
     obj = resolved.obj
     modules = [resolved.module]
@@ -149,7 +150,9 @@ def from_target(resolved: ResolvedTarget, factory: Any = None) -> EngineSpec:
     if _is_step_function(obj):
         step = obj
 
-        def call_step(model: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
+        def call_step(
+            model: object, micro_batch: object, loss_function: object, forward_only: bool
+        ) -> Any:
             return step(model, micro_batch, loss_function, forward_only)
 
         return EngineSpec(
@@ -165,7 +168,7 @@ def from_target(resolved: ResolvedTarget, factory: Any = None) -> EngineSpec:
     )
 
 
-def build_engine(spec: EngineSpec, model: Any) -> Any:
+def build_engine(spec: EngineSpec, model: object) -> Any:
     """Build the engine around ``model``; a failure becomes a one-line :class:`EngineError`."""
     try:
         engine = spec.make_engine(model)

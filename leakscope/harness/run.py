@@ -75,8 +75,8 @@ def build_subject(spec: EngineSpec, options: CheckOptions) -> tuple[Any, Any]:
 
 def step_once(
     spec: EngineSpec,
-    engine: Any,
-    micro_batch: Any,
+    engine: object,
+    micro_batch: object,
     mode: Mode,
     *,
     anomaly: bool = False,

@@ -7,6 +7,7 @@ fixtures count as user code: they are engines like any other.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import traceback
@@ -104,7 +105,7 @@ def engine_files(modules: Any) -> frozenset[str]:
     return frozenset(files)
 
 
-def created_at(obj: Any, modules: Any = ()) -> Source | None:
+def created_at(obj: object, modules: object = ()) -> Source | None:
     """The user line that created ``obj``'s graph node (needs anomaly-mode stack traces).
 
     Lines in ``modules``' files are preferred.
@@ -124,13 +125,13 @@ def created_at(obj: Any, modules: Any = ()) -> Source | None:
     return None
 
 
-def graph_node(obj: Any) -> Any:
+def graph_node(obj: object) -> Any:
     """The graph node of a held object: a tensor's ``grad_fn`` (read without its subclass's code), or
     the node itself."""
     return obj if safe.is_node(obj) else (safe.grad_fn(obj) if safe.is_tensor(obj) else None)
 
 
-def stack_text(obj: Any) -> str | None:
+def stack_text(obj: object) -> str | None:
     node = graph_node(obj)
     if node is None:
         return None
@@ -149,14 +150,13 @@ MAX_CALLED_FROM = 3
 STEP_NAMES = ("forward_step", "training_step", "step")
 
 
-def called_from(obj: Any, source: Source | None, modules: Any) -> tuple[Source, ...]:
+def called_from(obj: object, source: Source | None, modules: object) -> tuple[Source, ...]:
     """When ``source`` is a shared helper or is reached through ``super()``: the user frames
     that called it, innermost first, up to the target's own file or its step method.
 
     ``modules``: the target's own module(s) (not its bases'): a line there in a function
     that no outer frame repeats is the engine's own line and needs no call site.
     """
-    import os
 
     if source is None:
         return ()
@@ -182,7 +182,6 @@ def called_from(obj: Any, source: Source | None, modules: Any) -> tuple[Source, 
 
 def anchor_source(spec: EngineSpec) -> Source | None:
     """Where the engine's ``forward_step`` (or the step function) is defined."""
-    import inspect
 
     anchor = spec.anchor
     # The class's own ``forward_step`` as defined (read without its metaclass's hooks).

@@ -24,6 +24,7 @@ import ast
 import contextvars
 import dataclasses
 import linecache
+import os
 import re
 import sys
 import types
@@ -31,8 +32,10 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from leakscope.harness.source import display_path
 from leakscope.holders import HolderPath, Segment, SegmentKind
 from leakscope.probe import safe
+from leakscope.probe.autograd import ScanStats, graph_tensors
 from leakscope.probe.library import is_library_type
 from leakscope.results import Source
 
@@ -205,7 +208,7 @@ def _signature(
         now = full()
         lengths = []
         for prefix in prefixes:
-            container: Any = prefix() if prefix is not None else _MISSING
+            container: object = prefix() if prefix is not None else _MISSING
             lengths.append(_length(container) if container is not _MISSING else -1)
         # An in-place update (``total += loss`` on a tensor) keeps the object and bumps its version.
         version = safe.version(now) if safe.is_tensor(now) else 0
@@ -366,9 +369,8 @@ def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None
     return resolver(HolderPath(path.root, segments, path.kind), roots)
 
 
-def _backward_done(obj: Any) -> bool | None:
+def _backward_done(obj: object) -> bool | None:
     """Whether backward has run through every saved slot of ``obj``'s graph (NOTE [Freed by backward])."""
-    from leakscope.probe.autograd import ScanStats, graph_tensors
 
     node = safe.grad_fn(obj) if safe.is_tensor(obj) else None
     if node is None:
@@ -403,7 +405,6 @@ class StoreTracer:
         growth: bool = False,
         detach: bool = False,
     ) -> None:
-        from leakscope.harness.source import display_path
 
         self._display = display_path
         #: put a detached copy in place of each store it sees (a trial's own objects only)
@@ -453,7 +454,7 @@ class StoreTracer:
             del stored
             w.last = now
 
-    def _local(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+    def _local(self, frame: types.FrameType, event: str, arg: object) -> Any:
         if event in ("line", "return"):
             self._check()
             where = Source(
@@ -491,7 +492,7 @@ class StoreTracer:
             user = self._user[file] = self.is_user_file(file)
         return user
 
-    def _global(self, frame: types.FrameType, event: str, arg: Any) -> Any:
+    def _global(self, frame: types.FrameType, event: str, arg: object) -> Any:
         if not self._is_user(frame):
             return None
         self.depth += 1
@@ -549,7 +550,6 @@ def trace_stores(
 
 
 def _absolute(file: str) -> str:
-    import os
 
     return os.path.abspath(file)
 

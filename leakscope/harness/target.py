@@ -16,10 +16,12 @@ import os
 import sys
 import traceback
 import types
+from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import Any
 
 from leakscope.errors import TargetError, UsageError
+from leakscope.harness.source import display_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,7 +51,6 @@ def _looks_like_path(module_part: str) -> bool:
 
 
 def _syntax_error_line(exc: SyntaxError) -> str:
-    from leakscope.harness.source import display_path
 
     where = f"{display_path(exc.filename)}:{exc.lineno}" if exc.filename else f"line {exc.lineno}"
     return f"syntax error in {where}: {exc.msg}"
@@ -167,7 +168,7 @@ def resolve(spec: str) -> ResolvedTarget:
     module = (
         _import_file(module_part) if _looks_like_path(module_part) else _import_module(module_part)
     )
-    obj: Any = module
+    obj: object = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
@@ -183,7 +184,7 @@ def resolve(spec: str) -> ResolvedTarget:
     return ResolvedTarget(spec=spec, obj=obj, module=module, attr=attr)
 
 
-def target_directory(target: Any) -> Path | None:
+def target_directory(target: object) -> Path | None:
     """The directory of the file that defines ``target``, found without running any code.
 
     A ``path/to/file.py:Name`` target: that file's directory; a ``pkg.mod:Name``
@@ -195,7 +196,7 @@ def target_directory(target: Any) -> Path | None:
     return file.parent if file is not None else None
 
 
-def target_file(target: Any) -> Path | None:
+def target_file(target: object) -> Path | None:
     """The file that defines ``target`` (resolved), found without running any code, as
     :func:`target_directory` finds its directory; None when not found."""
     if not isinstance(target, str):
@@ -214,7 +215,6 @@ def module_file(name: str, search: list[str]) -> Path | None:
     """The file of module ``name`` (a package: its ``__init__.py``), located on ``search`` as the
     import system would, without importing (and so without executing) any package. None when it is
     not found there, or is built in."""
-    from importlib.machinery import PathFinder
 
     path: list[str] | None = search
     spec = None

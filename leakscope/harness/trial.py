@@ -11,6 +11,9 @@ evidence), so :mod:`leakscope.harness.observe` can tell who still holds it.
 from __future__ import annotations
 
 import dataclasses
+import gc
+import os
+import sys
 import types
 import weakref
 from collections.abc import Iterable
@@ -23,6 +26,7 @@ from leakscope.options import CheckOptions
 from leakscope.phase import report
 from leakscope.probe import safe
 from leakscope.probe.autograd import storage_key
+from leakscope.probe.library import is_library_module
 from leakscope.probe.liveness import Evidence, collect_evidence
 from leakscope.probe.steps import StepGraphs
 from leakscope.probe.walk import Root, walk
@@ -86,7 +90,7 @@ class Trial:
             out.append(Root(f"global:{name}", module, "global"))
         return out
 
-    def is_preexisting(self, t: Any) -> bool:
+    def is_preexisting(self, t: object) -> bool:
         """True for tensors the roots already held before the step (inputs, buffers)."""
         ref = self.preexisting.get(id(t))
         return ref is not None and ref() is t
@@ -144,7 +148,12 @@ def run_trial(
 
 
 def new_trial(
-    spec: EngineSpec, mode: Mode, options: CheckOptions, model: Any, engine: Any, micro_batch: Any
+    spec: EngineSpec,
+    mode: Mode,
+    options: CheckOptions,
+    model: object,
+    engine: object,
+    micro_batch: object,
 ) -> Trial:
     """A trial over these objects, with what they hold before any step recorded as pre-existing."""
     roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
@@ -199,7 +208,6 @@ def heap_graph_nodes(steps: StepGraphs | None = None) -> list[Any]:
     before it is frozen (NOTE [Frozen heap]) and ``gc.get_objects()`` lists only
     what the check created.
     """
-    import gc
 
     out = []
     for obj in gc.get_objects():
@@ -230,9 +238,6 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
     for top-level modules, the same directory (a single-file engine and the
     ``helpers.py`` beside it). Library packages are never added.
     """
-    import sys
-
-    from leakscope.probe.library import is_library_module
 
     out = [m for m in modules if safe.module_dict(m) is not None]
     for module in list(out):
@@ -259,7 +264,6 @@ def _with_project_imports(modules: Iterable[types.ModuleType]) -> list[types.Mod
 
 
 def _same_project(a: types.ModuleType, b: types.ModuleType) -> bool:
-    import os
 
     name_a, name_b = safe.module_name(a), safe.module_name(b)
     top_a, top_b = name_a.partition(".")[0], name_b.partition(".")[0]
@@ -271,10 +275,7 @@ def _same_project(a: types.ModuleType, b: types.ModuleType) -> bool:
     return os.path.dirname(os.path.abspath(file_a)) == os.path.dirname(os.path.abspath(file_b))
 
 
-def _engine_modules(engine: Any) -> list[types.ModuleType]:
-    import sys
-
-    from leakscope.probe.library import is_library_module
+def _engine_modules(engine: object) -> list[types.ModuleType]:
 
     out = []
     for klass in safe.mro(type(engine)):
@@ -284,7 +285,7 @@ def _engine_modules(engine: Any) -> list[types.ModuleType]:
     return out
 
 
-def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> None:
+def _step(trial: Trial, model: object, options: CheckOptions, *, anomaly: bool) -> None:
     """Run the step; everything it touches is local and gone when this returns."""
 
     trial.steps.begin()
@@ -302,7 +303,7 @@ def _step(trial: Trial, model: Any, options: CheckOptions, *, anomaly: bool) -> 
     del loss
 
 
-def record_step(trial: Trial, model: Any, loss: Any, options: CheckOptions) -> int:
+def record_step(trial: Trial, model: object, loss: object, options: CheckOptions) -> int:
     """The step that began last ended: place its graph (in any thread) and weakref what it keeps.
 
     Reach every graph the step built that the caller's objects, the loss or the heap

@@ -173,6 +173,8 @@ class Observer:
         #: modules whose globals are walked
         self.modules: dict[str, None] = {}
         self.on_done: Callable[[], None] | None = None
+        #: the module globals the latest look took as the loop's own (``global:`` roots of a caller)
+        self.loop_global_names: set[str] = set()
         #: called once, at the start of the first watched call (a child process announces itself)
         self.on_first_call: Callable[[], None] | None = None
 
@@ -423,7 +425,7 @@ class Observer:
         loop_roots = frozenset(
             r.name
             for r in roots
-            if getattr(r, "kind", "") == "global" and r.name in self._loop_globals
+            if getattr(r, "kind", "") == "global" and r.name in self.loop_global_names
         )
         latest = len(self.calls) - 1
         found = collect(roots, self.steps, max_objects=self.options.max_objects)
@@ -534,10 +536,6 @@ class Observer:
                     entry.get("nodes-only", 0) + count * node_cost().bytes_per_node
                 )
         return out
-
-    @property
-    def _loop_globals(self) -> set[str]:
-        return getattr(self, "_loop_global_names", set())
 
     def _excluded(self, found: Any) -> set[tuple[str, int]]:
         """Storages not counted as a call's: what the job's roots hold directly."""
@@ -652,7 +650,7 @@ class Observer:
                     self._add_module(name)
         frames.clear()
         frame = None
-        self._loop_global_names = loop_globals
+        self.loop_global_names = loop_globals
         for (
             module
         ) in extra_modules:  # the job's own script, once it has ended: its globals were its loop's

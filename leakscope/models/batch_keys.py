@@ -102,7 +102,7 @@ class recording:
     def __enter__(self) -> None:
         _RECORDING[0] = True
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         _RECORDING[0] = False
 
 
@@ -188,7 +188,7 @@ class SynthesisingBatch(TensorDict):  # type: ignore[no-untyped-call]
     overrides: tuple[MicroBatchKey, ...] = ()
     vocab: int = 64
 
-    def _fill(self, key: Any) -> None:
+    def _fill(self, key: object) -> None:
         if not isinstance(key, str) or not _RECORDING[0]:
             return
         _READ.setdefault(key, None)
@@ -225,7 +225,7 @@ class SynthesisingBatch(TensorDict):  # type: ignore[no-untyped-call]
         self._fill(key)
         return super().__getitem__(key)
 
-    def get(self, key: Any, *args: Any, **kwargs: Any) -> Any:
+    def get(self, key: object, *args: object, **kwargs: object) -> Any:
         if not (args or "default" in kwargs) or spec_for_key(str(key), self.overrides) is not None:
             self._fill(key)
         elif isinstance(key, str) and _RECORDING[0]:

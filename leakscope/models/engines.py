@@ -31,7 +31,7 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(log_p.exp() * log_p).sum(-1)
 
 
-def detach_tree(tree: Any) -> Any:
+def detach_tree(tree: object) -> Any:
     """Detach every tensor in nested dicts, lists and tuples (the verl fix)."""
     if isinstance(tree, torch.Tensor):
         return tree.detach()

@@ -26,7 +26,7 @@ import warnings
 import weakref
 from typing import Any
 
-from leakscope.options import ModelSize
+from leakscope.options import ModelKind, ModelSize
 
 # Built from a config only: never let a stray call reach the Hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -128,7 +128,9 @@ def build_hf_lora(
     if probes is None:
         probes = []
 
-    def record_checkpoint_input(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    def record_checkpoint_input(
+        module: object, args: tuple[object, ...], kwargs: dict[str, Any]
+    ) -> None:
         hidden = args[0] if args else kwargs.get("hidden_states")
         if isinstance(hidden, torch.Tensor):
             probes.append(weakref.ref(hidden))
@@ -140,7 +142,7 @@ def build_hf_lora(
     object.__setattr__(model, "leakscope_probes", probes)
     object.__setattr__(model, "blocks", layers)
     object.__setattr__(model, "size", size)
-    object.__setattr__(model, "kind", "hf-lora")
+    object.__setattr__(model, "kind", ModelKind.HF_LORA)
     model.train()
     return model
 

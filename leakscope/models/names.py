@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 from leakscope.options import MODELS
 
 #: what ``hf-lora`` imports; :func:`missing_hf` finds which are absent without importing them
@@ -11,7 +13,6 @@ HF_EXTRA_HINT = "install them: pip install 'transformers>=5' 'peft>=0.17' (the h
 
 def missing_hf() -> list[str]:
     """The packages ``hf-lora`` needs that are not installed (checked without importing them)."""
-    import importlib.util
 
     return [name for name in HF_MODULES if importlib.util.find_spec(name) is None]
 

@@ -19,8 +19,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from leakscope.models.names import MODELS  # noqa: E402
-from leakscope.options import MicroBatchKey, ModelSize
+from leakscope.options import MicroBatchKey, ModelKind, ModelSize
 
 
 class TinyOutput(dict):  # type: ignore[type-arg]
@@ -51,17 +50,20 @@ class TinyLM(nn.Module):
     #: record the probes (weakrefs to checkpoint inputs); off only to measure their cost
     record_probes: bool = True
 
-    def __init__(self, size: ModelSize = ModelSize(), kind: str = "peft-checkpoint") -> None:
+    def __init__(
+        self, size: ModelSize = ModelSize(), kind: ModelKind = ModelKind.PEFT_CHECKPOINT
+    ) -> None:
         super().__init__()
-        if kind not in MODELS or kind == "hf-lora":  # hf-lora: leakscope.models.hf
-            raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(MODELS)}")
-        self.kind = kind
+        tiny = [m.value for m in ModelKind if m is not ModelKind.HF_LORA]  # hf-lora: models.hf
+        if kind not in tiny:
+            raise ValueError(f"unknown model {kind!r}; choose one of {', '.join(tiny)}")
+        self.kind = ModelKind(kind)
         self.size = size
         self.embed = nn.Embedding(size.vocab, size.hidden)
         self.pos = nn.Embedding(max(size.seq, 1) * 4, size.hidden)
         self.blocks = nn.ModuleList(Block(size.hidden) for _ in range(size.layers))
         self.head = nn.Linear(size.hidden, size.vocab, bias=False)
-        peft_style = kind != "full-finetune"
+        peft_style = self.kind is not ModelKind.FULL_FINETUNE
         if peft_style:
             # Frozen base weights (LoRA trains adapters only); the blocks stay
             # trainable so backward has work to do.
@@ -77,7 +79,7 @@ class TinyLM(nn.Module):
         attention_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         use_cache: bool = False,
-        **_: Any,
+        **_: object,
     ) -> TinyOutput:
         if position_ids is None:
             position_ids = torch.arange(input_ids.shape[-1], device=input_ids.device).expand_as(
@@ -90,20 +92,20 @@ class TinyLM(nn.Module):
             # What PEFT's enable_input_require_grads does to the frozen embedding output.
             x.requires_grad_(True)
         for block in self.blocks:
-            if self.kind == "full-finetune":
+            if self.kind is ModelKind.FULL_FINETUNE:
                 x = block(x)
                 continue
             if self.record_probes:
                 self.leakscope_probes.append(weakref.ref(x))
-            x = checkpoint(block, x, use_reentrant=self.kind == "reentrant-checkpoint")
+            x = checkpoint(block, x, use_reentrant=self.kind is ModelKind.REENTRANT_CHECKPOINT)
         return TinyOutput(logits=self.head(x))
 
 
 def build_model(
-    kind: str = "peft-checkpoint", size: ModelSize = ModelSize(), device: str = "cpu"
+    kind: ModelKind = ModelKind.PEFT_CHECKPOINT, size: ModelSize = ModelSize(), device: str = "cpu"
 ) -> Any:
     """A fresh, deterministically initialised tiny model in train mode."""
-    if kind == "hf-lora":
+    if kind == ModelKind.HF_LORA:
         from leakscope.models.hf import build_hf_lora
 
         hf = build_hf_lora(size)
@@ -155,7 +157,7 @@ def build_micro_batch(
 
 
 def loss_function(
-    model_output: Any, data: Any, dp_group: Any = None, **_: Any
+    model_output: Any, data: Any, dp_group: Any = None, **_: object
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss leakscope supplies: masked mean negative log-likelihood.
 

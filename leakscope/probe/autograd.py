@@ -25,9 +25,10 @@ references only for the duration of one call.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import types
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from leakscope.holders import shorten
 from leakscope.probe.safe import grad as read_grad
@@ -35,12 +36,17 @@ from leakscope.probe.safe import (
     instance_dict,
     is_exactly,
     is_instance,
+    is_node_type,
     is_plain_tensor,
     is_tensor,
     numel_bytes,
     storage,
 )
 from leakscope.results import Cause
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.autograd.graph import Node
 
 UINT64_MAX = 2**64 - 1
 
@@ -56,7 +62,7 @@ CAUSE_ORDER = (LEAF_GRAD, CTX, ACTIVATIONS)
 _raw_names_by_type: dict[type, tuple[str, ...]] = {}
 
 
-def _raw_saved_names(node: Any) -> tuple[str, ...]:
+def _raw_saved_names(node: Node) -> tuple[str, ...]:
     tp = type(node)
     names = _raw_names_by_type.get(tp)
     if names is None:
@@ -88,7 +94,7 @@ class _NodeType:
 _node_types: dict[type, _NodeType] = {}
 
 
-def _node_type(node: Any) -> _NodeType:
+def _node_type(node: Node) -> _NodeType:
     tp = type(node)
     info = _node_types.get(tp)
     if info is None:
@@ -141,7 +147,7 @@ class Inspection:
 INSPECTION = Inspection()
 
 
-def sequence_nr(node: Any) -> int:
+def sequence_nr(node: Node) -> int:
     """The node's creation number (per thread); ``UINT64_MAX`` for AccumulateGrad.
 
     A node whose number cannot be read is counted in :data:`INSPECTION` and
@@ -154,7 +160,7 @@ def sequence_nr(node: Any) -> int:
         return UINT64_MAX
 
 
-def node_name(node: Any) -> str:
+def node_name(node: Node) -> str:
     """The node's name (``AddBackward0``), read once per node type: a type's nodes share it
     (NOTE [Per-type node facts]; a 10^6-node chain asks it of every node)."""
     tp = type(node)
@@ -172,13 +178,10 @@ def node_name(node: Any) -> str:
 _names: dict[type, str] = {}
 
 
-def heap_nodes() -> list[Any]:
+def heap_nodes() -> list[Node]:
     """Every graph node's Python wrapper the collector tracks (NOTE [Nodes as evidence] in
     leakscope/harness/observe.py), each object's type tested once per type: a look over a
     heap of 10^6 walked nodes costs one pass."""
-    import gc
-
-    from leakscope.probe.safe import is_node_type
 
     verdicts: dict[int, bool] = {}  # id(type) -> a node type; the objects listed pin their types
     objects = gc.get_objects()
@@ -190,20 +193,22 @@ def heap_nodes() -> list[Any]:
     return out
 
 
-def next_nodes(node: Any) -> list[Any]:
+def next_nodes(node: Node) -> list[Node]:
     try:
         return [n for n, _ in node.next_functions if n is not None]
     except Exception:
         return []
 
 
-def iter_nodes(roots: Iterable[Any], stop: Callable[[Any], bool] | None = None) -> Iterator[Any]:
+def iter_nodes(
+    roots: Iterable[Node | None], stop: Callable[[Node], bool] | None = None
+) -> Iterator[Node]:
     """Every node reachable from ``roots``, each once, without recursion.
 
     ``stop(node)`` True: the node is neither yielded nor entered (a graph built
     before the steps that are judged; NOTE [A step's graph] in leakscope/probe/steps.py).
     """
-    seen: dict[int, Any] = {}  # holds the Python wrappers so ids stay unique
+    seen: dict[int, Node] = {}  # holds the Python wrappers so ids stay unique
     stack = [r for r in roots if r is not None]
     pop, push = stack.pop, stack.append
     while stack:
@@ -234,7 +239,8 @@ def wrappers_preserved() -> bool:
     with torch.enable_grad():
         leaf = torch.zeros(1, requires_grad=True)
         out = (leaf * 2).neg()
-    node: Any = out.grad_fn
+    node = out.grad_fn
+    assert node is not None
     first = id(node.next_functions[0][0])
     churn = [object() for _ in range(64)]  # let a freed wrapper's address be reused
     same = first == id(node.next_functions[0][0])
@@ -246,7 +252,7 @@ def wrappers_preserved() -> bool:
 _PRESERVED: list[bool] = []
 
 
-def node_key(node: Any) -> int:
+def node_key(node: Node) -> int:
     """An identity of ``node`` that lasts as long as the node does.
 
     # NOTE [Node identity]
@@ -264,15 +270,16 @@ def node_key(node: Any) -> int:
         return id(node)
 
 
-def accumulated_leaf(node: Any) -> Any:
+def accumulated_leaf(node: Node) -> Tensor | None:
     """The leaf an ``AccumulateGrad`` node holds, else ``None``."""
     try:
-        return node.variable
+        leaf: Tensor = node.variable  # type: ignore[attr-defined]  # AccumulateGrad's own
+        return leaf
     except Exception:
         return None
 
 
-def saved_values(node: Any) -> Iterator[tuple[str, Any]]:
+def saved_values(node: Node) -> Iterator[tuple[str, Any]]:
     """``(slot, packed object)`` for each still-saved slot of ``node``; see NOTE above."""
     for name in _raw_saved_names(node):
         try:
@@ -290,7 +297,7 @@ def saved_values(node: Any) -> Iterator[tuple[str, Any]]:
                 yield (slot if len(handles) == 1 else f"{slot}[{i}]"), data
 
 
-def ctx_values(node: Any) -> Iterator[tuple[str, Any]]:
+def ctx_values(node: Node) -> Iterator[tuple[str, Any]]:
     """Attributes a custom ``autograd.Function`` stored on its ctx (``ctx.x = t``)."""
     d = instance_dict(node)
     if d is not None:
@@ -336,7 +343,7 @@ class SavedGroup(NamedTuple):
     cause: str
     node: str
     slot: str
-    tensors: list[Any]
+    tensors: list[Tensor]
 
 
 # Node kinds of the scan, decided once per node type (NOTE [Per-type node facts]).
@@ -344,12 +351,12 @@ _ONE_SLOT, _SLOTS, _LEAF = 0, 1, 2
 
 
 def graph_tensors(
-    roots: Iterable[Any],
+    roots: Iterable[Node | None],
     *,
     with_leaves: bool = True,
-    stop: Callable[[Any], bool] | None = None,
+    stop: Callable[[Node], bool] | None = None,
     stats: ScanStats | None = None,
-    count: Callable[[Any], bool] | None = None,
+    count: Callable[[Node], bool] | None = None,
 ) -> tuple[int, list[SavedGroup]]:
     """Count the nodes reachable from ``roots`` and group the tensors they keep alive.
 
@@ -365,14 +372,14 @@ def graph_tensors(
 
     tensor_type = torch.Tensor
 
-    def is_plain(obj: Any) -> bool:
+    def is_plain(obj: object) -> bool:
         """A tensor that is not a Parameter, decided by type (NOTE [Reads that run no user code]):
         exact ``torch.Tensor`` (almost every saved tensor) at once."""
         return type(obj) is tensor_type or is_plain_tensor(obj)
 
-    groups: dict[tuple[str, str, str], list[Any]] = {}
+    groups: dict[tuple[str, str, str], list[Tensor]] = {}
 
-    def group(cause: str, name: str, slot: str) -> Any:
+    def group(cause: str, name: str, slot: str) -> Callable[[Tensor], None]:
         return groups.setdefault((cause, name, slot), []).append
 
     # Per node type, for this scan: (kind, attribute, append) for a node with
@@ -380,13 +387,13 @@ def graph_tensors(
     kinds: dict[type, tuple[int, Any, Any]] = {}
     general: dict[type, tuple[Any, _NodeType]] = {}
 
-    def kind_of(node: Any) -> tuple[int, Any, Any]:
+    def kind_of(node: Node) -> tuple[int, Any, Any]:
         info = _node_types.get(type(node)) or _node_type(node)
         slots = tuple(
             (attr, slot, group(ACTIVATIONS, info.name, slot)) for attr, slot in info.raw_saved
         )
         if info.leaf:
-            kind: tuple[int, Any, Any] = (_LEAF, None, None)
+            kind: tuple[int, object, object] = (_LEAF, None, None)
         elif len(slots) == 1 and not info.has_dict:
             kind = (_ONE_SLOT, slots[0][0], slots[0][2])
         else:
@@ -395,7 +402,7 @@ def graph_tensors(
         general[type(node)] = (slots, info)
         return kind
 
-    def read_slots(node: Any, slots: tuple[tuple[str, str, Any], ...], info: _NodeType) -> bool:
+    def read_slots(node: Node, slots: tuple[tuple[str, str, Any], ...], info: _NodeType) -> bool:
         """Group the node's saved tensors; True when any saved slot still holds something."""
         held = False
         for attr, slot, put in slots:
@@ -438,12 +445,12 @@ def graph_tensors(
     put_leaf = group(LEAF_GRAD, "AccumulateGrad", "variable")
     put_grad = group(LEAF_GRAD, "AccumulateGrad", "variable.grad")
     packed: list[
-        Any
+        object
     ] = []  # saved objects that are not tensors: checkpoint holders (NOTE [Checkpoint frames])
     intact = gone = stopped = leaves = 0
     check_count = count is not None
     check_stop = stop is not None
-    seen: set[Any] = set()  # holds the Python wrappers, so identity stays unique
+    seen: set[Node] = set()  # holds the Python wrappers, so identity stays unique
     mark = seen.add
     stack = [r for r in roots if r is not None]
     pop, push = stack.pop, stack.append
@@ -515,7 +522,7 @@ def graph_tensors(
     ]
 
 
-def checkpoint_tensors(packed: list[Any]) -> list[tuple[str, Any]]:
+def checkpoint_tensors(packed: list[object]) -> list[tuple[str, Tensor]]:
     """The tensors non-reentrant checkpoint keeps for the holders in ``packed``.
 
     # NOTE [Checkpoint frames]
@@ -530,14 +537,13 @@ def checkpoint_tensors(packed: list[Any]) -> list[tuple[str, Any]]:
     # generations, which during a check (and after a watch's first call) hold
     # only what was made since (NOTE [Frozen heap]).
     """
-    import gc
 
     try:
         from torch.utils.checkpoint import _CheckpointFrame
     except ImportError:
         return []
     wanted = {id(obj) for obj in packed}
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, Tensor]] = []
     seen: set[int] = set()
     for obj in gc.get_objects():
         if type(obj) is not _CheckpointFrame or id(obj) in seen:
@@ -553,10 +559,10 @@ def checkpoint_tensors(packed: list[Any]) -> list[tuple[str, Any]]:
     return out
 
 
-def _frame_tensors(frame: Any) -> list[tuple[str, Any]]:
+def _frame_tensors(frame: object) -> list[tuple[str, Tensor]]:
     """Inputs, RNG states and recomputed tensors a checkpoint frame keeps (never unpacking; what the
     checkpointed block was given can be any object, so each is tested by type alone)."""
-    out: list[tuple[str, Any]] = []
+    out: list[tuple[str, Tensor]] = []
     d = instance_dict(frame) or {}
     saved: Any = d.get("saved_args")
     for arg in saved if is_exactly(saved, (tuple, list)) else ():
@@ -589,13 +595,13 @@ def _packed(handle: Any) -> Any:
         return None
 
 
-def storage_key(t: Any) -> tuple[str, int] | None:
+def storage_key(t: Tensor) -> tuple[str, int] | None:
     """Identity of the storage behind ``t`` (views share it), or None if unknown."""
     found = storage(t)
     return (found[0], found[1]) if found is not None else None
 
 
-def storage_nbytes(t: Any) -> int:
+def storage_nbytes(t: Tensor) -> int:
     """Bytes of the whole storage (a view keeps its whole base alive)."""
     found = storage(t)
     return found[2] if found is not None else numel_bytes(t)
@@ -604,7 +610,7 @@ def storage_nbytes(t: Any) -> int:
 StorageMap = dict[tuple[str, int], tuple[str, int]]
 
 
-def storage_map(items: Iterable[tuple[str, Any]], exclude: set[tuple[str, int]]) -> StorageMap:
+def storage_map(items: Iterable[tuple[str, Tensor]], exclude: set[tuple[str, int]]) -> StorageMap:
     """``{storage: (cause, nbytes)}`` over ``(cause, tensor)`` pairs, each storage once.
 
     Storages in ``exclude`` (Parameters, what the caller holds directly, what
@@ -637,6 +643,6 @@ def bytes_by_cause(storages: StorageMap) -> dict[str, int]:
     return dict(sorted(totals.items()))
 
 
-def account(items: Iterable[tuple[str, Any]], exclude: set[tuple[str, int]]) -> dict[str, int]:
+def account(items: Iterable[tuple[str, Tensor]], exclude: set[tuple[str, int]]) -> dict[str, int]:
     """Bytes per cause over ``(cause, tensor)`` pairs; see :func:`storage_map`."""
     return bytes_by_cause(storage_map(items, exclude))

@@ -21,7 +21,22 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import json
+import os
+import platform
+import subprocess
+import sys
 from typing import Any
+
+from leakscope.options import ModelKind, ModelSize
+from leakscope.probe.autograd import (
+    UINT64_MAX,
+    graph_tensors,
+    iter_nodes,
+    sequence_nr,
+    storage_key,
+    storage_nbytes,
+)
 
 #: bytes per node when the heap cannot be measured (torch 2.13, CPU, glibc: about 500 to 900)
 ASSUMED_NODE_BYTES = 600
@@ -61,7 +76,6 @@ def node_cost() -> NodeCost:
     # so a machine measures it once (about a second). ``LEAKSCOPE_NODE_BYTES=N`` fixes the figure
     # instead (reports compared across machines; the examples in docs/ are made with it).
     """
-    import os
 
     fixed = os.environ.get("LEAKSCOPE_NODE_BYTES", "")
     if fixed.isdigit() and 0 < int(fixed) <= 1_000_000:
@@ -74,7 +88,6 @@ def node_cost() -> NodeCost:
 def prepare() -> None:
     """Find the node cost before forking check processes (the zygote): from the cache, else measured
     in a fresh interpreter; never by running an op in this process (NOTE [Zygote])."""
-    import os
 
     if _CACHE or os.environ.get("LEAKSCOPE_NODE_BYTES", "").isdigit():
         return
@@ -84,8 +97,6 @@ def prepare() -> None:
 
 
 def _cache_key() -> str:
-    import platform
-    import sys
 
     import torch
 
@@ -94,7 +105,6 @@ def _cache_key() -> str:
 
 def cache_dir() -> str:
     """Where leakscope keeps what it measures once per machine."""
-    import os
 
     explicit = os.environ.get("LEAKSCOPE_CACHE_DIR")
     if explicit:
@@ -104,8 +114,6 @@ def cache_dir() -> str:
 
 
 def _cached_or_measured(*, in_process: bool = True) -> NodeCost | None:
-    import json
-    import os
 
     key = _cache_key()
     path = os.path.join(cache_dir(), "node-cost.json")
@@ -140,10 +148,6 @@ def _cached_or_measured(*, in_process: bool = True) -> NodeCost | None:
 
 def _in_fresh_interpreter() -> NodeCost | None:
     """The measurement, run in a new interpreter (NOTE [One measurement per machine]); None if it failed."""
-    import json
-    import os
-    import subprocess
-    import sys
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEAKSCOPE_WATCH")}
     env["OMP_NUM_THREADS"] = "1"
@@ -196,15 +200,6 @@ def _measure() -> NodeCost:
     import torch
 
     from leakscope.models.tiny import build_model
-    from leakscope.options import ModelSize
-    from leakscope.probe.autograd import (
-        UINT64_MAX,
-        graph_tensors,
-        iter_nodes,
-        sequence_nr,
-        storage_key,
-        storage_nbytes,
-    )
 
     if heap_bytes() is None:
         return NodeCost(ASSUMED_NODE_BYTES, "assumed")
@@ -217,7 +212,7 @@ def _measure() -> NodeCost:
     try:
         with torch.random.fork_rng(devices=[]), torch.enable_grad():
             size = ModelSize()
-            model = build_model("peft-checkpoint", size)
+            model = build_model(ModelKind.PEFT_CHECKPOINT, size)
             model.record_probes = False
             gen = torch.Generator().manual_seed(0)
             batches = [

@@ -23,10 +23,10 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import sysconfig
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from leakscope.probe.safe import type_module
 
@@ -131,7 +131,6 @@ def is_state_module(name: str) -> bool:
     """A loaded module whose globals the last-resort search walks (NOTE [Every loaded module]):
     any package but the standard library, torch and the tools above; libraries included (a
     logging library's current run and its history rows, ``library.run.history``)."""
-    import sys
 
     top = name.partition(".")[0]
     if top in _STATELESS_PACKAGES or top in sys.stdlib_module_names or top.startswith("_"):
@@ -143,7 +142,6 @@ def is_job_frame_module(name: str) -> bool:
     """Whether a running frame of module ``name`` can hold the job's loop variables: the script,
     the user's modules and installed frameworks that run the loop (a Trainer's ``tr_loss``); not
     the standard library, torch, leakscope's machinery or the tools of :data:`_STATELESS_PACKAGES`."""
-    import sys
 
     if name in USER_MODULES_IN_LEAKSCOPE or name in ("__main__", "__mp_main__"):
         return True
@@ -174,7 +172,7 @@ def is_installed_file(filename: str) -> bool:
     return bool(_INSTALLED.search(resolved))
 
 
-def is_user_file_of(filename: str, owners: Iterable[Any]) -> bool:
+def is_user_file_of(filename: str, owners: Iterable[object]) -> bool:
     """Whether a line of ``filename`` can be the one to change for a holder of ``owners`` (modules,
     or None): never a library's; an installed package's only when it is one of the owners' files
     (a framework trainer the user subclasses), else the user's own code."""

@@ -15,11 +15,15 @@ import contextlib
 import dataclasses
 import gc
 import weakref
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
 
-from leakscope.probe.autograd import LEAF_GRAD, graph_tensors
+from leakscope.probe.autograd import LEAF_GRAD, account, graph_tensors
 from leakscope.probe.safe import grad, grad_fn, is_leaf, requires_grad
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.autograd.graph import Node
 
 
 def settle() -> None:
@@ -91,7 +95,7 @@ def gc_turned_off() -> bool:
 class Item:
     """One weakly referenced tensor of the step's graph."""
 
-    ref: weakref.ref[Any]
+    ref: weakref.ref[Tensor]
     cause: str
     what: str
 
@@ -103,7 +107,7 @@ class Evidence:
     items: list[Item] = dataclasses.field(default_factory=list)
     leaf_ids: set[int] = dataclasses.field(default_factory=set)
 
-    def alive(self, exclude_ids: set[int] = frozenset()) -> list[tuple[Item, Any]]:  # type: ignore[assignment]
+    def alive(self, exclude_ids: set[int] = frozenset()) -> list[tuple[Item, Tensor]]:  # type: ignore[assignment]
         """Items still alive, minus those a root holds directly as plain tensors."""
         out = []
         for item in self.items:
@@ -114,17 +118,17 @@ class Evidence:
 
 
 def collect_evidence(
-    graph_roots: Iterable[Any],
-    probes: Iterable[weakref.ref[Any]],
+    graph_roots: Iterable[Node | None],
+    probes: Iterable[weakref.ref[Tensor]],
     *,
-    is_preexisting: Any,
-    stop: Any = None,
+    is_preexisting: Callable[[Tensor], bool],
+    stop: Callable[[Node], bool] | None = None,
 ) -> Evidence:
     """Weakref everything the step's graph keeps alive (see NOTE [Observer effect])."""
     evidence = Evidence()
     seen: set[int] = set()
 
-    def add(t: Any, cause: str, what: str) -> None:
+    def add(t: Tensor, cause: str, what: str) -> None:
         if id(t) in seen or is_preexisting(t):
             return
         seen.add(id(t))
@@ -143,8 +147,9 @@ def collect_evidence(
         if t is not None:
             add(t, LEAF_GRAD if grad_fn(t) is None else "activations", "probe")
             # Only leaves have a .grad (reading it on a non-leaf warns).
-            if is_leaf(t) and grad(t) is not None:
-                add(grad(t), LEAF_GRAD, "probe.grad")
+            leaf_grad = grad(t) if is_leaf(t) else None
+            if leaf_grad is not None:
+                add(leaf_grad, LEAF_GRAD, "probe.grad")
     _, found = graph_tensors(graph_roots, stop=stop)
     # A learnable leaf the engine owned before the step (SAC's ``log_alpha``, a
     # temperature) keeps its ``.grad`` by design, as a Parameter does.
@@ -164,10 +169,10 @@ def collect_evidence(
     return evidence
 
 
-def alive_bytes(alive: Iterable[tuple[Item, Any]], exclude: set[tuple[str, int]]) -> dict[str, int]:
+def alive_bytes(
+    alive: Iterable[tuple[Item, Tensor]], exclude: set[tuple[str, int]]
+) -> dict[str, int]:
     """Bytes per cause of the alive evidence, storage-deduplicated."""
-    from leakscope.probe.autograd import account
-
     return account(((item.cause, obj) for item, obj in alive), exclude)
 
 

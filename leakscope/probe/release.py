@@ -8,6 +8,8 @@ Only a trial's own objects are ever released, never a running job's.
 
 from __future__ import annotations
 
+import ctypes
+import sys
 import types
 from collections import deque
 from typing import Any
@@ -23,7 +25,7 @@ class ReleaseFailed(Exception):
     """The reference sits in a slot that cannot be replaced."""
 
 
-def release(link: Link, value: Any) -> None:
+def release(link: Link, value: object) -> None:
     """Replace the object at ``link`` by ``value`` in its container.
 
     Used to confirm findings: a reference is released by putting a detached
@@ -119,7 +121,7 @@ def _rebuilt(tp: type, items: list[Any]) -> tuple[Any, ...]:
     return tp(items)  # type: ignore[no-any-return]
 
 
-def _hashable(key: Any) -> None:
+def _hashable(key: object) -> None:
     if not plain_hash(key):
         raise ReleaseFailed(
             f"the key is a {type_name(type(key))}, whose class hashes itself: leakscope does not run it"
@@ -141,19 +143,17 @@ def _set_item(container: Any, key: Any, value: Any) -> None:
         raise ReleaseFailed(f"cannot replace an entry of a {type_name(tp)}")
 
 
-def _set_frame_local(frame: types.FrameType, name: str, value: Any) -> None:
+def _set_frame_local(frame: types.FrameType, name: str, value: object) -> None:
     """Rebind a local (or closed-over cell) of a suspended frame.
 
     Python 3.13's ``f_locals`` writes through (PEP 667); before it, the
     snapshot dict is written back with ``PyFrame_LocalsToFast``, which also
     sets cells. Only trial objects are ever released, never the user's.
     """
-    import sys
 
     if sys.version_info >= (3, 13):
         frame.f_locals[name] = value
         return
-    import ctypes
 
     frame.f_locals[name] = value  # the snapshot dict, kept on the frame
     ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))

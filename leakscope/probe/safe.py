@@ -45,7 +45,11 @@ import types
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from torch import Tensor
+    from torch.autograd.graph import Node
 
 T = TypeVar("T")
 
@@ -55,6 +59,7 @@ _NAME = type.__dict__["__name__"].__get__
 _QUALNAME = type.__dict__["__qualname__"].__get__
 _MODULE = type.__dict__["__module__"].__get__
 _DICT_OFFSET = type.__dict__["__dictoffset__"].__get__
+
 _MISSING: Any = object()
 
 
@@ -79,7 +84,7 @@ def class_dict(cls: type) -> Mapping[str, Any]:
 
 
 def class_attr(
-    tp: type, name: str, default: Any = None, *, want: type | tuple[type, ...] | None = None
+    tp: type, name: str, default: object = None, *, want: type | tuple[type, ...] | None = None
 ) -> Any:
     """The raw value ``name`` has on ``tp`` or the first base that defines it, with no descriptor's
     ``__get__`` run; with ``want``, the first such value of exactly one of those types."""
@@ -189,7 +194,7 @@ def _generic_get_dict() -> Callable[[Any], Any] | None:
         fn.restype = ctypes.py_object
         fn.argtypes = [ctypes.py_object, ctypes.c_void_p]
 
-        def get(obj: Any) -> Any:
+        def get(obj: object) -> Any:
             return fn(obj, None)
 
         found: Callable[[Any], Any] | None = get
@@ -258,7 +263,7 @@ def slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
         namespace = class_dict(klass)
         slots = namespace.get("__slots__")
         if type(slots) is str:
-            names: tuple[Any, ...] = (slots,)
+            names: tuple[object, ...] = (slots,)
         elif is_exactly(slots, (tuple, list)):
             names = tuple(slots)  # type: ignore[arg-type]
         elif type(slots) is dict:
@@ -297,7 +302,7 @@ def plain_hash(obj: object) -> bool:
     if any(tp is scalar for scalar in _SCALARS):
         return True
     if tp is tuple:
-        items: tuple[Any, ...] = obj  # type: ignore[assignment]
+        items: tuple[object, ...] = obj  # type: ignore[assignment]
         return all(plain_hash(item) for item in tuple.__iter__(items))
     if tp is weakref.ref:
         referent = obj()  # type: ignore[operator]
@@ -488,7 +493,7 @@ def is_plain_tensor(obj: object) -> bool:
     return kind == _TENSOR or (kind == _SUBCLASS and not is_parameter(obj))
 
 
-def tensor_read(obj: Any, read: Callable[[Any], T], *, op: bool = False) -> T:
+def tensor_read(obj: object, read: Callable[[Any], T], *, op: bool = False) -> T:
     """``read(obj)`` with torch functions and Python dispatch off (raises what ``read`` raises).
 
     A getter on an exact ``torch.Tensor`` or ``nn.Parameter`` runs no Python unless a torch-function
@@ -505,37 +510,39 @@ def tensor_read(obj: Any, read: Callable[[Any], T], *, op: bool = False) -> T:
         return read(obj)
 
 
-def grad_fn(t: Any) -> Any:
+def grad_fn(t: object) -> Node | None:
     """``t.grad_fn`` (None for a leaf, or when it cannot be read)."""
     try:
-        return tensor_read(t, _t().grad_fn)
+        found: Node | None = tensor_read(t, _t().grad_fn)
     except Exception:
         return None
+    return found
 
 
-def requires_grad(t: Any) -> bool:
+def requires_grad(t: object) -> bool:
     try:
         return bool(tensor_read(t, _t().requires_grad))
     except Exception:
         return False
 
 
-def grad(t: Any) -> Any:
+def grad(t: object) -> Tensor | None:
     """``t.grad`` (read only on leaves, as torch warns otherwise), or None."""
     try:
-        return tensor_read(t, _t().grad)
+        found: Tensor | None = tensor_read(t, _t().grad)
     except Exception:
         return None
+    return found
 
 
-def is_leaf(t: Any) -> bool:
+def is_leaf(t: object) -> bool:
     try:
         return bool(tensor_read(t, _t().is_leaf))
     except Exception:
         return True
 
 
-def version(t: Any) -> int:
+def version(t: object) -> int:
     """``t._version``, the in-place write counter (0 when it cannot be read)."""
     try:
         return int(tensor_read(t, _t().version))
@@ -543,14 +550,14 @@ def version(t: Any) -> int:
         return 0
 
 
-def shape(t: Any) -> tuple[int, ...]:
+def shape(t: object) -> tuple[int, ...]:
     try:
         return tuple(int(d) for d in tensor_read(t, _t().shape))
     except Exception:
         return ()
 
 
-def dtype(t: Any) -> str:
+def dtype(t: object) -> str:
     """``"float32"``, or ``"?"``."""
     try:
         return str(tensor_read(t, _t().dtype)).replace("torch.", "")
@@ -558,7 +565,7 @@ def dtype(t: Any) -> str:
         return "?"
 
 
-def device(t: Any) -> str:
+def device(t: object) -> str:
     """``"cpu"``, ``"cuda:0"``, or ``"?"``."""
     try:
         return str(tensor_read(t, _t().device))
@@ -566,7 +573,7 @@ def device(t: Any) -> str:
         return "?"
 
 
-def storage(t: Any) -> tuple[str, int, int] | None:
+def storage(t: object) -> tuple[str, int, int] | None:
     """``(device, data pointer, bytes)`` of the whole storage behind ``t`` (views share it), or
     None when it has none to read (a wrapper subclass, a meta tensor)."""
     tensors = _t()
@@ -582,7 +589,7 @@ def storage(t: Any) -> tuple[str, int, int] | None:
     return found if found[1] != 0 else None
 
 
-def numel_bytes(t: Any) -> int:
+def numel_bytes(t: object) -> int:
     """``t.numel() * t.element_size()``, or 0."""
     base = _t().base
     try:
@@ -591,7 +598,7 @@ def numel_bytes(t: Any) -> int:
         return 0
 
 
-def tensor_hooks(t: Any) -> list[tuple[str, dict[Any, Any]]]:
+def tensor_hooks(t: object) -> list[tuple[str, dict[Any, Any]]]:
     """``(name, hooks)`` for the Python hook dicts registered on ``t`` (``register_hook``,
     ``register_post_accumulate_grad_hook``)."""
     out = []
@@ -605,7 +612,7 @@ def tensor_hooks(t: Any) -> list[tuple[str, dict[Any, Any]]]:
     return out
 
 
-def detached(t: Any) -> Any:
+def detached(t: object) -> Tensor | None:
     """A detached plain copy of ``t``'s view (``t.detach()`` without the subclass's code), or None."""
     try:
         return tensor_read(t, _t().base.detach, op=True)
@@ -613,7 +620,7 @@ def detached(t: Any) -> Any:
         return None
 
 
-def detach_in_place(t: Any) -> bool:
+def detach_in_place(t: object) -> bool:
     """``t.detach_()`` without the subclass's code; whether it worked."""
     try:
         tensor_read(t, _t().base.detach_, op=True)
@@ -628,7 +635,7 @@ def detach_in_place(t: Any) -> bool:
 _SUBCLASS_PATHS: dict[int, tuple[weakref.ref[Any], str]] = {}
 
 
-def remember_path(t: Any, path: Callable[[], object]) -> None:
+def remember_path(t: object, path: Callable[[], object]) -> None:
     """Note where the walk named ``t`` when it is a tensor subclass's (the first place only), so an
     error its code raises later can be named (:func:`subclass_failure`). Plain tensors, whose code
     is torch's, are not noted; nothing is kept alive."""
@@ -649,7 +656,7 @@ def remember_path(t: Any, path: Callable[[], object]) -> None:
     _SUBCLASS_PATHS[key] = (ref, str(path()))
 
 
-def _path_of(obj: Any) -> str | None:
+def _path_of(obj: object) -> str | None:
     entry = _SUBCLASS_PATHS.get(id(obj))
     return entry[1] if entry is not None and entry[0]() is obj else None
 

@@ -26,10 +26,26 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
-from leakscope.probe.autograd import UINT64_MAX, iter_nodes, node_key, node_name, sequence_nr
+from leakscope.probe.autograd import (
+    UINT64_MAX,
+    heap_nodes,
+    iter_nodes,
+    node_key,
+    node_name,
+    sequence_nr,
+    wrappers_preserved,
+)
+
+if TYPE_CHECKING:
+    import weakref
+
+    from torch import Tensor
+    from torch.autograd.graph import Node
+
+    from leakscope.probe.liveness import Evidence
 
 #: the step index of a node that existed before the first judged step
 BEFORE = -1
@@ -41,6 +57,7 @@ def next_sequence_nr() -> int:
 
     with torch.enable_grad():
         probe = torch.empty(0, requires_grad=True) * 1
+    assert probe.grad_fn is not None
     return sequence_nr(probe.grad_fn)
 
 
@@ -53,11 +70,11 @@ class StepGraphs:
     #: node identity -> (step, sequence number, type name), for nodes the ranges cannot place
     known: dict[int, tuple[int, int, str]] = dataclasses.field(default_factory=dict)
     #: the steps' own leaves (a checkpoint input forced to require grad): ``id -> (weakref, step)``
-    leaves: dict[int, tuple[Any, int]] = dataclasses.field(default_factory=dict)
+    leaves: dict[int, tuple[weakref.ref[Tensor], int]] = dataclasses.field(default_factory=dict)
     _start: int | None = None
 
     # -- recording ------------------------------------------------------------------------
-    def mark_before(self, nodes: Iterable[Any]) -> None:
+    def mark_before(self, nodes: Iterable[Node | None]) -> None:
         """Register the graphs below ``nodes`` as older than every step (what the caller
         already held when the run started)."""
         for node in iter_nodes(nodes, stop=self._is_known):
@@ -74,7 +91,7 @@ class StepGraphs:
         """A step starts in this thread."""
         self._start = next_sequence_nr()
 
-    def end(self, roots: Iterable[Any] = ()) -> int:
+    def end(self, roots: Iterable[Node | None] = ()) -> int:
         """The step that began last ends: register, by identity, every node of its graph found below
         ``roots`` (the graph nodes of what it produced, and of every tensor with a graph on the heap)
         that no earlier step or older graph has claimed. Its index."""
@@ -95,7 +112,6 @@ class StepGraphs:
         is not taken for it. A node's wrapper lives exactly as long as the node (NOTE [Node
         identity]), and every wrapper registered since the heap was frozen is on the collector's
         young generations; the older graphs' registrations are kept."""
-        from leakscope.probe.autograd import heap_nodes, wrappers_preserved
 
         if not wrappers_preserved():
             return
@@ -106,7 +122,7 @@ class StepGraphs:
             key: entry for key, entry in self.known.items() if entry[0] == BEFORE or key in alive
         }
 
-    def add_leaves(self, evidence: Any, step: int) -> None:
+    def add_leaves(self, evidence: Evidence, step: int) -> None:
         """The leaves of ``step``'s graph, from its evidence (:class:`leakscope.probe.liveness.Evidence`)."""
         for item in evidence.items:
             leaf = item.ref()
@@ -114,17 +130,17 @@ class StepGraphs:
                 self.leaves[id(leaf)] = (item.ref, step)
             del leaf
 
-    def leaf_step(self, leaf: Any) -> int | None:
+    def leaf_step(self, leaf: object) -> int | None:
         """The step whose leaf ``leaf`` is (by identity, checked against the weakref), or None."""
         entry = self.leaves.get(id(leaf))
         if entry is None or entry[0]() is not leaf:
             return None
         return entry[1]
 
-    def _register(self, node: Any, step: int) -> None:
+    def _register(self, node: Node, step: int) -> None:
         self.known[node_key(node)] = (step, sequence_nr(node), node_name(node))
 
-    def _known_step(self, node: Any) -> int | None:
+    def _known_step(self, node: Node) -> int | None:
         entry = self.known.get(node_key(node))
         if entry is None:
             return None
@@ -137,11 +153,11 @@ class StepGraphs:
             return None  # the identity of a freed node, reused
         return step
 
-    def _is_known(self, node: Any) -> bool:
+    def _is_known(self, node: Node) -> bool:
         return self._known_step(node) is not None
 
     # -- reading --------------------------------------------------------------------------
-    def step_of(self, node: Any) -> int | None:
+    def step_of(self, node: Node) -> int | None:
         """The step that created ``node``; :data:`BEFORE` for an older graph; None for a node
         made outside every step (a sum the loop made from a step's loss, an AccumulateGrad)."""
         known = self._known_step(node)
@@ -155,11 +171,11 @@ class StepGraphs:
                 return i
         return None
 
-    def is_before(self, node: Any) -> bool:
+    def is_before(self, node: Node) -> bool:
         """True for a node of a graph built before the first step: a walk stops there."""
         return self._known_step(node) == BEFORE
 
-    def reached(self, node: Any, *, limit: int = 1_000_000) -> frozenset[int]:
+    def reached(self, node: Node, *, limit: int = 1_000_000) -> frozenset[int]:
         """The steps whose graphs ``node``'s graph reaches (its own node included)."""
         found: set[int] = set()
         for i, reached in enumerate(iter_nodes([node], stop=self.is_before)):
@@ -170,7 +186,7 @@ class StepGraphs:
                 found.add(step)
         return frozenset(found)
 
-    def nodes_by_step(self, roots: Iterable[Any]) -> tuple[tuple[int, ...], int]:
+    def nodes_by_step(self, roots: Iterable[Node | None]) -> tuple[tuple[int, ...], int]:
         """Live graph nodes below ``roots`` created by step 0, 1, ...; and all nodes below them."""
         counts = [0] * len(self.ranges)
         total = 0
@@ -181,16 +197,16 @@ class StepGraphs:
                 counts[step] += 1
         return tuple(counts), total
 
-    def count_nodes(self, roots: Iterable[Any]) -> int:
+    def count_nodes(self, roots: Iterable[Node | None]) -> int:
         """Graph nodes below ``roots``, older graphs and AccumulateGrad nodes not counted."""
         return sum(
             1 for node in iter_nodes(roots, stop=self.is_before) if sequence_nr(node) != UINT64_MAX
         )
 
-    def older_than(self, step: int) -> Any:
+    def older_than(self, step: int) -> Callable[[Node], bool]:
         """A ``stop`` predicate for walks that count ``step``'s graph and what later steps added."""
 
-        def stop(node: Any) -> bool:
+        def stop(node: Node) -> bool:
             found = self.step_of(node)
             return found is not None and found < step
 

@@ -119,7 +119,7 @@ FINDING_GRAPH_COUNT = 10_000
 
 
 def view_of(
-    obj: Any,
+    obj: object,
     *,
     path: str,
     target: str = "",

@@ -196,15 +196,15 @@ class _Kinds:
         except Exception:  # tensordict missing or changed: walk TDs as objects
             self.tensordict = None
 
-    def is_parameter(self, obj: Any) -> bool:
+    def is_parameter(self, obj: object) -> bool:
         return safe.is_parameter(obj)
 
-    def tensor_hooks(self, t: Any) -> list[tuple[str, dict[Any, Any]]]:
+    def tensor_hooks(self, t: object) -> list[tuple[str, dict[Any, Any]]]:
         """``(name, hooks)`` for the Python hook dicts registered on ``t`` (``register_hook``,
         ``register_post_accumulate_grad_hook``): their closures can hold another step's graph."""
         return safe.tensor_hooks(t)
 
-    def tensor_attrs(self, t: Any) -> dict[str, Any] | None:
+    def tensor_attrs(self, t: object) -> dict[str, Any] | None:
         """A tensor's instance ``__dict__`` when it has public attributes
         (``weight.kfac_a = input``, ``t.source = x``); private ones (a DTensor's
         ``_local_tensor``, ``_spec``) are the tensor's own machinery."""
@@ -213,7 +213,7 @@ class _Kinds:
             return d
         return None
 
-    def is_node(self, obj: Any) -> bool:
+    def is_node(self, obj: object) -> bool:
         """An autograd graph node (``loss.grad_fn``, a GradientEdge's ``.node``, ...), decided by type
         alone (:func:`leakscope.probe.safe.is_node`)."""
         return safe.is_node(obj)
@@ -311,7 +311,7 @@ def _slot_values(obj: object) -> Iterator[tuple[str, Any, Any]]:
 Child = tuple["tuple[Segment, ...] | None", LinkKind, Any, Any, Any]
 
 
-def _children(obj: Any, generic: bool = False) -> Iterable[Child]:
+def _children(obj: object, generic: bool = False) -> Iterable[Child]:
     yield from _CHILDREN[_kind_of(type(obj))](obj, generic)
 
 
@@ -402,14 +402,14 @@ def _cell_children(obj: Any, generic: bool) -> Iterable[Child]:
         pass
 
 
-def _proxy_children(obj: Any, generic: bool) -> Iterable[Child]:
+def _proxy_children(obj: object, generic: bool) -> Iterable[Child]:
     # A read-only view: its entries are the mapping's (``output.stats['entropy']``).
     mappings = [r for r in gc.get_referents(obj) if is_instance(r, dict)]
     if mappings:
         yield from _dict_children(mappings[0], generic)
 
 
-def _local_children(obj: Any, generic: bool) -> Iterable[Child]:
+def _local_children(obj: object, generic: bool) -> Iterable[Child]:
     d = safe.thread_local_dict(obj)
     if d is not None:
         for key, value in list(d.items()):
@@ -422,12 +422,12 @@ def _context_children(obj: Any, generic: bool) -> Iterable[Child]:
         yield (Segment(SegmentKind.CALL, "get"),), LinkKind.CONTEXT_VAR, obj, None, value
 
 
-def _library_children(obj: Any, generic: bool) -> Iterable[Child]:
+def _library_children(obj: object, generic: bool) -> Iterable[Child]:
     if generic and not is_interpreter_internal(type(obj)):
         yield from _generic_children(obj)
 
 
-def _tensorclass_children(obj: Any, generic: bool) -> Iterable[Child]:
+def _tensorclass_children(obj: object, generic: bool) -> Iterable[Child]:
     d = instance_dict(obj) or {}
     inner = d.get("_tensordict")
     if inner is not None:
@@ -438,7 +438,7 @@ def _tensorclass_children(obj: Any, generic: bool) -> Iterable[Child]:
             yield _key(key), LinkKind.ITEM, extra, key, value
 
 
-def _object_children(obj: Any, generic: bool) -> Iterable[Child]:
+def _object_children(obj: object, generic: bool) -> Iterable[Child]:
     d = instance_dict(obj)
     if d:
         for key, value in list(d.items()):
@@ -451,16 +451,16 @@ def _object_children(obj: Any, generic: bool) -> Iterable[Child]:
         yield from _referents(obj)
 
 
-def _lru_and_object_children(obj: Any, generic: bool) -> Iterable[Child]:
+def _lru_and_object_children(obj: object, generic: bool) -> Iterable[Child]:
     yield from _lru_children(obj)
     yield from _object_children(obj, generic)  # its __dict__ (``__wrapped__``)
 
 
-def _nothing(obj: Any, generic: bool) -> Iterable[Child]:
+def _nothing(obj: object, generic: bool) -> Iterable[Child]:
     return ()
 
 
-def _generic_children(obj: Any) -> Iterable[Child]:
+def _generic_children(obj: object) -> Iterable[Child]:
     """A library object the user owns: its attributes, else what the interpreter says it refers to."""
     d = instance_dict(obj)
     if d:
@@ -474,7 +474,7 @@ def _generic_children(obj: Any) -> Iterable[Child]:
         yield from _referents(obj)
 
 
-def _referents(obj: Any) -> Iterable[Child]:
+def _referents(obj: object) -> Iterable[Child]:
     """What the interpreter says ``obj`` refers to (C-level objects without a ``__dict__``)."""
     for value in gc.get_referents(obj):
         if is_instance(value, (type, types.ModuleType, types.CodeType)):
@@ -523,7 +523,7 @@ _BASE_EXCEPTION = {
 }
 
 
-def _weak_key_children(wkd: Any, generic: bool) -> Iterable[Child]:
+def _weak_key_children(wkd: object, generic: bool) -> Iterable[Child]:
     """Values of a ``WeakKeyDictionary`` are held strongly (only the keys are weak)."""
     data = (instance_dict(wkd) or {}).get("data")
     if type(data) is not dict:
@@ -539,7 +539,7 @@ def _weak_key_children(wkd: Any, generic: bool) -> Iterable[Child]:
         )
 
 
-def _frame_children(gen: Any, generic: bool) -> Iterable[Child]:
+def _frame_children(gen: object, generic: bool) -> Iterable[Child]:
     """Locals (and closed-over cells) of a suspended generator or coroutine.
 
     Read from the frame (``gi_frame.f_locals``), never by resuming it; see
@@ -603,7 +603,7 @@ def _frame_locals(
         segment = (*segment, *_attr("f_back"))
 
 
-def _lru_children(wrapper: Any) -> Iterable[Child]:
+def _lru_children(wrapper: object) -> Iterable[Child]:
     """The results a ``functools.lru_cache`` / ``functools.cache`` wrapper keeps.
 
     # NOTE [Reading an lru_cache]
@@ -661,7 +661,7 @@ def _tensordict_children(td: Any, generic: bool) -> Iterable[Child]:
 _MODULE_PLAIN_DICTS = ("_modules", "_buffers")
 
 
-def _module_children(module: Any, generic: bool) -> Iterable[Child]:
+def _module_children(module: object, generic: bool) -> Iterable[Child]:
     d = instance_dict(module) or {}
     for key, value in list(d.items()):
         if key == "_parameters":
@@ -806,7 +806,7 @@ def _function_module(fn: types.FunctionType) -> str:
     return module if type(module) is str else ""
 
 
-def _is_state(value: Any, module_name: str) -> bool:
+def _is_state(value: object, module_name: str) -> bool:
     tp = type(value)
     if type_module(tp) in ("builtins", "collections", "types", "functools", module_name):
         return True  # containers, SimpleNamespace, partial, and the module's own objects
@@ -1018,7 +1018,7 @@ def walk(
             stack.extend([(entry[4], link, entry) for entry in reversed(children)])
 
 
-def _grad_child(t: Any) -> Child | None:
+def _grad_child(t: object) -> Child | None:
     """A tensor's ``.grad`` when it has a graph of its own.
 
     NOTE [A gradient that keeps a graph]: ``backward(create_graph=True)`` leaves

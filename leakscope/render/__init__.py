@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
 
 FORMATS = ("text", "json", "junit", "sarif", "github", "html")
 
@@ -32,6 +31,6 @@ def renderer(fmt: str) -> Callable[..., str]:
     return fn
 
 
-def render(report: Any, fmt: str, **kwargs: Any) -> str:
+def render(report: object, fmt: str, **kwargs: object) -> str:
     """Render ``report`` in ``fmt`` (keyword options are format-specific)."""
     return renderer(fmt)(report, **kwargs)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from leakscope.render.escape import terminal
 from leakscope.render.summary import human_bytes, node_count
 from leakscope.results import GraphView
@@ -14,7 +12,7 @@ def _quote(text: str) -> str:
     return '"' + terminal(text).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def render(view: GraphView, **_: Any) -> str:
+def render(view: GraphView, **_: object) -> str:
     """``digraph retained { ... }``: one node per graph node, saved slots in the label."""
     lines = ["digraph retained {", "  rankdir=TB;", "  node [shape=box, fontname=monospace];"]
     lines.append(

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
 from leakscope.holders import shorten
 from leakscope.render.escape import terminal
+from leakscope.render.json_report import report_dict
 from leakscope.results import FixReport, FixResult, FixStatus
 
 SCHEMA_VERSION = 1
@@ -102,7 +102,7 @@ def render_patch(fixes: FixReport) -> str:
     return "".join(parts)
 
 
-def fix_dict(fix: FixResult) -> dict[str, Any]:
+def fix_dict(fix: FixResult) -> dict[str, object]:
     """One finding's fix as plain JSON data."""
     return {
         "target": fix.target,
@@ -119,7 +119,6 @@ def fix_dict(fix: FixResult) -> dict[str, Any]:
 
 def render_json(fixes: FixReport, *, debug: bool = False) -> str:
     """The fix report as an indented JSON document (``schema_version`` 1) with a trailing newline."""
-    from leakscope.render.json_report import report_dict
 
     doc = {
         "schema_version": SCHEMA_VERSION,

@@ -10,9 +10,7 @@ control characters and escape codes are shown, not sent to the log
 
 from __future__ import annotations
 
-from typing import Any
-
-from leakscope.policy import exit_code
+from leakscope.policy import FailOn, exit_code
 from leakscope.render.escape import github_data, github_property, terminal
 from leakscope.render.summary import edit_lines, finding_message, label, report_line
 from leakscope.results import Finding, Report, Severity, TargetResult, Verdict
@@ -58,7 +56,7 @@ def suggestion(result: TargetResult, finding: Finding) -> str:
     )
 
 
-def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
+def render(report: Report, *, fail_on: FailOn = FailOn.LEAK, **_: object) -> str:
     """One workflow command per finding, error and warning, then the summary line."""
     lines = []
     for result in report.results:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from importlib import resources
-from typing import Any
 
+from leakscope.policy import FailOn, exit_code
 from leakscope.render.escape import html as _e
 from leakscope.render.graph_layout import Box, layout
 from leakscope.render.summary import (
@@ -46,7 +46,7 @@ from leakscope.snippets import snippet_for
 _CSS = resources.files("leakscope.render").joinpath("report.css").read_text(encoding="utf-8")
 
 
-def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
+def render(report: Report, *, fail_on: FailOn = FailOn.LEAK, **_: object) -> str:
     """The report as one self-contained HTML document (light and dark).
 
     Every value of the report is escaped (:func:`~leakscope.render.escape.html`), numbers
@@ -54,8 +54,6 @@ def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
     (:func:`~leakscope.render.summary.shown_verdict`), as in every other format. Tracebacks
     are not shown (``--debug`` writes them to stderr).
     """
-    from leakscope.policy import exit_code
-
     code = exit_code(report, fail_on)
     shown = {shown_verdict(r, fail_on) for r in report.results}
     worst = next((v for v in ("error", "leak", "warning") if v in shown), "clean")
@@ -100,7 +98,7 @@ def _badge(verdict: str) -> str:
     return f'<span class="badge {_e(verdict)}">{_e(verdict.upper())}</span>'
 
 
-def _summary_table(report: Report, fail_on: str) -> str:
+def _summary_table(report: Report, fail_on: FailOn) -> str:
     rows = []
     for i, r in enumerate(report.results):
         shown = shown_verdict(r, fail_on)
@@ -147,7 +145,7 @@ def _sparkline(result: TargetResult, shown: str) -> str:
 # ---------------------------------------------------------------- one result
 
 
-def _result_section(index: int, result: TargetResult, fail_on: str) -> str:
+def _result_section(index: int, result: TargetResult, fail_on: FailOn) -> str:
     shown = shown_verdict(result, fail_on)
     head = (
         f'<h2><code>{_e(result.target)}</code> <span class="mode">[{_e(result.mode.value)}]</span>'

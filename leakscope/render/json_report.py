@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from importlib.resources import files
 from typing import Any
 
 from leakscope.errors import UsageError
@@ -14,20 +15,19 @@ from leakscope.serialize import SchemaError, from_data, value_from_data
 SCHEMA_VERSION = 1
 
 
-def schema() -> dict[str, Any]:
+def schema() -> dict[str, object]:
     """The report's JSON Schema (draft 2020-12), shipped beside this module as
     ``report.schema.json`` and generated from :mod:`leakscope.results` by docs/gen_schema.py."""
-    from importlib.resources import files
 
-    loaded: dict[str, Any] = json.loads(
+    loaded: dict[str, object] = json.loads(
         files("leakscope.render").joinpath("report.schema.json").read_text(encoding="utf-8")
     )
     return loaded
 
 
-def finding_dict(finding: Finding) -> dict[str, Any]:
+def finding_dict(finding: Finding) -> dict[str, object]:
     """One finding as plain JSON data."""
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "path": str(finding.path),
         "holder": finding.holder.value,
         "grad_fn": finding.grad_fn,
@@ -54,7 +54,7 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
     return out
 
 
-def snippet_dict(snippet: Snippet) -> dict[str, Any]:
+def snippet_dict(snippet: Snippet) -> dict[str, object]:
     """The lines around a finding's ``source`` or ``stored_at``, captured when the check ran."""
     return {
         "file": snippet.file,
@@ -64,7 +64,7 @@ def snippet_dict(snippet: Snippet) -> dict[str, Any]:
     }
 
 
-def graph_dict(view: GraphView) -> dict[str, Any]:
+def graph_dict(view: GraphView) -> dict[str, object]:
     """A finding's bounded retained graph as plain JSON data (its result names target and mode)."""
     return {
         "root": view.root,
@@ -100,13 +100,13 @@ def view_json(view: GraphView) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def _source(source: Any) -> dict[str, Any] | None:
+def _source(source: Any) -> dict[str, object] | None:
     return (
         {"file": source.file, "line": source.line, "function": source.function} if source else None
     )
 
 
-def projection_dict(p: Any) -> dict[str, Any]:
+def projection_dict(p: Any) -> dict[str, object]:
     """A ``Projection`` as plain JSON data."""
     return {
         "hidden": p.scale.hidden,
@@ -141,9 +141,9 @@ def projection_dict(p: Any) -> dict[str, Any]:
     }
 
 
-def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
+def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, object]:
     """One target-and-mode result as plain JSON data."""
-    out: dict[str, Any] = {
+    out: dict[str, object] = {
         "target": result.target,
         "mode": result.mode.value,
         "verdict": result.verdict.value,
@@ -155,15 +155,15 @@ def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
         "warnings": list(result.warnings),
     }
     if result.growth is not None:
-        out["growth"] = {
+        growth: dict[str, object] = {
             "retained_bytes": list(result.growth.retained_bytes),
             "slope_bytes": result.growth.slope_bytes,
             "cuda_allocated": list(result.growth.cuda_allocated)
             if result.growth.cuda_allocated
             else None,
         }
-    if result.growth is not None:
-        out["growth"].update(
+        out["growth"] = growth
+        growth.update(
             {
                 "graph_nodes": list(result.growth.graph_nodes),
                 "nodes_by_micro_batch": list(result.growth.nodes_by_micro_batch),
@@ -182,9 +182,9 @@ def result_dict(result: TargetResult, *, debug: bool = False) -> dict[str, Any]:
     return out
 
 
-def report_dict(report: Report, *, debug: bool = False) -> dict[str, Any]:
+def report_dict(report: Report, *, debug: bool = False) -> dict[str, object]:
     """The whole report as plain JSON data (schema_version 1)."""
-    doc: dict[str, Any] = {
+    doc: dict[str, object] = {
         "schema_version": SCHEMA_VERSION,
         "leakscope_version": report.leakscope_version,
         "torch_version": report.torch_version,
@@ -204,7 +204,7 @@ def report_dict(report: Report, *, debug: bool = False) -> dict[str, Any]:
     return doc
 
 
-def render(report: Report, *, debug: bool = False, **_: Any) -> str:
+def render(report: Report, *, debug: bool = False, **_: object) -> str:
     """The report as an indented JSON document with a trailing newline."""
     return json.dumps(report_dict(report, debug=debug), indent=2) + "\n"
 
@@ -286,24 +286,24 @@ def _one_line(exc: Exception) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
-def _checked(tp: Any, value: Any, where: str) -> Any:
+def _checked(tp: object, value: object, where: str) -> Any:
     """``value`` checked against the type ``tp`` by ``serialize.from_data``'s rules."""
     return value_from_data(tp, value, ints=_INTS, where=where)
 
 
-def _object(value: Any, where: str) -> dict[str, Any]:
+def _object(value: object, where: str) -> dict[str, object]:
     if not isinstance(value, dict):
         raise SchemaError(where, "is not an object")
     return value
 
 
-def _list(value: Any, where: str) -> list[Any]:
+def _list(value: object, where: str) -> list[object]:
     if not isinstance(value, list):
         raise SchemaError(where, "is not a list")
     return value
 
 
-def _one_of(value: Any, allowed: tuple[Any, ...], where: str) -> None:
+def _one_of(value: object, allowed: tuple[object, ...], where: str) -> None:
     if value not in allowed:
         shown = repr(value) if isinstance(value, str) and len(value) <= 40 else "another value"
         raise SchemaError(
@@ -312,9 +312,10 @@ def _one_of(value: Any, allowed: tuple[Any, ...], where: str) -> None:
         )
 
 
-def _report(doc: dict[str, Any]) -> Report:
+def _report(doc: dict[str, object]) -> Report:
     results = tuple(
-        _result(_object(r, f"results[{i}]"), f"results[{i}]") for i, r in enumerate(doc["results"])
+        _result(_object(r, f"results[{i}]"), f"results[{i}]")
+        for i, r in enumerate(_list(doc["results"], "results"))
     )
     watch = None
     if doc.get("watch") is not None:
@@ -326,7 +327,7 @@ def _report(doc: dict[str, Any]) -> Report:
     return Report(results=results, watch=watch, **versions)
 
 
-def _result(data: dict[str, Any], where: str) -> TargetResult:
+def _result(data: dict[str, object], where: str) -> TargetResult:
     """One result, checked by the schema (``serialize.from_data``), its findings one by one."""
     data = dict(data)
     findings_data = _list(data.pop("findings", []), f"{where}.findings")
@@ -344,7 +345,7 @@ def _result(data: dict[str, Any], where: str) -> TargetResult:
     return dataclasses.replace(result, findings=findings)
 
 
-def _finding(data: dict[str, Any], result: TargetResult, where: str) -> Finding:
+def _finding(data: dict[str, object], result: TargetResult, where: str) -> Finding:
     data = dict(data)
     path = _checked(str, data.get("path"), f"{where}.path")
     graph = data.pop("graph", None)
@@ -375,7 +376,7 @@ def _finding(data: dict[str, Any], result: TargetResult, where: str) -> Finding:
     return dataclasses.replace(finding, path=printed(path))
 
 
-def _projection(data: dict[str, Any], where: str) -> dict[str, Any]:
+def _projection(data: dict[str, object], where: str) -> dict[str, object]:
     """The JSON report's flat projection in the shape of ``Projection`` (its ``scale`` nested)."""
     scale_keys = (
         "hidden",

@@ -11,9 +11,8 @@ part of it (``--debug`` writes them to stderr).
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Any
 
-from leakscope.policy import fails, has_warning
+from leakscope.policy import FailOn, fails, has_warning
 from leakscope.render.escape import xml
 from leakscope.render.summary import result_detail, result_line
 from leakscope.results import Report, TargetResult, Verdict
@@ -34,7 +33,7 @@ def _element(
     return element
 
 
-def render(report: Report, *, fail_on: str = "leak", **_: Any) -> str:
+def render(report: Report, *, fail_on: FailOn = FailOn.LEAK, **_: object) -> str:
     """The report as a JUnit XML document with a trailing newline."""
     results = report.results
     failures = sum(1 for r in results if r.verdict is not Verdict.ERROR and fails(r, fail_on))

@@ -20,7 +20,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from leakscope.render.escape import python_string
 from leakscope.results import Holder, Report, Severity, Verdict
@@ -114,7 +113,7 @@ def render(
     args: Sequence[str] = (),
     methods: Sequence[str] = (),
     cwd: str = ".",
-    **_: Any,
+    **_: object,
 ) -> str:
     """The regression test for every leaking class of ``report``, and for a graph the job itself holds,
     a test that watches the job again (NOTE [From a real job to a gate]). ``script``, ``args`` and

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
 
 from leakscope.render.escape import sarif_uri
 from leakscope.render.summary import finding_message, label
@@ -93,7 +92,7 @@ def _rule(finding: Finding) -> tuple[str, str, str, str]:
     return RULES.get(finding.holder.value, _OTHER)
 
 
-def _rule_dict(rule: tuple[str, str, str, str], level: str) -> dict[str, Any]:
+def _rule_dict(rule: tuple[str, str, str, str], level: str) -> dict[str, object]:
     rule_id, name, short, fix = rule
     return {
         "id": rule_id,
@@ -107,7 +106,7 @@ def _rule_dict(rule: tuple[str, str, str, str], level: str) -> dict[str, Any]:
     }
 
 
-def artifact_location(file: str) -> dict[str, Any]:
+def artifact_location(file: str) -> dict[str, object]:
     """A relative path under ``%SRCROOT%`` (what code scanning resolves), else a file URI; percent-encoded."""
     uri = sarif_uri(file)
     return {"uri": uri} if uri.startswith("file:") else {"uri": uri, "uriBaseId": "%SRCROOT%"}
@@ -122,13 +121,14 @@ def _fingerprint(result: TargetResult, finding: Finding) -> str:
     ]  # any string a report holds
 
 
-def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str, object]:
+    locations: list[dict[str, object]] = []
+    out: dict[str, object] = {
         "ruleId": _rule(finding)[0],
         "ruleIndex": rule_index,
         "level": _LEVEL.get(finding.severity, "error"),
         "message": {"text": finding_message(result, finding)},
-        "locations": [],
+        "locations": locations,
         "partialFingerprints": {"leakscopeFinding/v1": _fingerprint(result, finding)},
         "properties": {
             "target": result.target,
@@ -146,7 +146,7 @@ def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str
         },
     }
     if finding.source is not None:
-        out["locations"].append(
+        locations.append(
             {
                 "physicalLocation": {
                     "artifactLocation": artifact_location(finding.source.file),
@@ -165,7 +165,7 @@ def _result(result: TargetResult, finding: Finding, rule_index: int) -> dict[str
     return out
 
 
-def sarif_fixes(finding: Finding) -> list[dict[str, Any]]:
+def sarif_fixes(finding: Finding) -> list[dict[str, object]]:
     """The finding's edit as a SARIF fix, when ``leakscope fix`` verified it (never a suggestion it could
     not prove): the line's text from the edit's column is replaced by the new text. Columns count
     Unicode code points (the run's ``columnKind``)."""
@@ -195,9 +195,9 @@ def sarif_fixes(finding: Finding) -> list[dict[str, Any]]:
     ]
 
 
-def sarif_dict(report: Report) -> dict[str, Any]:
+def sarif_dict(report: Report) -> dict[str, object]:
     """The report as a SARIF 2.1.0 log (plain JSON data)."""
-    rules: list[dict[str, Any]] = []
+    rules: list[dict[str, object]] = []
     rule_index: dict[str, int] = {}
     results = []
     notifications = []
@@ -216,7 +216,7 @@ def sarif_dict(report: Report) -> dict[str, Any]:
                 rule_index[rule[0]] = len(rules)
                 rules.append(_rule_dict(rule, "warning" if rule[0] in _WARNING_RULES else "error"))
             results.append(_result(result, finding, rule_index[rule[0]]))
-    invocation: dict[str, Any] = {
+    invocation: dict[str, object] = {
         "executionSuccessful": not any(r.verdict is Verdict.ERROR for r in report.results),
     }
     if notifications:
@@ -246,6 +246,6 @@ def sarif_dict(report: Report) -> dict[str, Any]:
     }
 
 
-def render(report: Report, **_: Any) -> str:
+def render(report: Report, **_: object) -> str:
     """The report as an indented SARIF 2.1.0 JSON document with a trailing newline."""
     return json.dumps(sarif_dict(report), indent=2) + "\n"

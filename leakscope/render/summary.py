@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leakscope.policy import fails
+from leakscope.policy import FailOn, fails
 from leakscope.results import (
     Edit,
     Finding,
@@ -162,7 +162,7 @@ def finding_block(finding: Finding) -> str:
     return "\n".join(lines)
 
 
-def result_detail(result: TargetResult, fail_on: str = "leak") -> str:
+def result_detail(result: TargetResult, fail_on: FailOn = FailOn.LEAK) -> str:
     """:func:`result_line` followed by every finding and warning of the result."""
     lines = [result_line(result, fail_on)]
     lines.extend(finding_block(f) for f in result.findings)
@@ -178,7 +178,7 @@ def finding_message(result: TargetResult, finding: Finding) -> str:
     return text
 
 
-def shown_verdict(result: TargetResult, fail_on: str = "leak") -> str:
+def shown_verdict(result: TargetResult, fail_on: FailOn = FailOn.LEAK) -> str:
     """What the gate made of ``result``: ``leak``, ``error``, ``clean``, or ``warning`` for a clean
     result whose warnings fail ``--fail-on warning``. Every format's verdict word, colour and count."""
     if result.verdict is Verdict.CLEAN and fails(result, fail_on):
@@ -194,7 +194,7 @@ def warning_count(result: TargetResult) -> str:
     return f"{warned} warning{'s' if warned != 1 else ''}"
 
 
-def result_line(result: TargetResult, fail_on: str = "leak") -> str:
+def result_line(result: TargetResult, fail_on: FailOn = FailOn.LEAK) -> str:
     """The verdict of one target and mode in one line, as the ``fail_on`` gate judged it."""
     if result.verdict is Verdict.ERROR:
         return f"{label(result)}: error: {result.error}"
@@ -218,7 +218,7 @@ def result_line(result: TargetResult, fail_on: str = "leak") -> str:
     return f"{label(result)}: graph retained by {count}, {leak_size(result)}: {paths}{tail}"
 
 
-def report_line(report: Report, exit_code: int, fail_on: str = "leak") -> str:
+def report_line(report: Report, exit_code: int, fail_on: FailOn = FailOn.LEAK) -> str:
     """``leakscope: 1 leak, 1 clean, 0 error (exit 1)``; under ``fail_on="warning"`` the results
     whose warnings fail the gate are counted apart (``0 leak, 1 warning, 0 clean, 0 error (exit 1)``),
     so that the counts and the exit code tell one story."""

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import io
+import textwrap
 from typing import Any
 
 from leakscope.holders import shorten
-from leakscope.policy import exit_code
+from leakscope.policy import FailOn, exit_code
 from leakscope.render.escape import rich_text, terminal
 from leakscope.render.summary import (
     growth_line,
@@ -36,7 +37,6 @@ def fold(text: str, width: int | None) -> str:
     line of its own, for the terminal to soft-wrap and a copy to take whole."""
     if width is None:
         return text
-    import textwrap
 
     out = []
     for line in text.split("\n"):
@@ -58,7 +58,7 @@ def fold(text: str, width: int | None) -> str:
     return "\n".join(out)
 
 
-def _result_block(result: TargetResult, fail_on: str, width: int | None = None) -> list[Any]:
+def _result_block(result: TargetResult, fail_on: FailOn, width: int | None = None) -> list[Any]:
     """The verdict line, the findings table, and one block per finding: every engine string escaped
     (:func:`~leakscope.render.escape.terminal`), every cell a ``Text`` that rich never parses as markup."""
     from rich import box
@@ -80,7 +80,7 @@ def _result_block(result: TargetResult, fail_on: str, width: int | None = None) 
         )
     elif shown == "warning":
         head.append(f"  {warning_count(result)} (fails --fail-on warning)")
-    blocks: list[Any] = [head]
+    blocks: list[object] = [head]
     if result.error:
         blocks.append(Text(fold(f"  error: {terminal(result.error)}", width)))
     if result.findings:
@@ -140,8 +140,8 @@ def render(
     *,
     color: bool = False,
     width: int | None = None,
-    fail_on: str = "leak",
-    **_: Any,
+    fail_on: FailOn = FailOn.LEAK,
+    **_: object,
 ) -> str:
     """The report as terminal text (ANSI colours only when ``color``).
 

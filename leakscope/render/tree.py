@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from leakscope.render.escape import terminal
 from leakscope.render.summary import human_bytes, node_count
 from leakscope.results import GraphView, ViewNode
@@ -18,7 +16,7 @@ def _label(node: ViewNode) -> str:
     return " ".join(parts)
 
 
-def render(view: GraphView, *, max_lines: int = 200, **_: Any) -> str:
+def render(view: GraphView, *, max_lines: int = 200, **_: object) -> str:
     """An iterative depth-first tree; shared sub-graphs are shown once, long plain chains folded."""
     if view.root is None:
         if view.path:

@@ -69,6 +69,7 @@ import time
 from typing import IO, Any, NoReturn
 
 from leakscope import interrupts
+from leakscope.options import ModelKind
 
 #: leakscope's own modules a check imports: loaded once here instead of in every child
 #: (``tests/test_isolation.py`` checks that a check imports no other leakscope module)
@@ -198,7 +199,7 @@ def _load(model: str | None) -> _Fresh:
     from leakscope.probe.cost import prepare
 
     prepare()  # NOTE [One measurement per machine]: from the cache, or a fresh interpreter; no op here
-    if model == "hf-lora":  # transformers and peft: seconds per child otherwise
+    if model == ModelKind.HF_LORA:  # transformers and peft: seconds per child otherwise
         from leakscope.errors import UsageError
         from leakscope.models.hf import _imports
 
