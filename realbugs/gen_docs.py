@@ -57,7 +57,7 @@ def table(bugs: list[Bug]) -> str:
         rows.append(
             f"| [{bug.name}](../realbugs/{bug.name}/NOTES.md) | {bug.project}; {_cell(bug.category)} | {_links(bug)} "
             f"| `{bug.package}=={bug.buggy.version}` | `{bug.package}=={bug.fixed.version}` "
-            f"| `{_cell(bug.holder)}` | {bug.kind} | {_cell(bug.confirmed)} |"
+            f"| `{_cell(bug.watch_holder or bug.holder)}` | {bug.kind} | {_cell(bug.confirmed)} |"
         )
     return "\n".join(rows) + "\n"
 

@@ -84,6 +84,10 @@ class Bug:
     #: the suite watches with no ``--method`` (``leakscope watch driver.py``): leakscope finds the
     #: steps itself; ``method`` then only names the step for NOTES.md
     no_flag: bool = False
+    #: the holder as ``watch`` names it, when that differs from ``check``'s ``holder`` (a 1.x
+    #: LightningModule holds its trainer weakly, so a running job's walk reaches the trainer from
+    #: the loop's frames, not as ``engine._trainer``)
+    watch_holder: str = ""
 
     @property
     def folder(self) -> Path:
@@ -116,7 +120,7 @@ def load() -> list[Bug]:
             name=row["name"], project=row["project"], upstream=tuple(row["upstream"]),
             category=row["category"], package=row["package"], method=row["method"],
             holder=row["holder"], kind=row["kind"], confirmed=row["confirmed"], buggy=sides["buggy"], fixed=sides["fixed"],
-            no_flag=row.get("no_flag", False),
+            no_flag=row.get("no_flag", False), watch_holder=row.get("watch_holder", ""),
         ))
     return bugs
 

@@ -17,8 +17,8 @@ folder:
 - transformers 3.1's ``Trainer`` (below the 4.x check drives): one line naming the range and a
   ``watch`` command;
 - a pytorch_lightning 1.4.5 module with its own data (``--factory``): Lightning's ``_minimize``,
-  bounded; on 1.4.6, which drops it before the next step's forward, clean (xfail until check
-  judges at that moment, issue 24 item 3).
+  bounded; on 1.4.6, which drops it before the next step's forward, clean (check judges when
+  the next ``training_step`` starts).
 
 Missing overlays (or a .venv without greenlet) skip, and fail under LEAKSCOPE_REQUIRE_FRAMEWORKS=1.
 The signature rules these rest on run without any overlay at the end.
@@ -223,13 +223,10 @@ def test_pytorch_lightning_1_4_5_keeps_the_previous_loss_into_the_next_forward_b
     assert finding["graph_nodes"] > 0 and finding["retained_bytes"] > 0
 
 
-@pytest.mark.xfail(
-    reason="needs check to judge when the next step's forward starts (steps branch)", strict=False
-)
 def test_pytorch_lightning_1_4_6_drops_the_previous_loss_before_the_next_forward() -> None:
     """1.4.6 sets ``_minimize = None`` in ``on_train_split_start``, before the next ``training_step``:
-    the graph is dead when the next forward begins (confirm.py), so check must read clean. Today it
-    reads the same bounded finding as on 1.4.5."""
+    the graph is dead when the next forward begins (confirm.py), so check reads clean (NOTE [Judged
+    when the next step starts]; at the pause between batches it is alive on both releases)."""
     release = MINIMIZE.fixed
     _ready(release, lightning=True)
     code, results = _check(MINIMIZE, release, *_MINIMIZE_FACTORY)

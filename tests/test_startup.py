@@ -54,3 +54,20 @@ def test_check_help_imports_no_torch() -> None:
     )
     assert done.stderr.strip().splitlines()[-1] == "EXIT 0 HEAVY -"
     assert "--format" in done.stdout
+
+
+def test_the_walk_imports_no_tensordict_the_job_did_not() -> None:
+    """``watch`` walks a running job: importing tensordict there cost a job that never uses it about
+    a second of its own time (benchmarks/watch_script.py). A TensorDict type exists only once the
+    job imported tensordict, and then the walk knows it (tests/test_walk.py)."""
+    code = (
+        "import sys, torch\n"
+        "from leakscope.probe.walk import Root, walk\n"
+        "held = {'loss': torch.ones(2, requires_grad=True) * 2}\n"
+        "found = [h.path for h in walk([Root('x', held, 'engine')]) if isinstance(h.obj, torch.Tensor)]\n"
+        "print(len(found), 'tensordict' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.split() == ["1", "False"], done.stderr[-2000:]

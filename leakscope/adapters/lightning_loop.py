@@ -90,9 +90,16 @@ class _Feed:
     Holds no batch once the loop has it: a placeholder is dropped as soon as it is filled.
     """
 
-    def __init__(self, own: Any = None) -> None:
+    def __init__(self, own: Any = None, at_step: bool = False) -> None:
         #: batches whose ``on_*_batch_start`` ran
         self.started = 0
+        #: the loop pauses when the next batch's ``training_step`` starts, not when it is fetched
+        #: (NOTE [Judged when the next step starts])
+        self.at_step = at_step
+        #: the batch whose ``training_step`` last started (``started`` then)
+        self.stepped = 0
+        #: the module whose ``training_step`` this feed wrapped (an instance attribute), while it is
+        self.wrapped: Any = None
         #: ``started`` when the loop last paused (None: it has not paused yet)
         self.started_at_pause: int | None = None
         #: placeholders the loop fetched ahead, oldest first, each filled at a later pause
@@ -110,6 +117,9 @@ class _Feed:
         """NOTE [The trainer of a 1.x module]"""
         import weakref
 
+        if self.at_step and self.wrapped is None and module is not None:
+            self.wrapped = module
+            vars(module)["training_step"] = self._step_starts(module.training_step)
         if self.attached is not None or module is None:
             return
         own = vars(module)
@@ -118,8 +128,27 @@ class _Feed:
             self.attached = (module, held)
             own["_trainer"] = trainer
 
+    def _step_starts(self, step: Any) -> Any:
+        """``step`` (the module's bound ``training_step``), paused when a later batch's first call
+        starts (NOTE [Judged when the next step starts])."""
+        feed = self
+
+        def training_step(*args: Any, **kwargs: Any) -> Any:
+            if feed.started != feed.stepped:
+                feed.stepped = feed.started
+                if feed.started > 1 and _pause() is _STOP:
+                    feed.stopping = (
+                        True  # this batch runs after the check; the next one ends the epoch
+                    )
+            return step(*args, **kwargs)
+
+        return training_step
+
     def detach(self) -> None:
-        """Put the module's ``_trainer`` back as Lightning left it."""
+        """Put the module's ``_trainer`` and ``training_step`` back as Lightning left them."""
+        wrapped, self.wrapped = self.wrapped, None
+        if wrapped is not None:
+            vars(wrapped).pop("training_step", None)
         if self.attached is None:
             return
         module, held = self.attached
@@ -169,6 +198,16 @@ class _Loader:
 
     def __iter__(self) -> Any:
         feed = self.feed
+        if feed.at_step:
+            # NOTE [Judged when the next step starts]: the module's own batches, at any time; the
+            # loop pauses here once (set-up), then when each next training_step starts.
+            if _pause() is _STOP:
+                feed.stopping = True
+            while not feed.stopping:
+                batch = feed.data(None)
+                yield batch
+                del batch
+            return
         while True:
             if feed.ahead():
                 if (
@@ -305,7 +344,7 @@ class _Run:
         import torch
 
         trainer_cls = importlib.import_module(self.package).Trainer
-        feed = self.feed = _Feed(self.own)
+        feed = self.feed = _Feed(self.own, at_step=self.stage == "fit" and self.own is not None)
         self.own = None
         options = trainer_options(trainer_cls, self.stage, torch.is_anomaly_enabled())
         trainer = trainer_cls(callbacks=[_callback(self.package, feed)], **options)
@@ -377,6 +416,22 @@ class _Run:
             self.module = None
             self.own = None
             self.feed = None
+
+
+# NOTE [Judged when the next step starts]
+# Retention is bounded when a step's graph is alive as the next step's forward starts
+# (NOTE [Alive when the next forward starts]): it raises the peak by one step's graph. A loop
+# may drop what it kept between fetching the next batch and running it (pytorch_lightning
+# 1.4.6 clears its `_results.minimize` in `on_train_split_start`, #9343; 1.4.5 keeps it until
+# the next `training_step` returned), so the pause after a batch's bookkeeping (NOTE [Pausing
+# Lightning]) is too early to judge training. A module fed its own data (NOTE [A module's own
+# data]) has its next batch at any time, so in `fit` the loop runs on to the next batch's
+# `training_step` (an instance attribute of the module wraps it while the check runs, put
+# back when the loop ends) and pauses as it starts, after every hook Lightning runs before
+# it: the same moment `watch` looks at on a running job (the strategy's `training_step`). A
+# module fed leakscope's micro-batches is paused at the fetch: its next batch is only handed
+# in with the next step. At the stop, the batch whose `training_step` was paused runs (after
+# the check) and the next batch's start ends the epoch (NOTE [Prefetching loops]).
 
 
 # NOTE [The trainer of a 1.x module]

@@ -23,7 +23,10 @@ only:
 # a loop's variable (a caller frame's local, or a module-level loop's global),
 # through anything but a container that accumulates, that reaches only the
 # latest call's graph is therefore not a finding. An older call's graph, or any
-# list, deque, set or step-keyed mapping, still is.
+# list, deque, set or step-keyed mapping, still is; so is an object's attribute
+# reached from the loop's variable (``self._results.minimize``, Lightning 1.4.5's
+# #9343): the loop does not rebind it, and it keeps the latest graph alive while
+# the next call's forward builds its own (NOTE [Alive when the next forward starts]).
 """
 
 from __future__ import annotations

@@ -583,10 +583,20 @@ def _through_accumulator(link: Link | None) -> bool:
 
 def _loop_local(hit: Hit, loop_roots: frozenset[str]) -> bool:
     """NOTE [The loop's latest result]: held by a loop's own variable, not through a container
-    that accumulates (``out = step(...)`` and ``out["loss"]``, not ``outputs[0]``)."""
+    that accumulates nor an object's state (``out = step(...)`` and ``out["loss"]``, not
+    ``outputs[0]`` nor ``self._results.minimize``)."""
     if not (hit.root.kind == "caller" or hit.root.name in loop_roots):
         return False
-    return not _through_accumulator(hit.link)
+    return not _through_accumulator(hit.link) and not _through_state(hit.link)
+
+
+def _through_state(link: Link | None) -> bool:
+    """A step of the path through an object's attribute: state the loop does not rebind."""
+    while link is not None and link.parent is not None:
+        if link.kind in (LinkKind.ATTR, LinkKind.SLOT, LinkKind.CLASSATTR):
+            return True
+        link = link.parent
+    return False
 
 
 def observation(

@@ -813,11 +813,26 @@ def _project_modules() -> list[types.ModuleType]:
     from leakscope.probe import safe
     from leakscope.probe.library import is_project_module
 
-    return [
-        module
-        for name, module in safe.loaded_modules()
-        if is_project_module(name, safe.module_file(module))
-    ]
+    out = []
+    for name, found in list(sys.modules.items()):
+        known = _PROJECT.get(name)
+        if known is not None and known[0] == id(found):  # asked before, of this very module
+            if known[1]:
+                out.append(found)
+            continue
+        module = safe.as_module(found)
+        project = type(name) is str and module is not None
+        if module is not None and project:
+            project = is_project_module(name, safe.module_file(module))
+            if project:
+                out.append(module)
+        _PROJECT[name] = (id(found), project)
+    return out
+
+
+#: per ``sys.modules`` name: the identity of the module last asked about and whether it is the
+#: project's (every look asks of every loaded module; a module replaced is asked again)
+_PROJECT: dict[Any, tuple[int, bool]] = {}
 
 
 __all__ = [

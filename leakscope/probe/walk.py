@@ -28,6 +28,7 @@ import dataclasses
 import enum
 import functools
 import gc
+import sys
 import threading
 import time
 import types
@@ -189,12 +190,14 @@ class _Kinds:
         self.torch = torch
         self.tensor = torch.Tensor
         self.module = torch.nn.Module
-        try:
-            from tensordict.base import TensorDictBase
 
-            self.tensordict: type | None = TensorDictBase
-        except Exception:  # tensordict missing or changed: walk TDs as objects
-            self.tensordict = None
+    @property
+    def tensordict(self) -> type | None:
+        """``TensorDictBase`` once the job has imported tensordict (no type subclasses it before);
+        never imported here: that would cost a job that does not use it a second of its own
+        time (tensordict missing or changed: TDs are walked as objects)."""
+        found = (safe.module_dict(sys.modules.get("tensordict.base")) or {}).get("TensorDictBase")
+        return found if safe.is_instance(found, type) else None
 
     def is_parameter(self, obj: object) -> bool:
         return safe.is_parameter(obj)

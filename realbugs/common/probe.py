@@ -17,6 +17,7 @@ Nothing here imports leakscope: the suite's verdicts must stand on their own.
   the ``_raw_saved_*`` handles without unpacking them, and non-Parameter leaves with their
   grads). 0 saved bytes with nodes > 0 is a *nodes-only* retention: backward freed the saved
   tensors but every node (and every leaf it reaches) stays.
+- :func:`live_graph_nodes`: the same walk from every live tensor, whoever holds it.
 - :func:`verdict`: ``leak`` when the probe series grows about one per step, ``clean`` when it
   never exceeds one (the previous step's graph, which a framework may hold until the next step).
 - :func:`bounded_verdict`: the same question asked when the next step's forward begins, where
@@ -105,6 +106,17 @@ def _walk(obj: Any) -> Iterator[Any]:
 def graph_nodes(obj: Any) -> int:
     """Distinct autograd nodes reachable from the tensors in ``obj`` (nested containers)."""
     return sum(1 for _ in _walk(obj))
+
+
+def live_graph_nodes() -> int:
+    """Distinct autograd nodes reachable from every tensor the garbage collector tracks, after a
+    collection: what the whole process keeps of every graph, whoever holds it."""
+    gc.collect()
+    tensors = [obj for obj in gc.get_objects() if issubclass(type(obj), torch.Tensor) and obj.grad_fn is not None]
+    try:
+        return graph_nodes(tensors)
+    finally:
+        tensors.clear()
 
 
 def _storage(t: torch.Tensor) -> tuple[int, int]:

@@ -3,14 +3,20 @@ forward begins. A leaf probe on the first Linear (fresh leaf per forward); a for
 the LightningModule itself (it runs before the probe's, on the module's own forward that
 training_step calls) counts the probe leaves of earlier steps still alive and walks the graph
 reachable from the loop's results, ``trainer._results.minimize`` (the fit loop's
-``epoch_loop._results``). The previous step's graph alive at that moment raises the peak by one
+``epoch_loop._results``), and from every live tensor (whoever holds it). The previous step's graph alive at that moment raises the peak by one
 step's graph: bounded retention (``leak`` here, kind bounded); dead: ``clean``."""
 import argparse
 import sys
 
 import driver
 
-from realbugs.common.probe import LeafProbe, bounded_verdict, graph_nodes, saved_bytes
+from realbugs.common.probe import (
+    LeafProbe,
+    bounded_verdict,
+    graph_nodes,
+    live_graph_nodes,
+    saved_bytes,
+)
 
 
 def main():
@@ -20,7 +26,7 @@ def main():
     a = ap.parse_args()
     import pytorch_lightning as pl
 
-    series, nodes, pinned = [], [], []
+    series, nodes, pinned, live = [], [], [], []
     state = {}
 
     def at_forward(module, args):
@@ -30,6 +36,7 @@ def main():
             series.append(state["probe"].alive())
             nodes.append(graph_nodes(held))
             pinned.append(saved_bytes(held))
+            live.append(live_graph_nodes())
 
     class Setup(pl.Callback):
         def on_train_start(self, trainer, module):
@@ -41,6 +48,7 @@ def main():
     observed, kind = bounded_verdict(series)
     print(f"[lightning-minimize] probe leaves of earlier steps alive when the next step's forward begins: {series}")
     print(f"[lightning-minimize] graph nodes reachable from trainer._results.minimize then: {nodes}")
+    print(f"[lightning-minimize] graph nodes reachable from every live tensor then: {live}")
     print(f"[lightning-minimize] pinned by that graph (last sample): {pinned[-1]}")
     print(f"[lightning-minimize] kind: {kind}")
     print(f"[lightning-minimize] observed: {observed}" + (f"  (expected: {a.expect})" if a.expect else ""))
