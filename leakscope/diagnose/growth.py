@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from leakscope.diagnose.findings import storage_growth_finding, union_bytes
+from leakscope.diagnose.findings import storage_growth_finding, union_bytes, with_nodes
 from leakscope.holders import ENTRY_KINDS, HolderPath
 from leakscope.results import Finding, Growth
 
@@ -41,10 +41,7 @@ def point_bytes(obs: Observation) -> dict[str, int]:
     """Bytes by cause the steps' graphs keep at one observation: the alive tensors, plus the live
     nodes held by a reference (not the caller's latest loss) at the measured cost of one
     (NOTE [One accounting])."""
-    out = dict(obs.alive)
-    if obs.held_nodes and obs.node_bytes:
-        out["nodes-only"] = out.get("nodes-only", 0) + obs.held_nodes * obs.node_bytes
-    return dict(sorted(out.items()))
+    return dict(sorted(with_nodes(obs.alive, obs.held_nodes, obs.node_bytes).items()))
 
 
 def held_point(

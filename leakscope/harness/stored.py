@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from leakscope.holders import HolderPath, Segment, SegmentKind
+from leakscope.holders import HolderPath, RootKind, Segment, SegmentKind
 from leakscope.probe import safe
 from leakscope.probe.library import is_library_type
 from leakscope.results import Source
@@ -167,7 +167,7 @@ def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | Non
 
         def root() -> Any:
             return obj
-    elif path.root_kind == "global":
+    elif path.root_kind is RootKind.GLOBAL:
         module_name = path.root.partition(":")[2]
 
         def root() -> Any:
