@@ -89,6 +89,20 @@ def curve(
     )
 
 
+def growing_and_bounded(growth: Growth) -> tuple[dict[str, int], dict[str, int]]:
+    """Per cause, from the first two points of a curve: the bytes each micro-batch adds (growing)
+    and the bytes of one step's graph that stay as they are (bounded); empty with fewer points."""
+    if len(growth.retained_by_cause) < 2:
+        return {}, {}
+    first, second = growth.retained_by_cause[0], growth.retained_by_cause[1]
+    growing, bounded = {}, {}
+    for cause in set(first) | set(second):
+        r1, r2 = first.get(cause, 0), second.get(cause, 0)
+        growing[cause] = max(0, r2 - r1)
+        bounded[cause] = max(0, r1 - growing[cause])
+    return growing, bounded
+
+
 def storage_findings(storage: Sequence[int], paths: Sequence[HolderPath]) -> list[Finding]:
     """A warning when graph-free storage grows on *every* micro-batch.
 
@@ -125,4 +139,11 @@ def _growing_container(paths: list[HolderPath]) -> HolderPath:
     return first
 
 
-__all__ = ["curve", "held_point", "point_bytes", "slope", "storage_findings"]
+__all__ = [
+    "curve",
+    "growing_and_bounded",
+    "held_point",
+    "point_bytes",
+    "slope",
+    "storage_findings",
+]
