@@ -69,12 +69,15 @@ import time
 import types
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath, RootKind
 from leakscope.live.methods import MethodSpec, engine_of
 from leakscope.phase import report as report_phase
 from leakscope.results import Finding, Mode, Severity, TargetResult
+
+if TYPE_CHECKING:
+    from leakscope.harness.observe import Sight
 
 
 class WatchStop(BaseException):
@@ -468,7 +471,7 @@ class Observer:
         if not final and frame is not None and self.options.source:
             self._start_tracing(look_found.findings, frame, args)
 
-    def _unexplained(self, sight: Any) -> bool:
+    def _unexplained(self, sight: Sight) -> bool:
         """Whether a call's graph is alive that no reference found here reaches: its nodes (NOTE [Nodes as
         evidence]), or the tensors its graph kept."""
         from leakscope.harness.observe import unexplained_nodes
@@ -482,7 +485,7 @@ class Observer:
             if c.index not in touched and c.evidence is not None
         )
 
-    def _unknown(self, sight: Any) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+    def _unknown(self, sight: Sight) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
         """Per call, what its graph keeps that no reference found reaches (an unnamed holder's): the
         bytes by cause of its tensors alive, and its live nodes."""
         from leakscope.harness.observe import unexplained_nodes
