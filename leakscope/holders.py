@@ -45,6 +45,23 @@ class SegmentKind(str, enum.Enum):
     REFERENT = "referent"
 
 
+class RootKind(str, enum.Enum):
+    """What a walk's root is, where every holder path starts (:attr:`HolderPath.root_kind`):
+    ``output`` what the step returned, ``engine`` the engine (``self`` in its code),
+    ``micro_batch`` the batch it ran on, ``module`` the model, ``global`` a module's globals
+    (``global:pkg.mod``; a script's own by its file, ``train.py``), ``caller`` a running loop's
+    frame (``caller:train.py:main``), ``argument`` a watched call's argument (``args[0]``),
+    ``cycle`` a tensor in a reference cycle through autograd (NOTE [Cycles through autograd])."""
+
+    OUTPUT, ENGINE, MICRO_BATCH, MODULE = "output", "engine", "micro_batch", "module"
+    GLOBAL, CALLER, ARGUMENT, CYCLE = "global", "caller", "argument", "cycle"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_ROOT_KINDS = {kind.value: kind for kind in RootKind}
+
 #: segments that name one entry of a container (another run puts the same slot at another entry)
 ENTRY_KINDS = frozenset(
     {
@@ -145,12 +162,12 @@ class HolderPath:
     def script(self) -> bool:
         """The root is a script's own top-level namespace (``__main__``), named by its file:
         ``train.py:total_loss`` is the variable ``total_loss`` the script assigns at top level."""
-        return self.kind == "global" and not self.root.startswith("global:")
+        return self.root_kind is RootKind.GLOBAL and not self.root.startswith("global:")
 
     @property
-    def root_kind(self) -> str:
-        """``output``, ``engine``, ``micro_batch``, ``module``, ``global``, ``caller`` or ``argument``."""
-        return self.kind or self.root.partition(":")[0]
+    def root_kind(self) -> RootKind | None:
+        """The root's kind (None for a placeholder root such as ``<unknown holder>``)."""
+        return _ROOT_KINDS.get(self.kind or self.root.partition(":")[0])
 
     def shape(self) -> HolderPath:
         """The same slot in another run: every container entry as ``*``
@@ -218,7 +235,7 @@ class HolderPath:
         a mapping key subscripted (``self.outputs[0]["loss"]``)."""
         alias = _ROOT_ALIASES.get(self.root)
         if alias is None:
-            alias = self.root.partition(":")[2] if self.root_kind == "global" else self.root
+            alias = self.root.partition(":")[2] if self.root_kind is RootKind.GLOBAL else self.root
         code = "".join(s.code() for s in self.segments)
         if self.script:
             return shorten(code[1:] if code.startswith(".") else code)
@@ -261,6 +278,7 @@ __all__ = [
     "MAX_SHOWN",
     "UNKNOWN",
     "HolderPath",
+    "RootKind",
     "Segment",
     "SegmentKind",
     "key_segment",

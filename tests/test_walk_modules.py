@@ -119,3 +119,27 @@ def test_a_closure_made_in_another_module_is_walked_from_the_global_that_keeps_i
         str(hit.path) for hit in walk([Root("global:leakscope_test_holder", holder, "global")])
     ]
     assert paths == ["global:leakscope_test_holder.add.total"]
+
+
+def test_one_naming_rule_for_module_roots() -> None:
+    """check's trial, watch's look and the generic walk name a module's globals by one rule
+    (NOTE [One look]): a script's own namespace by its file, as the user wrote it; any other
+    module as ``global:pkg.mod``. The root kind is the enum, and paths print the same way."""
+    from leakscope.harness.observe import module_root
+    from leakscope.holders import RootKind
+
+    script = types.ModuleType("__main__")
+    script.__file__ = "/job/train.py"
+    script.total = torch.ones(2, requires_grad=True) * 2
+    library = types.ModuleType("pkg.mod")
+    library.cache = [torch.ones(2, requires_grad=True) * 3]
+    roots = [module_root(script), module_root(library)]
+    assert [(r.name, r.kind) for r in roots] == [
+        ("train.py", RootKind.GLOBAL),
+        ("global:pkg.mod", RootKind.GLOBAL),
+    ]
+    paths = sorted(str(hit.path) for hit in walk(roots) if safe.is_tensor(hit.obj))
+    assert paths == ["global:pkg.mod.cache[0]", "train.py:total"]
+    kinds = {hit.path.root_kind for hit in walk(roots)}
+    assert kinds == {RootKind.GLOBAL}
+    roots.clear()

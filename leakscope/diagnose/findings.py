@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from leakscope.diagnose.fixes import hint_for
-from leakscope.holders import CYCLE, UNKNOWN, HolderPath
+from leakscope.holders import CYCLE, UNKNOWN, HolderPath, RootKind
 from leakscope.results import Cause, Finding, Holder, LeakKind, Severity
 
 if TYPE_CHECKING:
@@ -33,22 +33,23 @@ if TYPE_CHECKING:
 CAUSE_ORDER = (Cause.LEAF_GRAD, Cause.CTX, Cause.ACTIVATIONS)
 
 _HOLDER_OF_ROOT = {
-    "output": Holder.RETURNED,
-    "engine": Holder.ENGINE,
-    "micro_batch": Holder.MICRO_BATCH,
-    "module": Holder.MODEL,
-    "global": Holder.GLOBAL,
-    "caller": Holder.CALLER,
-    "argument": Holder.ARGUMENT,
-    "cycle": Holder.CYCLE,
+    RootKind.OUTPUT: Holder.RETURNED,
+    RootKind.ENGINE: Holder.ENGINE,
+    RootKind.MICRO_BATCH: Holder.MICRO_BATCH,
+    RootKind.MODULE: Holder.MODEL,
+    RootKind.GLOBAL: Holder.GLOBAL,
+    RootKind.CALLER: Holder.CALLER,
+    RootKind.ARGUMENT: Holder.ARGUMENT,
+    RootKind.CYCLE: Holder.CYCLE,
 }
 
 
 def holder_of(path: HolderPath) -> Holder:
     """The holder kind of a reference at ``path``: its root, or a hook on the model."""
-    if path.root_kind == "module" and path.in_hook():
+    if path.root_kind is RootKind.MODULE and path.in_hook():
         return Holder.MODEL_HOOK
-    return _HOLDER_OF_ROOT.get(path.root_kind, Holder.NOT_FOUND)
+    kind = path.root_kind
+    return _HOLDER_OF_ROOT.get(kind, Holder.NOT_FOUND) if kind is not None else Holder.NOT_FOUND
 
 
 def dominant(by_cause: Mapping[str, int]) -> Cause:
@@ -70,9 +71,16 @@ def bytes_by_cause(
     totals: dict[str, int] = {}
     for cause, nbytes in storages.values():
         totals[cause] = totals.get(cause, 0) + nbytes
+    return dict(sorted(with_nodes(totals, nodes, node_bytes).items()))
+
+
+def with_nodes(by_cause: Mapping[str, int], nodes: int, node_bytes: int) -> dict[str, int]:
+    """``by_cause`` with ``nodes`` graph nodes added as ``nodes-only`` bytes, at ``node_bytes`` each
+    (NOTE [What a node costs]): the one rule for what a held node costs."""
+    out = dict(by_cause)
     if nodes and node_bytes:
-        totals[Cause.NODES_ONLY.value] = totals.get(Cause.NODES_ONLY.value, 0) + nodes * node_bytes
-    return dict(sorted(totals.items()))
+        out[Cause.NODES_ONLY.value] = out.get(Cause.NODES_ONLY.value, 0) + nodes * node_bytes
+    return out
 
 
 def union_bytes(held: Iterable[Held], node_bytes: int, *, one_step: bool = False) -> dict[str, int]:
@@ -89,12 +97,17 @@ def union_bytes(held: Iterable[Held], node_bytes: int, *, one_step: bool = False
     return bytes_by_cause(storages, len(nodes), node_bytes)
 
 
-def retained_total(held: Iterable[Held], node_bytes: int, unnamed: Iterable[Finding] = ()) -> int:
+def retained_total(
+    findings: Iterable[Finding], held: Mapping[HolderPath, Held], node_bytes: int
+) -> int:
     """A result's headline bytes (NOTE [One accounting]): what one step's graph behind each leaking
-    holder keeps, each storage and node once, plus the bytes no holder was found for. ``check`` and
-    ``watch`` both count their headline here, so it is the sum of what their rows say."""
-    return sum(union_bytes(held, node_bytes, one_step=True).values()) + sum(
-        f.retained_bytes for f in unnamed
+    holder (its reference in ``held``, by path) keeps, each storage and node once, plus the bytes
+    no holder was found for. ``check`` and ``watch`` both count their headline here, so it is the
+    sum of what their rows say."""
+    findings = list(findings)
+    leaking = [held[f.path] for f in findings if f.severity is Severity.LEAK and f.path in held]
+    return sum(union_bytes(leaking, node_bytes, one_step=True).values()) + sum(
+        f.retained_bytes for f in findings if f.path == UNKNOWN
     )
 
 
@@ -147,17 +160,7 @@ def unknown_finding(by_cause: Mapping[str, int], owner: str | None = None) -> Fi
         if owner
         else hint_for(Holder.NOT_FOUND, cause, UNKNOWN)
     )
-    return Finding(
-        path=UNKNOWN,
-        holder=Holder.NOT_FOUND,
-        grad_fn="-",
-        graph_nodes=0,
-        retained_bytes=sum(by_cause.values()),
-        confirmed=True,
-        hint=hint,
-        cause=cause,
-        bytes_by_cause=dict(sorted(by_cause.items())),
-    )
+    return _unheld_finding(UNKNOWN, Holder.NOT_FOUND, by_cause, hint, cause)
 
 
 #: the fix when the engine turned the collector off (NOTE [An engine that turns the collector off])
@@ -171,17 +174,36 @@ GC_OFF_HINT = (
 def cycle_finding(by_cause: Mapping[str, int], *, gc_off: bool = False) -> Finding:
     """A graph that only the cyclic garbage collector frees: a warning, or a leak when the engine
     turned the collector off (``gc_off``: nothing will ever free it)."""
+    return _unheld_finding(
+        CYCLE,
+        Holder.CYCLE,
+        by_cause,
+        GC_OFF_HINT if gc_off else hint_for(Holder.CYCLE, Cause.UNTIL_GC, CYCLE),
+        Cause.UNTIL_GC,
+        Severity.LEAK if gc_off else Severity.WARNING,
+    )
+
+
+def _unheld_finding(
+    path: HolderPath,
+    holder: Holder,
+    by_cause: Mapping[str, int],
+    hint: str,
+    cause: Cause,
+    severity: Severity = Severity.LEAK,
+) -> Finding:
+    """A finding no named reference stands for (``<unknown holder>``, ``<reference cycle>``)."""
     return Finding(
-        path=CYCLE,
-        holder=Holder.CYCLE,
+        path=path,
+        holder=holder,
         grad_fn="-",
         graph_nodes=0,
         retained_bytes=sum(by_cause.values()),
         confirmed=True,
-        hint=GC_OFF_HINT if gc_off else hint_for(Holder.CYCLE, Cause.UNTIL_GC, CYCLE),
-        cause=Cause.UNTIL_GC,
+        hint=hint,
+        cause=cause,
         bytes_by_cause=dict(sorted(by_cause.items())),
-        severity=Severity.LEAK if gc_off else Severity.WARNING,
+        severity=severity,
     )
 
 
@@ -211,5 +233,6 @@ __all__ = [
     "storage_growth_finding",
     "retained_total",
     "union_bytes",
+    "with_nodes",
     "unknown_finding",
 ]

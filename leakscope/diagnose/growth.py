@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from leakscope.diagnose.findings import storage_growth_finding, union_bytes
+from leakscope.diagnose.findings import storage_growth_finding, union_bytes, with_nodes
 from leakscope.holders import ENTRY_KINDS, HolderPath
 from leakscope.results import Finding, Growth
 
@@ -41,10 +41,7 @@ def point_bytes(obs: Observation) -> dict[str, int]:
     """Bytes by cause the steps' graphs keep at one observation: the alive tensors, plus the live
     nodes held by a reference (not the caller's latest loss) at the measured cost of one
     (NOTE [One accounting])."""
-    out = dict(obs.alive)
-    if obs.held_nodes and obs.node_bytes:
-        out["nodes-only"] = out.get("nodes-only", 0) + obs.held_nodes * obs.node_bytes
-    return dict(sorted(out.items()))
+    return dict(sorted(with_nodes(obs.alive, obs.held_nodes, obs.node_bytes).items()))
 
 
 def held_point(
@@ -92,6 +89,20 @@ def curve(
     )
 
 
+def growing_and_bounded(growth: Growth) -> tuple[dict[str, int], dict[str, int]]:
+    """Per cause, from the first two points of a curve: the bytes each micro-batch adds (growing)
+    and the bytes of one step's graph that stay as they are (bounded); empty with fewer points."""
+    if len(growth.retained_by_cause) < 2:
+        return {}, {}
+    first, second = growth.retained_by_cause[0], growth.retained_by_cause[1]
+    growing, bounded = {}, {}
+    for cause in set(first) | set(second):
+        r1, r2 = first.get(cause, 0), second.get(cause, 0)
+        growing[cause] = max(0, r2 - r1)
+        bounded[cause] = max(0, r1 - growing[cause])
+    return growing, bounded
+
+
 def storage_findings(storage: Sequence[int], paths: Sequence[HolderPath]) -> list[Finding]:
     """A warning when graph-free storage grows on *every* micro-batch.
 
@@ -128,4 +139,11 @@ def _growing_container(paths: list[HolderPath]) -> HolderPath:
     return first
 
 
-__all__ = ["curve", "held_point", "point_bytes", "slope", "storage_findings"]
+__all__ = [
+    "curve",
+    "growing_and_bounded",
+    "held_point",
+    "point_bytes",
+    "slope",
+    "storage_findings",
+]

@@ -40,11 +40,13 @@ from leakscope.diagnose.findings import (
     held_finding,
     retained_total,
     unknown_finding,
+    with_nodes,
 )
 from leakscope.diagnose.growth import curve, held_point, storage_findings
 from leakscope.diagnose.kinds import (
     GROWING,
     curve_kind,
+    group_kind,
     holder_key,
     holder_kinds,
     kind_of,
@@ -107,9 +109,11 @@ def finding(
     *,
     confirmed: bool = False,
     kind: LeakKind | None = None,
+    site: Site | None = None,
+    promptly: bool = True,
 ) -> Finding:
     """The finding for one reference (NOTE [One accounting]), its fix planned (NOTE [Fixes that never
-    break training])."""
+    break training]) from its stored-at line when known (see :func:`with_fix`)."""
     f = held_finding(
         held,
         obs.node_bytes,
@@ -118,7 +122,7 @@ def finding(
         kind=kind,
         node_cost=obs.node_cost_note,
     )
-    return with_fix(f, held, None, ctx)
+    return with_fix(f, held, site, ctx, promptly=promptly)
 
 
 def with_fix(
@@ -234,7 +238,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         node_bytes = node_bytes or last.node_bytes
         latest = len(run.observations) - 1
         after = [h for h in last.held]
-        kinds = holder_kinds(((h.path, h.steps, h.maxlen) for h in after), latest)
+        kinds = holder_kinds(after, latest)
         # Graphs still held after the last micro-batch are a leak the single step can miss
         # (an engine that keeps every second step; NOTE [Held after the last micro-batch]);
         # when the single step already named the holders, they are not repeated under their
@@ -276,12 +280,7 @@ def judge(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
         from leakscope.diagnose.projection import project
 
         projection = project(experiment, options.at)
-    total = 0
-    if verdict is Verdict.LEAK:
-        leaking = [
-            by_path[f.path] for f in findings if f.severity is Severity.LEAK and f.path in by_path
-        ]
-        total = retained_total(leaking, node_bytes, [f for f in findings if f.path == UNKNOWN])
+    total = retained_total(findings, by_path, node_bytes) if verdict is Verdict.LEAK else 0
     inspection = experiment.inspection_warning()
     if inspection is not None:
         warnings.append(inspection)
@@ -369,6 +368,8 @@ def look_findings(
     sites: Mapping[HolderPath, Site] = {},
     sources: Mapping[HolderPath, Source] = {},
     unknown: Mapping[int, Mapping[str, int]] = {},
+    unknown_nodes: Mapping[int, int] = {},
+    node_bytes: int = 0,
     owners: Mapping[int, str] = {},
     final: bool = False,
 ) -> Look:
@@ -377,10 +378,12 @@ def look_findings(
     References are grouped by holder shape (``output_lst[*].model_output.log_probs``): one
     finding per shape, named at its earliest call's entry. ``sites`` and ``sources``: stored-at
     and created-at lines already known by holder shape; ``unknown``: bytes by cause alive of
-    calls no reference reaches (an unnamed holder; the last look only); ``owners``: the object that
+    calls no reference reaches (an unnamed holder; the last look only), and ``unknown_nodes`` their live
+    nodes, at ``node_bytes`` each; ``owners``: the object that
     keeps such a call's graph, in words, when one was found (NOTE [Held from C++]).
     """
     latest = obs.latest
+    unknown = _unnamed_bytes(unknown, unknown_nodes, node_bytes)
     groups: dict[HolderPath, list[Held]] = {}
     for held in obs.held:
         if held.steps and is_finding(held, latest):
@@ -391,22 +394,20 @@ def look_findings(
         first = min(members, key=lambda h: (min(h.steps), str(h.path)))
         steps = frozenset().union(*(h.steps for h in members))
         call = calls[min(first.steps)] if min(first.steps) < len(calls) else calls[-1]
-        kind = kind_of(
-            steps, latest, first.maxlen if all(h.maxlen is not None for h in members) else None
-        )
+        kind = group_kind(members, latest)
         source = first.source or sources.get(shape)
         if source is not None and first.source is None:
             first = dataclasses.replace(first, source=source)
-        f = held_finding(
-            first,
-            obs.node_bytes,
-            confirmed=True,
-            adapter=ctx.adapter,
-            kind=kind,
-            node_cost=obs.node_cost_note,
-        )
         newest = max(members, key=lambda h: (max(h.steps), str(h.path)))
-        f = with_fix(f, first, sites.get(shape), ctx, promptly=newest.backward_ran)
+        f = finding(
+            first,
+            obs,
+            ctx,
+            confirmed=True,
+            kind=kind,
+            site=sites.get(shape),
+            promptly=newest.backward_ran,
+        )
         f = _kind_hint(f, steps, len(calls), latest)
         findings.setdefault((call.target, call.mode), []).append(f)
         firsts.append(first)
@@ -424,6 +425,16 @@ def look_findings(
         findings.setdefault(key, []).append(f)
     alive = tuple(dict(by_cause) for by_cause in unknown.values() if sum(by_cause.values()) > 0)
     return Look(obs, {k: tuple(v) for k, v in findings.items()}, tuple(firsts), final, alive)
+
+
+def _unnamed_bytes(
+    alive: Mapping[int, Mapping[str, int]], nodes: Mapping[int, int], node_bytes: int
+) -> dict[int, dict[str, int]]:
+    """Per call, bytes by cause no holder was found for: its tensors alive, and its live nodes."""
+    out = {index: dict(by_cause) for index, by_cause in alive.items()}
+    for index, count in nodes.items():
+        out[index] = with_nodes(out.get(index, {}), count, node_bytes)
+    return out
 
 
 def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetResult]:
@@ -451,8 +462,6 @@ def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetRe
         stopped = next((look.observation for look in looks if look.observation.truncated), None)
         if stopped is not None:
             warnings.append(_stopped(stopped, "at its object limit"))
-        unnamed = [f for f in findings if f.path == UNKNOWN]
-        leaking = [h for h in last.firsts if _leaks_in(h, findings)] if last else []
         out.append(
             TargetResult(
                 target=target,
@@ -461,7 +470,9 @@ def watch_results(looks: Sequence[Look], calls: Sequence[Call]) -> list[TargetRe
                 findings=findings,
                 kind=result_kind(findings) if leak else None,
                 retained_bytes=(
-                    retained_total(leaking, last.observation.node_bytes, unnamed)
+                    retained_total(
+                        findings, {h.path: h for h in last.firsts}, last.observation.node_bytes
+                    )
                     if leak and last
                     else 0
                 ),
@@ -482,11 +493,6 @@ def _judging_looks(looks: Sequence[Look], target: str, mode: Mode) -> list[Look]
         if any(f.severity is Severity.LEAK for f in looks[i].findings.get((target, mode), ())):
             return list(looks[: i + 1])
     return list(looks)
-
-
-def _leaks_in(held: Held, findings: Sequence[Finding]) -> bool:
-    """Whether ``held`` is the reference a leaking finding of ``findings`` names."""
-    return any(f.path == held.path and f.severity is Severity.LEAK for f in findings)
 
 
 def _look_growth(looks: Sequence[Look]) -> Growth:

@@ -29,9 +29,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from leakscope.holders import HolderPath, SegmentKind
+from leakscope.holders import HolderPath, RootKind, SegmentKind
 from leakscope.results import Finding, LeakKind, Severity
+
+if TYPE_CHECKING:
+    from leakscope.harness.observe import Held
 
 GROWING = LeakKind.GROWING
 BOUNDED = LeakKind.BOUNDED
@@ -46,7 +50,7 @@ def holder_key(path: HolderPath) -> HolderPath:
     step) are the same holder; entries become ``*``.
     """
     segments = path.segments
-    if path.root == "output" and segments and segments[0].kind is SegmentKind.INDEX:
+    if path.root_kind is RootKind.OUTPUT and segments and segments[0].kind is SegmentKind.INDEX:
         segments = segments[1:]
     return HolderPath(path.root, segments).shape()
 
@@ -57,24 +61,24 @@ def kind_of(steps: frozenset[int], latest: int, maxlen: int | None = None) -> Le
     return BOUNDED if steps <= {latest} or maxlen is not None else GROWING
 
 
-def holder_kinds(
-    held: Iterable[tuple[HolderPath, frozenset[int], int | None]], last: int
-) -> dict[HolderPath, LeakKind]:
-    """``{holder_key: kind}`` from (path, micro-batches reached, deque maxlen) per held reference.
+def group_kind(members: Iterable[Held], latest: int) -> LeakKind:
+    """The kind of one holder seen at several references (its entries in a list, its shape across
+    calls): bounded when together they reach only the latest step's graph or every one sits in a
+    deque with a maxlen, else growing (NOTE [Leak kinds])."""
+    steps: set[int] = set()
+    capped = True
+    for held in members:
+        steps |= held.steps
+        capped = capped and held.maxlen is not None
+    return kind_of(frozenset(steps), latest, 0 if capped else None)
 
-    ``last`` is the index of the last micro-batch; see NOTE [Leak kinds].
-    """
-    reached: dict[HolderPath, set[int]] = {}
-    capped: dict[HolderPath, bool] = {}
-    for path, reached_here, maxlen in held:
-        key = holder_key(path)
-        reached.setdefault(key, set()).update(reached_here)
-        capped[key] = capped.get(key, True) and maxlen is not None
-    out = {}
-    for key, batches in reached.items():
-        only_latest = batches <= {last}
-        out[key] = BOUNDED if only_latest or capped[key] else GROWING
-    return out
+
+def holder_kinds(held: Iterable[Held], last: int) -> dict[HolderPath, LeakKind]:
+    """``{holder_key: kind}`` of the references held after the last micro-batch (index ``last``)."""
+    groups: dict[HolderPath, list[Held]] = {}
+    for h in held:
+        groups.setdefault(holder_key(h.path), []).append(h)
+    return {key: group_kind(members, last) for key, members in groups.items()}
 
 
 def curve_kind(retained: Sequence[int]) -> LeakKind | None:
@@ -111,6 +115,7 @@ __all__ = [
     "GROWING",
     "KINDS",
     "curve_kind",
+    "group_kind",
     "holder_key",
     "holder_kinds",
     "kind_of",

@@ -258,19 +258,11 @@ def evaluate(coefficients: tuple[float, ...], t: int, h: int, v: int, layers: in
 def _measure(experiment: Experiment, size: ModelSize) -> tuple[dict[str, int], dict[str, int], int]:
     """(growing bytes per micro-batch, bounded bytes) per cause at one tiny size, and the bytes one
     graph node was counted at (NOTE [What a node costs])."""
-    from leakscope.diagnose.growth import curve
+    from leakscope.diagnose.growth import curve, growing_and_bounded
 
     run = experiment.at_size(size, micro_batches=2).micro_batches()
     node_bytes = max((obs.node_bytes for obs in run.observations), default=0)
-    g = curve(run.observations, run.storage_bytes)
-    if len(g.retained_by_cause) < 2:
-        return {}, {}, node_bytes
-    first, second = g.retained_by_cause[0], g.retained_by_cause[1]
-    growing, bounded = {}, {}
-    for cause in set(first) | set(second):
-        r1, r2 = first.get(cause, 0), second.get(cause, 0)
-        growing[cause] = max(0, r2 - r1)
-        bounded[cause] = max(0, r1 - growing[cause])
+    growing, bounded = growing_and_bounded(curve(run.observations, run.storage_bytes))
     return growing, bounded, node_bytes
 
 

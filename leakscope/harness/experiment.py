@@ -28,20 +28,20 @@ from leakscope.harness.observe import (
     Collection,
     Held,
     Observation,
-    caller_storages,
-    describe,
+    Scene,
+    Sight,
     evidence_alive,
-    observation,
+    look,
 )
 from leakscope.harness.protocol import EngineSpec
 from leakscope.harness.run import build_subject, make_micro_batch, step_once
 from leakscope.harness.trial import Trial, new_trial, record_step, run_trial
-from leakscope.holders import HolderPath
+from leakscope.holders import HolderPath, RootKind
 from leakscope.options import CheckOptions, ModelSize
 from leakscope.phase import report
 from leakscope.probe import safe
-from leakscope.probe.autograd import INSPECTION, UNTIL_GC, sequence_nr, storage_key, storage_nbytes
-from leakscope.probe.liveness import gc_turned_off, settle
+from leakscope.probe.autograd import INSPECTION, sequence_nr
+from leakscope.probe.liveness import freed_by_gc, gc_turned_off
 from leakscope.probe.release import ReleaseFailed, release
 from leakscope.probe.walk import Hit
 from leakscope.results import GraphView, Mode
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from leakscope.harness.stored import Stored
 
 #: roots whose graph-free tensors are measured for storage growth
-STORAGE_ROOTS = ("engine", "module", "global")
+STORAGE_ROOTS = frozenset({RootKind.ENGINE, RootKind.MODULE, RootKind.GLOBAL})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,101 +94,67 @@ class Experiment:
         trial = run_trial(self.spec, self.mode, self.options, anomaly=source)
         try:
             gc_off = gc_turned_off()
-            until_gc = _until_gc_bytes(trial)
+            until_gc = freed_by_gc(trial.evidence, trial.excluded_storages)
             report(step="walking")
-            obs = self._observe(trial)
-            if not obs.held and obs.unexplained:
-                obs = self._observe(trial, generic=True)  # NOTE [Generic fallback]
+
+            def unexplained(sight: Sight) -> bool:  # NOTE [Generic fallback]
+                INSPECTION.add(sight.found.stats)
+                return not sight.found.holders and bool(sight.alive([trial.evidence]))
+
+            with look(self._scene(trial), fallback=unexplained) as sight:
+                if sight.generic:
+                    INSPECTION.add(sight.found.stats)
+                alive = sight.alive([trial.evidence])
+                obs = sight.observe(
+                    len(trial.steps.ranges) - 1,
+                    unexplained=alive if not sight.found.holders else {},
+                    alive=alive,
+                    cuda=self._cuda,
+                )
             return FirstStep(obs, until_gc, gc_off)
         finally:
             trial.close()
 
-    def _observe(
-        self, trial: Trial, *, generic: bool = False, describe_all: bool = True
-    ) -> Observation:
-        settle()
-        found = trial.collect(self.options, generic=generic)
-        try:
-            excluded = _excluded(trial, found)
-            held = (
-                [
-                    self._describe(trial, hit, node, reached, excluded)
-                    for hit, node, reached in found.holders
-                ]
-                if describe_all
-                else []
-            )
-            plain_ids = {id(hit.obj) for hit in found.plain}
-            alive = evidence_alive([trial.evidence], plain_ids, excluded)
-            nodes_by_step, total = trial.steps.nodes_by_step(found.nodes())
-            INSPECTION.add(found.stats)
-            return observation(
-                held,
-                latest=len(trial.steps.ranges) - 1,
-                unexplained=alive if not found.holders else {},
-                alive=alive,
-                nodes_by_step=nodes_by_step,
-                graph_nodes=total,
-                stats=found.stats,
-                cuda=self.options.device == "cuda",
-            )
-        finally:
-            found.clear()
+    def _scene(self, trial: Trial) -> Scene:
+        return trial.scene(self.options)
 
-    def _describe(
-        self, trial: Trial, hit: Hit, node: Any, reached: frozenset[int], excluded: set[Any]
-    ) -> Held:
-        return describe(
-            hit,
-            node,
-            reached,
-            trial.steps,
-            excluded=excluded,
-            modules=trial.modules,
-            target_modules=self.spec.modules,
-            loss_nodes=trial.loss_nodes,
-        )
+    @property
+    def _cuda(self) -> bool:
+        return self.options.device == "cuda"
 
     # -- confirmation and release ---------------------------------------------------------
     def holds_alone(self, path: HolderPath, *, nodes_only: bool) -> bool:
         """Re-run, release every other holder as the fix would, and see whether the graph is still
         alive and held at ``path`` (for a nodes-only graph: still held)."""
         trial = run_trial(self.spec, self.mode, self.options)
+        scene = self._scene(trial)
         try:
-            settle()
-            found = trial.collect(self.options)
-            generic = False
-            mine = _matching(found, path)
-            if not mine:  # a holder only the generic walk names (NOTE [Generic fallback])
-                found.clear()
-                found = trial.collect(self.options, generic=True)
-                generic = True
-                mine = _matching(found, path)
-            if not mine:
-                found.clear()
-                return False
-            my_paths = {h.path for h in mine}
-            others = [
-                h
-                for h, _, _ in found.holders
-                if h.path not in my_paths and all(h.obj is not m.obj for m in mine)
-            ]
-            released = _release_all(others)
-            mine.clear()
-            others.clear()
-            found.clear()
+            # a holder only the generic walk names (NOTE [Generic fallback])
+            with look(
+                scene, describe_all=False, fallback=lambda s: not _matching(s.found, path)
+            ) as sight:
+                generic = sight.generic
+                mine = _matching(sight.found, path)
+                if not mine:
+                    return False
+                my_paths = {h.path for h in mine}
+                others = [
+                    h
+                    for h, _, _ in sight.found.holders
+                    if h.path not in my_paths and all(h.obj is not m.obj for m in mine)
+                ]
+                released = _release_all(others)
+                mine.clear()
+                others.clear()
             if not released:
                 return False
-            settle()
-            found = trial.collect(self.options, generic=generic)
-            still_held = any(h.path in my_paths for h, _, _ in found.holders)
-            plain_ids = {id(hit.obj) for hit in found.plain}
-            found.clear()
-            if nodes_only:
-                return still_held
-            return still_held and bool(
-                evidence_alive([trial.evidence], plain_ids, trial.excluded_storages)
-            )
+            with look(scene, generic=generic, describe_all=False) as sight:
+                still_held = any(h.path in my_paths for h, _, _ in sight.found.holders)
+                if nodes_only:
+                    return still_held
+                return still_held and bool(
+                    evidence_alive([trial.evidence], sight.plain_ids(), trial.excluded_storages)
+                )
         finally:
             trial.close()
 
@@ -197,44 +163,28 @@ class Experiment:
         named holder is released (held by something unnamed), and whether the generic walk ran."""
         report("releasing every holder")
         trial = run_trial(self.spec, self.mode, self.options)
+        scene = self._scene(trial)
         more: list[Held] = []
         try:
-            settle()
-            found = trial.collect(self.options)
-            released = _release_all([h for h, _, _ in found.holders])
-            found.clear()
-            settle()
-            found = trial.collect(self.options)
-            if found.holders or not released:
-                found.clear()
-                return more, {}, False
-            plain_ids = {id(hit.obj) for hit in found.plain}
-            excluded = _excluded(trial, found)
-            found.clear()
-            alive = evidence_alive([trial.evidence], plain_ids, excluded)
+            with look(scene, describe_all=False) as sight:
+                released = _release_all([h for h, _, _ in sight.found.holders])
+            with look(scene, describe_all=False) as sight:
+                if sight.found.holders or not released:
+                    return more, {}, False
+                alive = sight.alive([trial.evidence])
             if not alive:
                 return more, {}, False
             # NOTE [Generic fallback]: something the typed walk does not enter (a library
             # object the user owns: a logging handler's records, a threading.local, a
             # torch.distributions object, a library's module state) holds the rest.
-            found = trial.collect(self.options, generic=True)
-            INSPECTION.add(found.stats)
-            excluded = _excluded(trial, found)
-            more = [
-                self._describe(trial, hit, node, reached, excluded)
-                for hit, node, reached in found.holders
-                if hit.path not in known
-            ]
-            released = _release_all([h for h, _, _ in found.holders])
-            found.clear()
+            with look(scene, generic=True) as sight:
+                INSPECTION.add(sight.found.stats)
+                more = [h for h in sight.held if h.path not in known]
+                released = _release_all([h for h, _, _ in sight.found.holders])
             if not released:
                 return more, {}, True
-            settle()
-            found = trial.collect(self.options, generic=True)
-            plain_ids = {id(hit.obj) for hit in found.plain}
-            excluded = _excluded(trial, found)
-            found.clear()
-            return more, evidence_alive([trial.evidence], plain_ids, excluded), True
+            with look(scene, generic=True, describe_all=False) as sight:
+                return more, sight.alive([trial.evidence]), True
         finally:
             trial.close()
 
@@ -281,63 +231,38 @@ class Experiment:
     def _after_micro_batch(
         self, trial: Trial, loss: Any, *, describe_all: bool
     ) -> tuple[Observation, int, tuple[HolderPath, ...]]:
-        """Settle and observe after a micro-batch (NOTE [Held after the last micro-batch]): every walked
+        """Observe after a micro-batch (NOTE [Held after the last micro-batch]): every walked
         reference to a graph of the run is a holder; the caller keeps only the latest loss (a local
         of the loop, never walked), whose graph counts in the curve but names no holder."""
         from leakscope.probe.autograd import storage_map
 
-        settle()
-        found = trial.collect(self.options)
-        try:
-            excluded = _excluded(trial, found)
-            held = (
-                [
-                    self._describe(trial, hit, node, reached, excluded)
-                    for hit, node, reached in found.holders
-                ]
-                if describe_all
-                else []
-            )
-            plain_ids = {id(hit.obj) for hit in found.plain}
-            alive = evidence_alive([trial.evidence], plain_ids, excluded)
-            roots = found.nodes()
-            held_nodes = trial.steps.count_nodes(roots)
-            loss_node = safe.grad_fn(loss) if safe.is_tensor(loss) else None
-            if loss_node is not None:
-                roots.append(loss_node)
-            del loss_node
-            nodes_by_step, total = trial.steps.nodes_by_step(roots)
-            roots.clear()
+        with look(self._scene(trial), describe_all=describe_all) as sight:
+            INSPECTION.add(sight.found.stats)
             stored = [
-                ("storage", hit.obj)
-                for hit in found.plain
+                hit
+                for hit in sight.found.plain
                 if hit.root.kind in STORAGE_ROOTS
                 and not trial.is_preexisting(hit.obj)
                 and _maxlen(hit) is None
             ]
-            paths = tuple(
-                hit.path
-                for hit in found.plain
-                if hit.root.kind in STORAGE_ROOTS
-                and not trial.is_preexisting(hit.obj)
-                and _maxlen(hit) is None
+            paths = tuple(hit.path for hit in stored)
+            storage = sum(
+                n
+                for _, n in storage_map(
+                    [("storage", hit.obj) for hit in stored], trial.excluded_storages
+                ).values()
             )
-            storage = sum(n for _, n in storage_map(stored, trial.excluded_storages).values())
             stored.clear()
-            INSPECTION.add(found.stats)
-            obs = observation(
-                held,
-                latest=len(trial.steps.ranges) - 1,
-                alive=alive,
-                nodes_by_step=nodes_by_step,
-                graph_nodes=total,
-                held_nodes=held_nodes,
-                stats=found.stats,
-                cuda=self.options.device == "cuda",
+            loss_node = safe.grad_fn(loss) if safe.is_tensor(loss) else None
+            obs = sight.observe(
+                len(trial.steps.ranges) - 1,
+                also=[loss_node] if loss_node is not None else [],
+                alive=sight.alive([trial.evidence]),
+                held_nodes=trial.steps.count_nodes(sight.found.nodes()),
+                cuda=self._cuda,
             )
+            del loss_node
             return obs, storage, paths
-        finally:
-            found.clear()
 
     def _through_loop(self) -> MicroBatches:
         """Through the framework's own loop: run it over 1, 2, ..., N micro-batches.
@@ -492,11 +417,11 @@ class Experiment:
 
         trial = run_trial(self.spec, self.mode, self.options)
         try:
-            settle()
-            found = trial.collect(self.options)
-            paths = tuple(str(h.path) for h, _, _ in found.holders)
-            chosen = [h for h, _, _ in found.holders if path is None or str(h.path) == path][:1]
-            found.clear()
+            with look(self._scene(trial), describe_all=False) as sight:
+                holders = sight.found.holders
+                paths = tuple(str(h.path) for h, _, _ in holders)
+                chosen = [h for h, _, _ in holders if path is None or str(h.path) == path][:1]
+                del holders
             if not chosen:
                 return None, paths
             hit = chosen[0]
@@ -531,35 +456,6 @@ def checking() -> Any:
     from leakscope.probe.liveness import gc_paused
 
     return gc_paused()
-
-
-def _excluded(trial: Trial, found: Collection) -> set[tuple[str, int]]:
-    """Storages not counted as retained: the trial's (parameters, what existed before) and what the
-    caller's roots hold directly."""
-    return trial.excluded_storages | caller_storages(found)
-
-
-def _until_gc_bytes(trial: Trial) -> dict[str, int]:
-    """Bytes alive before ``settle()`` that the cyclic GC then freed (see ``until-gc``)."""
-    before = {}
-    excluded = trial.excluded_storages
-    for item, obj in trial.evidence.alive():
-        key = storage_key(obj)
-        if key is not None and key not in excluded:
-            before[id(item)] = (item.cause, key, storage_nbytes(obj))
-        del obj
-    if not before:
-        return {}
-    settle()
-    still = {id(item) for item, _ in trial.evidence.alive()}
-    seen: set[tuple[str, int]] = set()
-    out: dict[str, int] = {}
-    for item_id, (_cause, key, nbytes) in before.items():
-        if item_id in still or key in seen:
-            continue
-        seen.add(key)
-        out[UNTIL_GC] = out.get(UNTIL_GC, 0) + nbytes
-    return out
 
 
 def _replacement(obj: Any) -> Any:

@@ -1,5 +1,17 @@
 """Observe what a caller keeps: which references hold a judged step's graph, as plain data.
 
+# NOTE [One look]
+# ``check`` (after a trial's step, after each micro-batch, around a release) and
+# ``watch`` (before a watched micro-batch, at the job's end) look the same way,
+# in :func:`look`: settle the collector, collect what the roots reach into the
+# judged steps' graphs, describe each reference, fall back to the generic walk
+# through every loaded module when the caller says the typed walk explained too
+# little (NOTE [Generic fallback]), and hand the :class:`Sight` to the caller,
+# which observes (:meth:`Sight.observe`) and may read the evidence alive
+# (:meth:`Sight.alive`) before the look's strong references are dropped. What
+# differs between a trial and a running job is only the :class:`Scene`: its
+# roots, its steps, what it never counts, and whose lines name a holder.
+
 The one walk of ``check`` (a trial's roots: the output, the engine, the
 micro-batch, the model, module globals) and of ``watch`` (a running job's
 roots: the loop's frames, the engine, the call's arguments, module globals).
@@ -12,14 +24,15 @@ graphs keep, whether backward already ran through them, where it was created.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from leakscope.harness.source import called_from, created_at
-from leakscope.holders import HolderPath
+from leakscope.holders import HolderPath, RootKind
 from leakscope.probe import safe
 from leakscope.probe.autograd import (
     LEAF_GRAD,
@@ -38,7 +51,7 @@ from leakscope.probe.autograd import (
     storage_map,
 )
 from leakscope.probe.cost import node_cost
-from leakscope.probe.liveness import Evidence, alive_bytes
+from leakscope.probe.liveness import Evidence, alive_bytes, settle
 from leakscope.probe.steps import StepGraphs
 from leakscope.probe.view import FINDING_GRAPH_COUNT, FINDING_GRAPH_NODES, view_of
 from leakscope.probe.walk import Hit, Link, LinkKind, Root, WalkStats, kinds, walk
@@ -321,15 +334,180 @@ def describe(
     )
 
 
-def loss_graph(loss_node: Any, steps: StepGraphs) -> frozenset[int]:
-    """Identities of the nodes the step's loss was computed from (its graph, the loss's own node not
-    included: a reference to the loss itself does not feed the loss)."""
-    if loss_node is None:
-        return frozenset()
-    root = node_key(loss_node)
-    return frozenset(
-        k for k in (node_key(n) for n in iter_nodes([loss_node], stop=steps.is_before)) if k != root
-    )
+@dataclasses.dataclass
+class Scene:
+    """Where a look looks (NOTE [One look]): a check's trial or a watched job, as the look needs it.
+
+    ``roots`` and ``modules`` are read when the look has settled the collector (a root made
+    earlier could bring back an object only a cycle kept); ``loop_globals``: the names of
+    global roots that are a running loop's own variables (NOTE [The loop's latest result]).
+    """
+
+    steps: StepGraphs
+    roots: Callable[[], list[Root]]
+    #: storages never counted as retained (the model's parameters, what existed before)
+    excluded: Callable[[], set[tuple[str, int]]] = set
+    skip_ids: Callable[[], set[int]] = set
+    max_objects: int = 2_000_000
+    #: whose lines are preferred as a holder's created-at line
+    modules: Callable[[], Sequence[Any]] = tuple
+    #: the target's own modules (for ``called_from``)
+    target_modules: Sequence[Any] = ()
+    loop_globals: Callable[[], Iterable[str]] = tuple
+    #: identities of the nodes of the step's loss graph
+    loss_nodes: frozenset[int] = frozenset()
+    #: the generic walk also walks the tensors in a cycle through autograd (NOTE [Cycles through
+    #: autograd])
+    cycles: bool = False
+
+    def collect(self, roots: list[Root], *, generic: bool = False) -> Collection:
+        """References into the steps' graphs from ``roots``; ``generic``: with the walk's generic
+        fallback, through every loaded module too (NOTE [Every loaded module])."""
+        self.steps.forget_dead()
+        walked = list(roots)
+        if generic:
+            walked.extend(
+                module_roots(
+                    skip=[r.name.partition(":")[2] for r in roots if r.kind is RootKind.GLOBAL]
+                )
+            )
+            if self.cycles:
+                walked.extend(cycle_roots(self.steps))
+        try:
+            return collect(
+                walked,
+                self.steps,
+                skip_ids=self.skip_ids(),
+                max_objects=self.max_objects,
+                generic=generic,
+            )
+        finally:
+            walked.clear()
+
+    def sight(self, roots: list[Root], *, generic: bool, describe_all: bool) -> Sight:
+        """Collect from ``roots`` and describe every reference found (when ``describe_all``)."""
+        found = self.collect(roots, generic=generic)
+        excluded = self.excluded() | caller_storages(found)
+        held: list[Held] = []
+        if describe_all:
+            loops = set(self.loop_globals())
+            loop_roots = frozenset(
+                r.name for r in roots if r.kind is RootKind.GLOBAL and r.name in loops
+            )
+            modules = self.modules()
+            held = [
+                describe(
+                    hit,
+                    node,
+                    reached,
+                    self.steps,
+                    excluded=excluded,
+                    modules=modules,
+                    target_modules=self.target_modules,
+                    loop_roots=loop_roots,
+                    loss_nodes=self.loss_nodes,
+                )
+                for hit, node, reached in found.holders
+            ]
+        return Sight(found, held, excluded, self.steps, generic)
+
+
+@dataclasses.dataclass
+class Sight:
+    """What one look found, with strong references into the job: read it inside the look only."""
+
+    found: Collection
+    held: list[Held]
+    #: storages not counted as retained: the scene's, and what the roots hold directly
+    excluded: set[tuple[str, int]]
+    steps: StepGraphs
+    #: the generic walk found it (NOTE [Generic fallback])
+    generic: bool = False
+
+    def plain_ids(self) -> set[int]:
+        return {id(hit.obj) for hit in self.found.plain}
+
+    def alive(self, evidence: Iterable[Evidence]) -> dict[str, int]:
+        """Bytes by cause of ``evidence`` still alive, what the roots hold directly not counted."""
+        return evidence_alive(evidence, self.plain_ids(), self.excluded)
+
+    def observe(
+        self,
+        latest: int,
+        *,
+        also: Iterable[Any] = (),
+        unexplained: Mapping[str, int] | None = None,
+        alive: Mapping[str, int] | None = None,
+        held_nodes: int | None = None,
+        cuda: bool = False,
+    ) -> Observation:
+        """The :class:`Observation`: what was held, the live nodes below it (and below ``also``, the
+        caller's latest loss) by step, the node cost when a graph is held, and the CUDA figure."""
+        roots = self.found.nodes()
+        roots.extend(also)
+        nodes_by_step, total = self.steps.nodes_by_step(roots)
+        roots.clear()
+        held = self.held
+        if held_nodes is None:
+            held_nodes = len(frozenset().union(*(h.node_keys for h in held))) if held else 0
+        cost = node_cost() if held or held_nodes else None
+        stats = self.found.stats
+        return Observation(
+            tuple(held),
+            latest,
+            dict(unexplained or {}),
+            dict(alive or {}),
+            nodes_by_step,
+            total,
+            held_nodes,
+            cost.bytes_per_node if cost else 0,
+            cost.describe() if cost else "",
+            stats.errors,
+            stats.first_error,
+            stats.truncated,
+            stats.stopped_after,
+            _cuda_allocated() if cuda else None,
+        )
+
+    def clear(self) -> None:
+        self.found.clear()
+        self.held = []
+
+
+@contextlib.contextmanager
+def look(
+    scene: Scene,
+    *,
+    generic: bool = False,
+    describe_all: bool = True,
+    fallback: Callable[[Sight], bool] | None = None,
+) -> Iterator[Sight]:
+    """The one look (NOTE [One look]): settle, collect, describe, and walk generically when
+    ``fallback`` says the typed walk explained too little (NOTE [Generic fallback]). What it
+    holds is dropped when the ``with`` block ends."""
+    settle()
+    roots = scene.roots()
+    sight = scene.sight(roots, generic=generic, describe_all=describe_all)
+    try:
+        if not generic and fallback is not None and fallback(sight):
+            sight.clear()
+            sight = scene.sight(roots, generic=True, describe_all=describe_all)
+        roots.clear()
+        yield sight
+    finally:
+        sight.clear()
+        roots.clear()
+
+
+def module_root(module: Any) -> Root:
+    """A module's globals as a root: the script's own (``__main__``) named by its file, as the user
+    wrote them (``train.py:total_loss``); any other module's as ``global:pkg.mod``."""
+    name = safe.module_name(module)
+    if name in ("__main__", "__mp_main__"):
+        file = safe.module_file(module)
+        if file is not None:
+            return Root(os.path.basename(file), module, RootKind.GLOBAL)
+    return Root(f"global:{name}", module, RootKind.GLOBAL)
 
 
 def live_step_nodes(steps: StepGraphs) -> dict[int, set[int]]:
@@ -400,7 +578,7 @@ def cycle_roots(steps: StepGraphs, *, max_nodes: int = 100_000) -> list[Root]:
                 for key, value in list(attrs.items())
                 if type(key) is str and not key.startswith("_")
             }
-            out.append(Root(AUTOGRAD_CYCLE, public, "cycle"))
+            out.append(Root(AUTOGRAD_CYCLE, public, RootKind.CYCLE))
     finally:
         objects.clear()
     return out
@@ -409,7 +587,7 @@ def cycle_roots(steps: StepGraphs, *, max_nodes: int = 100_000) -> list[Root]:
 def _closes_cycle(owner: Any, attrs: Mapping[str, Any], steps: StepGraphs, max_nodes: int) -> bool:
     """Whether a graph held under ``owner``'s public attributes saved ``owner`` itself."""
     starts = []
-    for hit in walk([Root("attrs", dict(attrs), "cycle")], max_objects=10_000):
+    for hit in walk([Root("attrs", dict(attrs), RootKind.CYCLE)], max_objects=10_000):
         node = safe.grad_fn(hit.obj) if safe.is_tensor(hit.obj) else hit.obj
         if node is not None and not safe.is_tensor(node):
             starts.append(node)
@@ -541,7 +719,7 @@ def module_roots(skip: Iterable[str] = ()) -> list[Root]:
     out = []
     if (gc.garbage or gc.callbacks) and "gc" not in seen:
         seen.add("gc")
-        out.append(Root("global:gc", gc, "global"))
+        out.append(Root("global:gc", gc, RootKind.GLOBAL))
     for (
         name,
         module,
@@ -549,7 +727,7 @@ def module_roots(skip: Iterable[str] = ()) -> list[Root]:
         if name in seen or not is_state_module(name):
             continue
         seen.add(name)
-        out.append(Root(f"global:{name}", module, "global"))
+        out.append(module_root(module))
     return out
 
 
@@ -585,7 +763,7 @@ def _loop_local(hit: Hit, loop_roots: frozenset[str]) -> bool:
     """NOTE [The loop's latest result]: held by a loop's own variable, not through a container
     that accumulates nor an object's state (``out = step(...)`` and ``out["loss"]``, not
     ``outputs[0]`` nor ``self._results.minimize``)."""
-    if not (hit.root.kind == "caller" or hit.root.name in loop_roots):
+    if not (hit.root.kind is RootKind.CALLER or hit.root.name in loop_roots):
         return False
     return not _through_accumulator(hit.link) and not _through_state(hit.link)
 
@@ -597,40 +775,6 @@ def _through_state(link: Link | None) -> bool:
             return True
         link = link.parent
     return False
-
-
-def observation(
-    held: list[Held],
-    *,
-    latest: int,
-    unexplained: Mapping[str, int] | None = None,
-    alive: Mapping[str, int] | None = None,
-    nodes_by_step: tuple[int, ...] = (),
-    graph_nodes: int = 0,
-    held_nodes: int | None = None,
-    stats: WalkStats | None = None,
-    cuda: bool = False,
-) -> Observation:
-    """An :class:`Observation`, with the node cost (when a graph is held) and the CUDA figure filled in."""
-    if held_nodes is None:
-        held_nodes = len(frozenset().union(*(h.node_keys for h in held))) if held else 0
-    cost = node_cost() if held or held_nodes else None
-    return Observation(
-        held=tuple(held),
-        latest=latest,
-        unexplained=dict(unexplained or {}),
-        alive=dict(alive or {}),
-        nodes_by_step=nodes_by_step,
-        graph_nodes=graph_nodes,
-        held_nodes=held_nodes,
-        node_bytes=cost.bytes_per_node if cost else 0,
-        node_cost_note=cost.describe() if cost else "",
-        walk_errors=stats.errors if stats else 0,
-        first_walk_error=stats.first_error if stats else None,
-        truncated=stats.truncated if stats else False,
-        walk_stopped_after=stats.stopped_after if stats else None,
-        cuda_allocated=_cuda_allocated() if cuda else None,
-    )
 
 
 def _cuda_allocated() -> int | None:
@@ -663,9 +807,11 @@ __all__ = [
     "describe",
     "evidence_alive",
     "live_step_nodes",
-    "loss_graph",
+    "Scene",
+    "Sight",
+    "look",
+    "module_root",
     "module_roots",
-    "observation",
     "caller_storages",
     "unexplained_nodes",
     "unnamed_owners",

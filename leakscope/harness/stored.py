@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from leakscope.harness.source import display_path
-from leakscope.holders import HolderPath, Segment, SegmentKind
+from leakscope.holders import HolderPath, RootKind, Segment, SegmentKind
 from leakscope.probe import safe
 from leakscope.probe.autograd import ScanStats, graph_tensors
 from leakscope.probe.library import is_library_type
@@ -170,7 +170,7 @@ def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | Non
 
         def root() -> Any:
             return obj
-    elif path.root_kind == "global":
+    elif path.root_kind is RootKind.GLOBAL:
         module_name = path.root.partition(":")[2]
 
         def root() -> Any:

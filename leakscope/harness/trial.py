@@ -11,7 +11,6 @@ evidence), so :mod:`leakscope.harness.observe` can tell who still holds it.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import os
 import sys
 import types
@@ -19,20 +18,21 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
-from leakscope.harness.observe import Collection, collect, loss_graph, module_roots
+from leakscope.harness.observe import Collection, Scene, module_root
 from leakscope.harness.protocol import EngineSpec, build_engine
 from leakscope.harness.run import build_subject, make_micro_batch, step_once
+from leakscope.holders import RootKind
 from leakscope.options import CheckOptions
 from leakscope.phase import report
 from leakscope.probe import safe
 from leakscope.probe.autograd import storage_key
 from leakscope.probe.library import is_library_module
 from leakscope.probe.liveness import Evidence, collect_evidence
-from leakscope.probe.steps import StepGraphs
+from leakscope.probe.steps import StepGraphs, heap_graph_nodes, loss_graph
 from leakscope.probe.walk import Root, walk
 from leakscope.results import Mode
 
-ROOT_ORDER = ("output", "engine", "micro_batch", "module")
+ROOT_ORDER = (RootKind.OUTPUT, RootKind.ENGINE, RootKind.MICRO_BATCH, RootKind.MODULE)
 
 
 @dataclasses.dataclass
@@ -77,7 +77,7 @@ class Trial:
 
     def root_list(self) -> list[Root]:
         out = [
-            Root(name, self.roots[name], name, self.roots)
+            Root(name.value, self.roots[name], name, self.roots)
             for name in ROOT_ORDER
             if name in self.roots
         ]
@@ -87,7 +87,7 @@ class Trial:
             if not name or name in seen:
                 continue
             seen.add(name)
-            out.append(Root(f"global:{name}", module, "global"))
+            out.append(module_root(module))
         return out
 
     def is_preexisting(self, t: object) -> bool:
@@ -98,23 +98,26 @@ class Trial:
     def reserved_ids(self) -> set[int]:
         return {id(v) for v in self.roots.values()}
 
-    def collect(self, options: CheckOptions, *, generic: bool = False) -> Collection:
-        """Who holds the steps' graphs, from the caller's roots (:func:`leakscope.harness.observe.collect`);
-        ``generic``: with the walk's generic fallback, through every loaded module too
-        (NOTE [Every loaded module])."""
-        self.steps.forget_dead()
-        roots = self.root_list()
-        if generic:
-            roots.extend(
-                module_roots(skip=[r.name.partition(":")[2] for r in roots if r.kind == "global"])
-            )
-        return collect(
-            roots,
+    def scene(self, options: CheckOptions) -> Scene:
+        """Where a look at this trial looks (NOTE [One look]): the caller's roots, the step's graphs."""
+        return Scene(
             self.steps,
-            skip_ids=self.reserved_ids(),
+            self.root_list,
+            excluded=lambda: self.excluded_storages,
+            skip_ids=self.reserved_ids,
             max_objects=options.max_objects,
-            generic=generic,
+            modules=lambda: self.modules,
+            target_modules=self.spec.modules,
+            loss_nodes=self.loss_nodes,
         )
+
+    def collect(self, options: CheckOptions) -> Collection:
+        """Who holds the steps' graphs now, from the caller's roots (no settling: mid-record)."""
+        roots = self.root_list()
+        try:
+            return self.scene(options).collect(roots)
+        finally:
+            roots.clear()
 
     def close(self) -> None:
         """End what the adapter started for the engine, then drop every reference to the user's objects."""
@@ -193,29 +196,6 @@ def new_trial(
     older.clear()
     trial.param_storages = _param_storages(model)
     return trial
-
-
-def heap_graph_nodes(steps: StepGraphs | None = None) -> list[Any]:
-    """The graph nodes of every tensor with a graph on the collector's heap; with ``steps``, only
-    those of the judged steps (their own node, in any thread).
-
-    NOTE [Heap evidence]: the evidence (weakrefs on what a graph keeps) is taken
-    from graphs the caller's objects reach, and from these: a tensor held by
-    something outside the caller's reach (a C++ hook, another library's state,
-    another thread's locals) keeps its own branch of the graph (an entropy over
-    the logits), which no reachable graph shares; without it, an unnamed holder's
-    bytes would leave that branch out. Cheap: during a check the heap that existed
-    before it is frozen (NOTE [Frozen heap]) and ``gc.get_objects()`` lists only
-    what the check created.
-    """
-
-    out = []
-    for obj in gc.get_objects():
-        if safe.is_tensor(obj):
-            node = safe.grad_fn(obj)
-            if node is not None and (steps is None or not steps.is_before(node)):
-                out.append(node)
-    return out
 
 
 def _param_storages(model: Any) -> set[tuple[str, int]]:
@@ -344,7 +324,6 @@ __all__ = [
     "Trial",
     "build_engine",
     "build_subject",
-    "heap_graph_nodes",
     "make_micro_batch",
     "new_trial",
     "record_step",

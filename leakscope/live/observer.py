@@ -69,12 +69,15 @@ import time
 import types
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from leakscope.holders import CYCLE, UNKNOWN, HolderPath
+from leakscope.holders import CYCLE, UNKNOWN, HolderPath, RootKind
 from leakscope.live.methods import MethodSpec, engine_of
 from leakscope.phase import report as report_phase
 from leakscope.results import Finding, Mode, Severity, TargetResult
+
+if TYPE_CHECKING:
+    from leakscope.harness.observe import Sight
 
 
 class WatchStop(BaseException):
@@ -172,9 +175,10 @@ class Observer:
         self.engines: list[weakref.ref[Any]] = []
         #: modules whose globals are walked
         self.modules: dict[str, None] = {}
+        #: the names of the global roots the latest look walked that are a running loop's own
+        #: (a module-level loop's globals: NOTE [The loop's latest result])
+        self._loop_globals: set[str] = set()
         self.on_done: Callable[[], None] | None = None
-        #: the module globals the latest look took as the loop's own (``global:`` roots of a caller)
-        self.loop_global_names: set[str] = set()
         #: called once, at the start of the first watched call (a child process announces itself)
         self.on_first_call: Callable[[], None] | None = None
 
@@ -324,7 +328,7 @@ class Observer:
     def warm_up(self, opened: Opened) -> None:
         """The micro-batch ``opened`` was a warm-up, not watched (``--skip``, NOTE [A micro-batch that
         compiles]): the graphs it leaves alive are older than every watched one."""
-        from leakscope.harness.trial import heap_graph_nodes
+        from leakscope.probe.steps import heap_graph_nodes
 
         opened.close()
         nodes = heap_graph_nodes(self.steps)
@@ -348,13 +352,15 @@ class Observer:
 
     def _end_call(self, result: Any) -> Any:
         """Place the call's graph, in any thread (NOTE [A step's graph]), and weakref what it keeps."""
-        from leakscope.harness.trial import heap_graph_nodes
         from leakscope.probe import safe
         from leakscope.probe.liveness import collect_evidence
+        from leakscope.probe.steps import heap_graph_nodes
         from leakscope.probe.walk import Root, walk
 
         roots = []
-        for hit in walk([Root("output", result, "output")], max_objects=self.options.max_objects):
+        for hit in walk(
+            [Root("output", result, RootKind.OUTPUT)], max_objects=self.options.max_objects
+        ):
             node = safe.grad_fn(hit.obj) if safe.is_tensor(hit.obj) else hit.obj
             if node is not None:
                 roots.append(node)
@@ -409,139 +415,94 @@ class Observer:
         extra_modules: Sequence[types.ModuleType] = (),
         extra_frames: Sequence[types.FrameType] = (),
     ) -> None:
-        """Settle, walk the holders, and let the judge say which earlier call's graph each one keeps."""
+        """Settle, walk the holders, and let the judge say which earlier call's graph each one keeps
+        (NOTE [One look])."""
         from leakscope.diagnose.judge import look_findings
-        from leakscope.harness.observe import collect, cycle_roots, module_roots, observation
-        from leakscope.probe.liveness import settle
+        from leakscope.harness.observe import Scene, look
+        from leakscope.probe.cost import node_cost
 
         report_phase(
             "looking for held graphs "
             + ("for the last time" if final else f"before watched call #{len(self.calls)}")
         )
         self._stop_tracing()
-        settle()
-        self.steps.forget_dead()
-        roots = self._roots(frame, args, extra_modules, extra_frames)
-        loop_roots = frozenset(
-            r.name
-            for r in roots
-            if getattr(r, "kind", "") == "global" and r.name in self.loop_global_names
+        scene = Scene(
+            self.steps,
+            lambda: self._roots(frame, args, extra_modules, extra_frames),
+            max_objects=self.options.max_objects,
+            modules=self._modules,
+            loop_globals=lambda: self._loop_globals,
+            cycles=True,
         )
         latest = len(self.calls) - 1
-        found = collect(roots, self.steps, max_objects=self.options.max_objects)
-        held = self._describe(found, loop_roots)
-        if self._unexplained(found, held):
-            # Alive, and nothing the job's roots reach explains it: every loaded module, generically
-            # (NOTE [Every loaded module], NOTE [Nodes as evidence]), and the tensors that sit in a
-            # reference cycle through autograd (NOTE [Cycles through autograd]).
-            skip = [r.name.partition(":")[2] for r in roots if r.kind == "global"]
-            found.clear()
-            found = collect(
-                [*roots, *module_roots(skip=skip), *cycle_roots(self.steps)],
-                self.steps,
-                max_objects=self.options.max_objects,
-                generic=True,
-            )
-            held = self._describe(found, loop_roots)
-        roots.clear()
-        unknown: dict[int, dict[str, int]] = {}
-        owners: dict[int, str] = {}
-        if final:
-            unknown = self._unknown(found, held)
-            if unknown:  # NOTE [Held from C++]
-                from leakscope.harness.observe import unnamed_owners
+        # Alive, and nothing the job's roots reach explains it: every loaded module, generically
+        # (NOTE [Every loaded module], NOTE [Nodes as evidence]), and the tensors that sit in a
+        # reference cycle through autograd (NOTE [Cycles through autograd]).
+        with look(scene, fallback=self._unexplained) as sight:
+            unknown: dict[int, dict[str, int]] = {}
+            unknown_nodes: dict[int, int] = {}
+            owners: dict[int, str] = {}
+            if final:
+                unknown, unknown_nodes = self._unknown(sight)
+                if unknown or unknown_nodes:  # NOTE [Held from C++]
+                    from leakscope.harness.observe import unnamed_owners
 
-                owners = unnamed_owners(self.steps, unknown)
-        nodes_by_step, total = self.steps.nodes_by_step(found.nodes())
-        stats = found.stats
-        found.clear()
-        obs = observation(
-            held,
-            latest=latest,
-            nodes_by_step=nodes_by_step,
-            graph_nodes=total,
-            stats=stats,
-            cuda=True,
-        )
-        look = look_findings(
+                    owners = unnamed_owners(self.steps, {*unknown, *unknown_nodes})
+            obs = sight.observe(latest, cuda=True)
+        look_found = look_findings(
             obs,
             self._judge_calls(),
             self._context(),
             sites=self.sites,
             sources=self.sources,
             unknown=unknown,
+            unknown_nodes=unknown_nodes,
+            node_bytes=node_cost().bytes_per_node if unknown_nodes else 0,
             owners=owners,
             final=final,
         )
-        self.looks.append(look)
-        for found_here in look.findings.values():
+        self.looks.append(look_found)
+        for found_here in look_found.findings.values():
             for f in found_here:
                 if f.source is not None:
                     self.sources.setdefault(f.path.shape(), f.source)
                 elif f.severity is Severity.LEAK and not final and f.path not in (UNKNOWN, CYCLE):
                     self.anomaly_next = True  # NOTE [Created at, in a running job]
         if not final and frame is not None and self.options.source:
-            self._start_tracing(look.findings, frame, args)
+            self._start_tracing(look_found.findings, frame, args)
 
-    def _describe(self, found: Any, loop_roots: frozenset[str]) -> list[Any]:
-        from leakscope.harness.observe import describe
-
-        excluded = self._excluded(found)
-        return [
-            describe(
-                hit,
-                node,
-                reached,
-                self.steps,
-                excluded=excluded,
-                modules=self._modules(),
-                loop_roots=loop_roots,
-            )
-            for hit, node, reached in found.holders
-        ]
-
-    def _unexplained(self, found: Any, held: list[Any]) -> bool:
+    def _unexplained(self, sight: Sight) -> bool:
         """Whether a call's graph is alive that no reference found here reaches: its nodes (NOTE [Nodes as
         evidence]), or the tensors its graph kept."""
-        from leakscope.harness.observe import evidence_alive, unexplained_nodes
+        from leakscope.harness.observe import unexplained_nodes
 
-        if unexplained_nodes(self.steps, held):
+        if unexplained_nodes(self.steps, sight.held):
             return True
-        touched = {step for h in held for step in h.steps}
-        plain_ids = {id(hit.obj) for hit in found.plain}
+        touched = {step for h in sight.held for step in h.steps}
         return any(
-            evidence_alive([c.evidence], plain_ids, self._excluded(found))
+            sight.alive([c.evidence])
             for c in self.calls
             if c.index not in touched and c.evidence is not None
         )
 
-    def _unknown(self, found: Any, held: list[Any]) -> dict[int, dict[str, int]]:
-        """Per call, what its graph keeps that no reference found reaches: an unnamed holder's bytes."""
-        from leakscope.harness.observe import evidence_alive, unexplained_nodes
-        from leakscope.probe.cost import node_cost
+    def _unknown(self, sight: Sight) -> tuple[dict[int, dict[str, int]], dict[int, int]]:
+        """Per call, what its graph keeps that no reference found reaches (an unnamed holder's): the
+        bytes by cause of its tensors alive, and its live nodes."""
+        from leakscope.harness.observe import unexplained_nodes
 
-        touched = {step for h in held for step in h.steps}
-        plain_ids = {id(hit.obj) for hit in found.plain}
-        excluded = self._excluded(found)
-        out: dict[int, dict[str, int]] = {}
+        touched = {step for h in sight.held for step in h.steps}
+        alive: dict[int, dict[str, int]] = {}
         for c in self.calls:
             if c.index not in touched and c.evidence is not None:
-                alive = evidence_alive([c.evidence], plain_ids, excluded)
-                if alive:
-                    out[c.index] = alive
-        for step, count in unexplained_nodes(self.steps, held).items():
-            if step not in touched:
-                entry = out.setdefault(step, {})
-                entry["nodes-only"] = (
-                    entry.get("nodes-only", 0) + count * node_cost().bytes_per_node
-                )
-        return out
-
-    def _excluded(self, found: Any) -> set[tuple[str, int]]:
-        """Storages not counted as a call's: what the job's roots hold directly."""
-        from leakscope.harness.observe import caller_storages
-
-        return caller_storages(found)
+                by_cause = sight.alive([c.evidence])
+                if by_cause:
+                    alive[c.index] = by_cause
+        nodes = {
+            step: count
+            for step, count in unexplained_nodes(self.steps, sight.held).items()
+            if step not in touched
+        }
+        return alive, nodes
 
     def _context(self) -> Any:
         from leakscope.diagnose.judge import WATCH
@@ -619,6 +580,7 @@ class Observer:
         that trains at its top level) is its module's globals: those are the loop's variables
         (NOTE [The loop's latest result]).
         """
+        from leakscope.harness.observe import module_root
         from leakscope.probe import safe
         from leakscope.probe.walk import Root
 
@@ -628,9 +590,9 @@ class Observer:
         )
         for engine in engines[:1]:
             if engine is not None:
-                roots.append(Root("engine", engine, "engine"))
+                roots.append(Root("engine", engine, RootKind.ENGINE))
         for i, value in enumerate(args[1:]):
-            roots.append(Root(f"args[{i}]", value, "argument"))
+            roots.append(Root(f"args[{i}]", value, RootKind.ARGUMENT))
         seen_modules: set[str] = set()
         loop_globals: set[str] = set()
         frames = stack_of(frame)
@@ -640,26 +602,26 @@ class Observer:
                 if frame.f_code.co_name == "<module>":
                     module = safe.as_module(sys.modules.get(name))
                     if module is not None and safe.module_dict(module) is frame.f_globals:
-                        root_name = _module_root_name(module)
-                        roots.append(Root(root_name, module, "global"))
-                        loop_globals.add(root_name)
+                        root = module_root(module)
+                        roots.append(root)
+                        loop_globals.add(root.name)
                         seen_modules.add(name)
                 else:
                     local = _LiveLocals(frame) if live else _locals_of(frame)
-                    roots.append(Root(_caller_root_name(frame), local, "caller"))
+                    roots.append(Root(_caller_root_name(frame), local, RootKind.CALLER))
                     self._add_module(name)
         frames.clear()
         frame = None
-        self.loop_global_names = loop_globals
+        self._loop_globals = loop_globals
         for (
             module
         ) in extra_modules:  # the job's own script, once it has ended: its globals were its loop's
-            loop_globals.add(_module_root_name(module))
+            loop_globals.add(module_root(module).name)
         for module in [*extra_modules, *self._modules(), *_project_modules()]:
             name = safe.module_name(module)
             if name and name not in seen_modules:
                 seen_modules.add(name)
-                roots.append(Root(_module_root_name(module), module, "global"))
+                roots.append(module_root(module))
         return roots
 
     # -- the end ------------------------------------------------------------------
@@ -759,7 +721,7 @@ def _owner_files(
         for frame in frames
         if frame.f_code.co_name != "<module>" and _caller_root_name(frame) in roots
     }
-    if args and any(f.path.root == "engine" for f in findings):
+    if args and any(f.path.root_kind is RootKind.ENGINE for f in findings):
         from leakscope.probe import safe
 
         for klass in safe.mro(type(args[0])):
@@ -792,19 +754,6 @@ class _LiveLocals:
 
     def __getitem__(self, name: str) -> Any:
         return self._frame.f_locals[name]
-
-
-def _module_root_name(module: types.ModuleType) -> str:
-    """How a module's globals are named: the script's own (``__main__``) by its file, as the user
-    wrote them (``train.py:total_loss``); any other module's as ``global:pkg.mod``."""
-    from leakscope.probe import safe
-
-    name = safe.module_name(module)
-    if name in ("__main__", "__mp_main__"):
-        file = safe.module_file(module)
-        if file is not None:
-            return os.path.basename(file)
-    return f"global:{name}"
 
 
 def _project_modules() -> list[types.ModuleType]:

@@ -18,7 +18,14 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from leakscope.probe.autograd import LEAF_GRAD, account, graph_tensors
+from leakscope.probe.autograd import (
+    LEAF_GRAD,
+    UNTIL_GC,
+    account,
+    graph_tensors,
+    storage_key,
+    storage_nbytes,
+)
 from leakscope.probe.safe import grad, grad_fn, is_leaf, requires_grad
 
 if TYPE_CHECKING:
@@ -169,6 +176,29 @@ def collect_evidence(
     return evidence
 
 
+def freed_by_gc(evidence: Evidence, excluded: set[tuple[str, int]]) -> dict[str, int]:
+    """Bytes of ``evidence`` alive before :func:`settle` that the cyclic GC then freed (see
+    ``until-gc``), storages in ``excluded`` not counted."""
+    before = {}
+    for item, obj in evidence.alive():
+        key = storage_key(obj)
+        if key is not None and key not in excluded:
+            before[id(item)] = (item.cause, key, storage_nbytes(obj))
+        del obj
+    if not before:
+        return {}
+    settle()
+    still = {id(item) for item, _ in evidence.alive()}
+    seen: set[tuple[str, int]] = set()
+    out: dict[str, int] = {}
+    for item_id, (_cause, key, nbytes) in before.items():
+        if item_id in still or key in seen:
+            continue
+        seen.add(key)
+        out[UNTIL_GC] = out.get(UNTIL_GC, 0) + nbytes
+    return out
+
+
 def alive_bytes(
     alive: Iterable[tuple[Item, Tensor]], exclude: set[tuple[str, int]]
 ) -> dict[str, int]:
@@ -181,6 +211,7 @@ __all__ = [
     "Item",
     "alive_bytes",
     "collect_evidence",
+    "freed_by_gc",
     "gc_paused",
     "gc_turned_off",
     "settle",

@@ -26,9 +26,11 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
+from leakscope.probe import safe
 from leakscope.probe.autograd import (
     UINT64_MAX,
     heap_nodes,
@@ -213,4 +215,37 @@ class StepGraphs:
         return stop
 
 
-__all__ = ["BEFORE", "StepGraphs", "next_sequence_nr"]
+def heap_graph_nodes(steps: StepGraphs | None = None) -> list[Node]:
+    """The graph nodes of every tensor with a graph on the collector's heap; with ``steps``, only
+    those of the judged steps (their own node, in any thread).
+
+    NOTE [Heap evidence]: the evidence (weakrefs on what a graph keeps) is taken
+    from graphs the caller's objects reach, and from these: a tensor held by
+    something outside the caller's reach (a C++ hook, another library's state,
+    another thread's locals) keeps its own branch of the graph (an entropy over
+    the logits), which no reachable graph shares; without it, an unnamed holder's
+    bytes would leave that branch out. Cheap: during a check the heap that existed
+    before it is frozen (NOTE [Frozen heap]) and ``gc.get_objects()`` lists only
+    what the check created.
+    """
+    out = []
+    for obj in gc.get_objects():
+        if safe.is_tensor(obj):
+            node = safe.grad_fn(obj)
+            if node is not None and (steps is None or not steps.is_before(node)):
+                out.append(node)
+    return out
+
+
+def loss_graph(loss_node: Node | None, steps: StepGraphs) -> frozenset[int]:
+    """Identities of the nodes the step's loss was computed from (its graph, the loss's own node not
+    included: a reference to the loss itself does not feed the loss)."""
+    if loss_node is None:
+        return frozenset()
+    root = node_key(loss_node)
+    return frozenset(
+        k for k in (node_key(n) for n in iter_nodes([loss_node], stop=steps.is_before)) if k != root
+    )
+
+
+__all__ = ["BEFORE", "StepGraphs", "heap_graph_nodes", "loss_graph", "next_sequence_nr"]

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from leakscope.holders import ENTRY_KINDS, HolderPath, Segment, SegmentKind, key_segment
+from leakscope.holders import ENTRY_KINDS, HolderPath, RootKind, Segment, SegmentKind, key_segment
 from leakscope.phase import report
 from leakscope.probe import safe
 from leakscope.probe.library import (
@@ -83,9 +83,12 @@ class Root:
 
     name: str
     obj: Any
-    kind: str
+    kind: RootKind
     #: a dict with ``holder[name] is obj``, so the root itself can be released
     holder: Any = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", RootKind(self.kind))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -923,7 +926,7 @@ def walk(
         # is made only for what is named or entered.
         stack: list[tuple[Any, Link, Child | None]] = []
         child: Child | None
-        if root.kind == "global":
+        if root.kind is RootKind.GLOBAL:
             module = root.obj
             namespace = safe.module_dict(module)
             if namespace is None:  # not a module (a job's ``sys.modules['x'] = object()``)
@@ -957,7 +960,7 @@ def walk(
                 continue
             if kind == _CLASS:
                 # Only classes defined in a walked module hold state we name.
-                if not (root.kind == "global" and parent is root_link and child is not None):
+                if not (root.kind is RootKind.GLOBAL and parent is root_link and child is not None):
                     continue
             elif kind == _TENSOR or kind == _NODE:
                 oid = id(obj)
