@@ -44,6 +44,8 @@ CASES: dict[str, tuple[str, str]] = {
     "compiled": ("backward", "caller:compiled.py:train.outputs[1]"),
     "amp": ("backward", "caller:amp.py:train.history.loss[0]"),
     "multi_opt": ("backward", "caller:multi_opt.py:train.codes[0]"),
+    # DistributedDataParallel on gloo, a group of one here (under torchrun: the test below)
+    "ddp_gloo": ("backward", "caller:ddp_gloo.py:main.epoch_loss"),
 }
 
 
@@ -120,6 +122,24 @@ def test_leaky_script_is_confirmed_without_leakscope_and_named_by_watch(
     assert len(watch["calls"]) == 3
 
 
+@pytest.mark.parametrize("script", ["sum_loss", "ddp_gloo"])
+def test_a_running_sum_tells_one_story_of_bytes(
+    script: str, runs: dict[tuple[str, bool], Any]
+) -> None:
+    """A running sum (``total += loss``) holds only the latest graph at the first look, and one graph
+    more at each later look: its growth starts at one micro-batch's bytes (not 0 B), grows by the
+    same each look, and the headline, the row and the slope say that one figure (NOTE [One
+    accounting])."""
+    _, (code, doc, _) = runs[(script, False)]
+    (result,) = doc["results"]
+    growth = result["growth"]["retained_bytes"]
+    assert code == 1 and len(growth) == 3 and growth[0] > 0
+    assert growth == [growth[0] * k for k in (1, 2, 3)]
+    assert result["retained_bytes"] == growth[0] == round(result["growth"]["slope_bytes"])
+    (row,) = [f for f in result["findings"] if f["severity"] == "leak"]
+    assert (row["kind"], row["retained_bytes"]) == ("growing", growth[0])
+
+
 @pytest.mark.parametrize("script", sorted(CASES))
 def test_clean_look_alike_is_clean(script: str, runs: dict[tuple[str, bool], Any]) -> None:
     (at4, at8), (code, doc, stderr) = runs[(script, True)]
@@ -186,8 +206,9 @@ print(w.report.watch.boundary, w.report.results[0].verdict.value, len(kept))
 
 
 def test_every_torchrun_rank_is_watched_with_no_flags() -> None:
-    """``torchrun ... -m leakscope watch SCRIPT.py``: each rank finds its steps from autograd, rank 0
-    prints the merged report (and exits 1 for the leak, so torchrun reports its failure)."""
+    """``torchrun ... -m leakscope watch SCRIPT.py`` on a DistributedDataParallel job on gloo: each
+    rank finds its steps from autograd, rank 0 prints the merged report (and exits 1 for the leak,
+    so torchrun reports its failure)."""
     torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
     done = subprocess.run(
         [
@@ -201,7 +222,7 @@ def test_every_torchrun_rank_is_watched_with_no_flags() -> None:
             "-f",
             "json",
         ]
-        + ["fixtures/watch/scripts/loss_list.py"],
+        + ["fixtures/watch/scripts/ddp_gloo.py"],
         cwd=ROOT,
         env=_env(),
         capture_output=True,
@@ -212,8 +233,9 @@ def test_every_torchrun_rank_is_watched_with_no_flags() -> None:
     assert doc["watch"]["processes"] == ["rank 0", "rank 1"]
     assert doc["watch"]["boundary"] == "backward"
     assert [(r["verdict"], [f["path"] for f in r["findings"]]) for r in doc["results"]] == [
-        ("leak", ["caller:loss_list.py:train.losses[0]"])
+        ("leak", ["caller:ddp_gloo.py:main.epoch_loss"])
     ]
+    assert done.returncode != 0, done.stderr[-3000:]
 
 
 @pytest.mark.parametrize("clean", [False, True])

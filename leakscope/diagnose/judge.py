@@ -498,11 +498,19 @@ def _judging_looks(looks: Sequence[Look], target: str, mode: Mode) -> list[Look]
 def _look_growth(looks: Sequence[Look]) -> Growth:
     """The growth curve over looks (NOTE [One accounting]): at each, the bytes of every held graph
     and of what no holder was found for, as :func:`leakscope.diagnose.growth.curve` makes every
-    curve."""
+    curve. A holder that is a finding at any look is counted at every look: a running sum holds
+    only the latest graph at the first look (the loop's own variable then, NOTE [The loop's latest
+    result]), and its bytes there are the first point of its growth, not 0 B."""
+    found = {
+        h.path
+        for look in looks
+        for h in look.observation.held
+        if h.steps and is_finding(h, look.observation.latest)
+    }
     points = []
     for look in looks:
         obs = look.observation
-        held = [h for h in obs.held if h.steps and is_finding(h, obs.latest)]
+        held = [h for h in obs.held if h.steps and (h.path in found or is_finding(h, obs.latest))]
         points.append(held_point(held, obs.node_bytes, look.unnamed))
     return curve([look.observation for look in looks], points=points)
 
