@@ -102,6 +102,19 @@ def test_version_follows_the_changelog() -> None:
     )
 
 
+def test_docs_show_the_current_version() -> None:
+    """A doc that prints the tool's version prints this one (found here, not after the docs' run)."""
+    shown = {
+        f"{doc.relative_to(ROOT)}: {version}"
+        for doc in sorted((ROOT / "docs").glob("*.md"))
+        for version in re.findall(
+            r'"leakscope_version": "([^"]+)"', doc.read_text(encoding="utf-8")
+        )
+        if version != __version__
+    }
+    assert not shown, f"stale versions (run python docs/gen.py on each): {sorted(shown)}"
+
+
 def test_run_settings_are_project_keys() -> None:
     settings = parse({"timeout": 30, "jobs": 2, "format": "json"}, "pyproject.toml")
     assert (settings.timeout, settings.jobs, settings.format) == (30.0, 2, "json")
