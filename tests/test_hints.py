@@ -25,7 +25,7 @@ def _attached() -> torch.Tensor:
 
 def path_of(root: str, obj: Any, target: Any) -> HolderPath:
     """The path the holder walk names for ``target`` under ``root``."""
-    for hit in walk([Root(root, obj, root)]):
+    for hit in walk([Root(root, obj, root.partition(":")[0])]):
         if hit.obj is target:
             return hit.path
     raise AssertionError(f"{target!r} not reached from {root}")
@@ -182,3 +182,34 @@ def test_a_gradient_with_a_graph_says_create_graph_and_how_to_reset_it() -> None
     )
     assert "self.temperature.grad = None, or optimizer.zero_grad(set_to_none=True)" in text
     assert "value.detach()" not in text  # never "store a detached value" into .grad
+
+
+def test_state_of_an_object_the_loop_holds_is_named_not_the_loop_variable() -> None:
+    """A loop's ``self`` whose attribute keeps the graph (neuromancer's ``Variable._value``): the hint
+    names that attribute as the object's state, not "rebind self"; a plain loop variable still reads
+    as one."""
+    t = _attached()
+    trainer = types.SimpleNamespace(
+        model=types.SimpleNamespace(var=types.SimpleNamespace(_value=t))
+    )
+    text = hint("caller:trainer.py:Trainer.train", {"self": trainer}, t)
+    assert text.startswith("self.model.var._value, state of the object the loop holds in self"), (
+        text
+    )
+    assert "rebind" not in text
+    loose = hint("caller:train.py:main", {"hidden": t}, t)
+    assert "keeps hidden across calls: rebind it" in loose
+
+
+def test_a_subscripted_tensor_is_detached_and_a_container_never() -> None:
+    """``losses.append(output[key])`` (neuromancer#292's line) is rewritten with the subscript
+    detached; a literal container never gets ``.detach()``."""
+    from leakscope.diagnose.storefix import StoreSite, rewrite
+    from leakscope.results import Source
+
+    where = Source("trainer.py", 257, "train")
+    t = _attached()
+    path = path_of("caller:trainer.py:Trainer.train", {"losses": [t]}, t)
+    stored = rewrite(StoreSite("append", "losses.append(output[self.train_metric])", where), path)
+    assert stored == "losses.append(output[self.train_metric].detach())"
+    assert rewrite(StoreSite("append", "losses.append([a, b])", where), path) is None

@@ -46,6 +46,9 @@ CASES: dict[str, tuple[str, str]] = {
     "multi_opt": ("backward", "caller:multi_opt.py:train.codes[0]"),
     # DistributedDataParallel on gloo, a group of one here (under torchrun: the test below)
     "ddp_gloo": ("backward", "caller:ddp_gloo.py:main.epoch_loss"),
+    # imports transformers' Trainer (patched, never called) and trains with a loop of its own
+    # (NOTE [A framework imported, not used]): watched from after the first backward, losses[1] on
+    "framework_unused": ("backward", "caller:framework_unused.py:Trainer.train.losses[1]"),
 }
 
 

@@ -8,7 +8,7 @@ finding keeps the full path.
 
 from __future__ import annotations
 
-from leakscope.holders import SUSPENDED_FRAMES, HolderPath, SegmentKind
+from leakscope.holders import SUSPENDED_FRAMES, HolderPath, SegmentKind, shorten
 from leakscope.results import Cause, Holder
 
 _TENSOR_HOOK_DICTS = ("_backward_hooks", "_post_accumulate_grad_hooks")
@@ -166,6 +166,14 @@ def hint_for(
             return (
                 f"the loop that calls the step keeps every call's result in {name}: store detached values there "
                 "(out.detach(), .item() for metrics), or return detached outputs from the step"
+            )
+        if len(path.segments) > 1 and path.segments[1].kind is SegmentKind.ATTR:
+            # an object's attribute reached from the loop's frame is state (NOTE [The loop's latest result])
+            held = shorten(name + "".join(s.code() for s in path.segments[1:]))
+            return (
+                f"{held}, state of the object the loop holds in {name}, keeps a tensor of this step"
+                " with its graph: store value.detach() there (or .item() for scalars), or clear it"
+                " once backward has run"
             )
         return f"the loop that calls the step keeps {name} across calls: rebind it to a detached value (or del it) after backward"
     if holder is Holder.ARGUMENT:

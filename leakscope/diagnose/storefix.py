@@ -150,11 +150,34 @@ def _complete(code: str) -> bool:
     return depth == 0 and not code.rstrip().endswith(("\\", ",", "(", "[", "{"))
 
 
+_CONTAINER_CALLS = frozenset({"dict", "list", "tuple", "set"})
+
+
 def _detaches_a_container(code: str) -> bool:
-    """A rewrite that would call ``.detach()`` on a container literal or constructor: an error, not a fix."""
-    return bool(
-        re.search(r"(?:[\]}]\)?|\b(?:dict|list|tuple|set)\([^()]*\))\)?\.detach\(\)", code)
-    ) or bool(re.search(r"\((?:\{|\[)[^()]*(?:\}|\])\)\.detach\(\)", code))
+    """A rewrite that would call ``.detach()`` on a container literal or constructor: an error, not a
+    fix (``output[key].detach()``, a subscript, is a tensor's). A line that does not parse is one."""
+    try:
+        tree = ast.parse(code.strip())
+    except SyntaxError:
+        return True
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "detach"
+        ):
+            receiver = node.func.value
+            if isinstance(receiver, (ast.List, ast.Dict, ast.Set, ast.Tuple)) or (
+                isinstance(receiver, (ast.ListComp, ast.DictComp, ast.SetComp))
+            ):
+                return True
+            if (
+                isinstance(receiver, ast.Call)
+                and isinstance(receiver.func, ast.Name)
+                and receiver.func.id in _CONTAINER_CALLS
+            ):
+                return True
+    return False
 
 
 def returned_keys(path: HolderPath) -> str:

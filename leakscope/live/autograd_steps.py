@@ -28,6 +28,15 @@
 # A framework's step method (``DEFAULT_METHODS``) is a better name: once the job imported one (it
 # is patched) these boundaries wait, and its first call forgets what they found and removes them.
 #
+# NOTE [A framework imported, not used]
+# A job may import a framework and train with a loop of its own (a library that imports Lightning
+# for its callbacks and ships its own ``Trainer.train``: neuromancer). A framework's step runs
+# before its backward (``training_step`` computes the loss it returns), so a backward while the
+# framework's method has never been called is the job's own training: the boundaries stop waiting
+# there, and the micro-batches run from the end of that backward (its forward was never watched; the
+# module calls before it, an evaluation or a sanity check, were never stepped). Module calls alone still wait: an evaluation before
+# ``fit`` is not an inference job.
+#
 # NOTE [Alive when the next forward starts]
 # A micro-batch's graph is judged when the next one's forward starts: at the next outermost call
 # of the module that opened it (in a functional job, at the next backward), and once when the job
@@ -156,11 +165,15 @@ class AutogradSteps:
         self.remove()
 
     # -- the events --------------------------------------------------------------------
-    def _mine(self) -> bool:
+    def _mine(self, backward: bool = False) -> bool:
         """Whether this event is one to act on: watching, in the watching thread, not inside a watched
-        method or a backward, and no other thread in the observer."""
+        method or a backward, and no other thread in the observer; while a framework's step method
+        waits for its first call, a backward, and every event after one (NOTE [A framework imported,
+        not used])."""
         observer = self.observer
-        if not self.active or observer.done or observer.depth or self.deferred():
+        if not self.active or observer.done or observer.depth:
+            return False
+        if self.deferred() and not (backward or self.backward_seen):
             return False
         if getattr(self._local, "backward", 0):
             return False
@@ -223,7 +236,11 @@ class AutogradSteps:
             if not is_grad and create_graph is None and len(args) > 3:
                 create_graph = args[3]
             local = steps._local
-            if create_graph or not steps._mine() or not steps.busy.acquire(blocking=False):
+            if (
+                create_graph
+                or not steps._mine(backward=True)
+                or not steps.busy.acquire(blocking=False)
+            ):
                 return original(*args, **kwargs)
             try:
                 steps._backward(args[0] if args else kwargs.get("tensors", kwargs.get("outputs")))
@@ -234,7 +251,7 @@ class AutogradSteps:
                 return original(*args, **kwargs)
             finally:
                 local.backward -= 1
-                if steps._mine() and steps.opened is None and not steps.pending_stop():
+                if steps._mine(backward=True) and steps.opened is None and not steps.pending_stop():
                     steps._begin(None)  # the next micro-batch runs from here
 
         leakscope_autograd.__wrapped__ = original  # type: ignore[attr-defined]
@@ -264,6 +281,8 @@ class AutogradSteps:
                 self._target = f"backward() at {where}"
                 self.loop = where
                 self.boundary = Boundary.BACKWARD
+                if self.deferred():  # NOTE [A framework imported, not used]: watch from after it
+                    return
             if self.pending:
                 self._look(frame)
                 if not self.active:

@@ -259,7 +259,12 @@ class Watch:
 
     def _methods(self) -> list[str]:
         """The step methods the report names: those patched, else those asked for (none when the steps
-        came from autograd)."""
+        came from autograd, even where a framework's method was patched and never called)."""
+        from leakscope.live.autograd_steps import Boundary
+
+        stepped = self.autograd.boundary if self.autograd is not None else None
+        if stepped is not None and stepped is not Boundary.METHOD:
+            return []
         if self.patcher.found() or self._explicit:
             return self.patcher.found() or [str(s) for s in self.patcher.specs]
         return []
