@@ -229,7 +229,7 @@ class Experiment:
             del model
 
     def _after_micro_batch(
-        self, trial: Trial, loss: Any, *, describe_all: bool
+        self, trial: Trial, loss: object, *, describe_all: bool
     ) -> tuple[Observation, int, tuple[HolderPath, ...]]:
         """Observe after a micro-batch (NOTE [Held after the last micro-batch]): every walked
         reference to a graph of the run is a holder; the caller keeps only the latest loss (a local
@@ -458,7 +458,7 @@ def checking() -> Any:
     return gc_paused()
 
 
-def _replacement(obj: Any) -> Any:
+def _replacement(obj: object) -> Any:
     return safe.detached(obj) if safe.is_tensor(obj) else None
 
 

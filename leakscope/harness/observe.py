@@ -499,7 +499,7 @@ def look(
         roots.clear()
 
 
-def module_root(module: Any) -> Root:
+def module_root(module: object) -> Root:
     """A module's globals as a root: the script's own (``__main__``) named by its file, as the user
     wrote them (``train.py:total_loss``); any other module's as ``global:pkg.mod``."""
     name = safe.module_name(module)
@@ -584,7 +584,9 @@ def cycle_roots(steps: StepGraphs, *, max_nodes: int = 100_000) -> list[Root]:
     return out
 
 
-def _closes_cycle(owner: Any, attrs: Mapping[str, Any], steps: StepGraphs, max_nodes: int) -> bool:
+def _closes_cycle(
+    owner: object, attrs: Mapping[str, Any], steps: StepGraphs, max_nodes: int
+) -> bool:
     """Whether a graph held under ``owner``'s public attributes saved ``owner`` itself."""
     starts = []
     for hit in walk([Root("attrs", dict(attrs), RootKind.CYCLE)], max_objects=10_000):
@@ -641,7 +643,7 @@ def unnamed_owners(steps: StepGraphs, wanted: Iterable[int], *, depth: int = 6) 
     return out
 
 
-def _outermost(obj: Any, depth: int, ignore: set[int]) -> str | None:
+def _outermost(obj: object, depth: int, ignore: set[int]) -> str | None:
     """The description of the first object on ``obj``'s referrer chain that nothing tracked refers
     to (frames, and this search's own lists, left out); None when the chain is longer than ``depth``."""
     import gc
@@ -666,7 +668,7 @@ def _outermost(obj: Any, depth: int, ignore: set[int]) -> str | None:
     return None
 
 
-def _describe_owner(owner: Any, chain: list[Any]) -> str:
+def _describe_owner(owner: object, chain: list[Any]) -> str:
     """``a dict that only C++ holds, with the function <lambda> (train.py:12) that keeps it``."""
     import types
 

@@ -334,7 +334,7 @@ def _compilations() -> int:
         return 0
 
 
-def _weak(obj: Any) -> Callable[[], Any]:
+def _weak(obj: object) -> Callable[[], Any]:
     """A weak reference to ``obj`` (a strong one for the rare module that takes none is never kept:
     it reads as gone)."""
     try:

@@ -328,7 +328,7 @@ class _Stopping:
     def is_set(self) -> bool:
         return self._event.is_set()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: object) -> None:
         self._event.set()
         job = self.job
         if signum != signal.SIGINT and job is not None and job.poll() is None:

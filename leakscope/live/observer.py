@@ -310,7 +310,7 @@ class Observer:
         self.steps.begin()
         return Opened(mode, anomaly, started)
 
-    def end(self, opened: Opened, target: str, result: Any, mode: Mode | None = None) -> None:
+    def end(self, opened: Opened, target: str, result: object, mode: Mode | None = None) -> None:
         """The micro-batch ``opened`` ends: anomaly mode back as it was, its graph placed (from ``result`` and
         every graph on the heap), recorded as a watched call of ``target``."""
         opened.close()
@@ -377,7 +377,7 @@ class Observer:
         self.steps.add_leaves(evidence, index)
         return evidence
 
-    def _existed(self, t: Any) -> bool:
+    def _existed(self, t: object) -> bool:
         """A tensor alive before the call started (its input, a buffer): not evidence of its graph."""
         for known in (self._before, self._older):
             ref = known.get(id(t))

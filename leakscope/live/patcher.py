@@ -203,7 +203,7 @@ class _PatchOnImport:
     def __init__(self, patcher: Patcher) -> None:
         self.patcher: Patcher | None = patcher
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: object, target: object = None) -> Any:
         patcher = self.patcher
         if patcher is None or (
             fullname not in patcher.pending and fullname not in patcher.callbacks

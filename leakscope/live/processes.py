@@ -231,7 +231,7 @@ def activate() -> None:
 _following: list[Any] = []  # [watch, progress] of this process while it watches
 
 
-def follow_forks(watch: Any, progress: Progress) -> None:
+def follow_forks(watch: object, progress: Progress) -> None:
     """Make a forked copy of this process watch itself and report (NOTE [A forked worker]).
 
     The fork handler is registered once per process and does nothing once :func:`unfollow` ran."""
@@ -314,7 +314,7 @@ def _at_exit() -> None:
         _active = None
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     """Write ``data`` to ``path`` atomically (a reader never sees half a file); nothing when the directory is gone
     (the run it belonged to has ended)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")

@@ -122,7 +122,7 @@ class Watch:
         busy = self._busy
 
         @functools.wraps(original)
-        def leakscope_watched(*args: Any, **kwargs: Any) -> Any:
+        def leakscope_watched(*args: object, **kwargs: object) -> Any:
             # NOTE [Threads calling the step]
             watching = observer.thread
             if (

@@ -21,7 +21,7 @@ from leakscope.results import Mode, TargetResult, Verdict
 
 
 def check_target(
-    target: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None = None
+    target: object, options: CheckOptions, on_result: Callable[[TargetResult], None] | None = None
 ) -> list[TargetResult]:
     """All modes of one target; a target that cannot be resolved errors in every mode.
 

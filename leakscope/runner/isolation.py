@@ -100,7 +100,7 @@ def check_isolated(
     )
 
 
-def target_string(target: Any) -> str | None:
+def target_string(target: object) -> str | None:
     """``target`` as a ``pkg.mod:Name`` string a child process can resolve, or None."""
     if isinstance(target, str):
         return target
