@@ -7,6 +7,7 @@ stay fast.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +64,6 @@ def watch(
     watched method and grad mode (docs/watch.md). Bad arguments raise
     :class:`~leakscope.errors.UsageError`.
     """
-    import importlib
-
     session = importlib.import_module("leakscope.live.session")  # lazily, as the names below
     return session.watch(methods, micro_batches=micro_batches, skip=skip, then=then, source=source)  # type: ignore[no-any-return]
 
@@ -78,6 +77,5 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'leakscope' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(module), name)

@@ -51,8 +51,9 @@ from collections.abc import Callable
 from typing import Any
 
 from leakscope.live.methods import parse_method
-from leakscope.live.observer import Observer, Opened, WatchStop
+from leakscope.live.observer import Observer, Opened, WatchStop, is_library_frame
 from leakscope.live.patcher import Patcher
+from leakscope.phase import report
 from leakscope.results import Mode
 
 #: the autograd entry points replaced while the job runs (NOTE [Steps from autograd])
@@ -283,7 +284,6 @@ class AutogradSteps:
         observer = self.observer
         if observer.thread is None:
             observer.start(frame)
-        from leakscope.phase import report
 
         report(f"in watched call #{len(observer.calls)}")
         self._compilations = _compilations()
@@ -305,7 +305,6 @@ class AutogradSteps:
         self.observer.end(opened, self._target, result, mode)
         self.observer.calls[-1].optimizer_step = self.optimizer_steps
         self.pending = True
-        from leakscope.phase import report
 
         report(f"running the job after watched call #{len(self.observer.calls) - 1}")
 
@@ -346,8 +345,6 @@ def _weak(obj: object) -> Callable[[], Any]:
 def loop_site(frame: types.FrameType | None) -> str:
     """Where the loop is: the innermost frame outside torch, leakscope and the standard library
     (``train.py:27 in main``), its file relative to the working directory when under it."""
-    from leakscope.live.observer import is_library_frame
-
     while frame is not None and is_library_frame(frame):
         frame = frame.f_back
     if frame is None:

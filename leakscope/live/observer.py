@@ -62,6 +62,7 @@ and the judge is ``check``'s (:mod:`leakscope.diagnose.judge`).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import sys
 import threading
@@ -71,9 +72,14 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from leakscope.diagnose.judge import WATCH, Call, look_findings, watch_results
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath, RootKind
 from leakscope.live.methods import MethodSpec, engine_of
 from leakscope.phase import report as report_phase
+from leakscope.probe import safe
+from leakscope.probe.cost import node_cost
+from leakscope.probe.liveness import collect_evidence
+from leakscope.probe.steps import StepGraphs, heap_graph_nodes
 from leakscope.results import Finding, Mode, Severity, TargetResult
 
 if TYPE_CHECKING:
@@ -147,8 +153,6 @@ class Observer:
     """Counts calls, records the watched ones, looks before each (NOTE [When watch looks])."""
 
     def __init__(self, options: ObserverOptions) -> None:
-        from leakscope.probe.steps import StepGraphs
-
         self.options = options
         #: tracing the job between two looks (NOTE [Stored at, in a running job])
         self.tracer: Any = None
@@ -243,16 +247,12 @@ class Observer:
 
     def _freeze(self) -> None:
         """NOTE [Frozen heap, in a running job]"""
-        import gc
-
         if gc.get_freeze_count() == 0:  # the job's own freeze, if any, is left as it is
             gc.collect()
             gc.freeze()
             self.frozen = True
 
     def _unfreeze(self) -> None:
-        import gc
-
         if self.frozen:
             self.frozen = False
             gc.unfreeze()
@@ -260,7 +260,6 @@ class Observer:
     def _mark_before(self, frame: types.FrameType | None, args: tuple[Any, ...]) -> None:
         """Graphs the job held before its first watched call are older than every call
         (NOTE [A step's graph]): walk what a look walks, once, and register them."""
-        from leakscope.probe import safe
         from leakscope.probe.walk import walk
 
         roots = self._roots(frame, args)
@@ -328,8 +327,6 @@ class Observer:
     def warm_up(self, opened: Opened) -> None:
         """The micro-batch ``opened`` was a warm-up, not watched (``--skip``, NOTE [A micro-batch that
         compiles]): the graphs it leaves alive are older than every watched one."""
-        from leakscope.probe.steps import heap_graph_nodes
-
         opened.close()
         nodes = heap_graph_nodes(self.steps)
         try:
@@ -352,9 +349,6 @@ class Observer:
 
     def _end_call(self, result: Any) -> Any:
         """Place the call's graph, in any thread (NOTE [A step's graph]), and weakref what it keeps."""
-        from leakscope.probe import safe
-        from leakscope.probe.liveness import collect_evidence
-        from leakscope.probe.steps import heap_graph_nodes
         from leakscope.probe.walk import Root, walk
 
         roots = []
@@ -386,8 +380,6 @@ class Observer:
         return False
 
     def _remember(self, args: tuple[Any, ...], original: Callable[..., Any]) -> None:
-        from leakscope.probe import safe
-
         if args and args[0] is not None:
             engine = args[0]
             if not any(ref() is engine for ref in self.engines):
@@ -417,9 +409,7 @@ class Observer:
     ) -> None:
         """Settle, walk the holders, and let the judge say which earlier call's graph each one keeps
         (NOTE [One look])."""
-        from leakscope.diagnose.judge import look_findings
         from leakscope.harness.observe import Scene, look
-        from leakscope.probe.cost import node_cost
 
         report_phase(
             "looking for held graphs "
@@ -505,13 +495,9 @@ class Observer:
         return alive, nodes
 
     def _context(self) -> Any:
-        from leakscope.diagnose.judge import WATCH
-
         return WATCH
 
     def _judge_calls(self) -> list[Any]:
-        from leakscope.diagnose.judge import Call
-
         return [Call(c.index, c.target, c.mode, c.seconds) for c in self.calls]
 
     def _start_tracing(self, findings: Any, frame: types.FrameType, args: tuple[Any, ...]) -> None:
@@ -556,8 +542,6 @@ class Observer:
                 self.sites.setdefault(path.shape(), site)
 
     def _modules(self) -> list[types.ModuleType]:
-        from leakscope.probe import safe
-
         return [
             m
             for m in (safe.as_module(sys.modules.get(name)) for name in self.modules)
@@ -581,7 +565,6 @@ class Observer:
         (NOTE [The loop's latest result]).
         """
         from leakscope.harness.observe import module_root
-        from leakscope.probe import safe
         from leakscope.probe.walk import Root
 
         roots: list[Any] = []
@@ -648,8 +631,6 @@ class Observer:
 
     def results(self) -> list[TargetResult]:
         """One result per watched method and grad mode seen (NOTE [The look that judges])."""
-        from leakscope.diagnose.judge import watch_results
-
         return watch_results(self.looks, self._judge_calls())
 
     def call_summaries(self) -> list[dict[str, Any]]:
@@ -674,8 +655,6 @@ class Observer:
 def _tensor_refs() -> dict[int, weakref.ref[Any]]:
     """Weakrefs to every tensor the collector tracks (after the first watched call froze the heap:
     every tensor made since)."""
-    import gc
-
     import torch
 
     out = {}
@@ -759,7 +738,6 @@ class _LiveLocals:
 def _project_modules() -> list[types.ModuleType]:
     """Every loaded module of the job's own project (NOTE [Every loaded module]: its registries and
     histories are the user's variables, walked at every look)."""
-    from leakscope.probe import safe
     from leakscope.probe.library import is_project_module
 
     out = []

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -56,8 +57,6 @@ class _PatchedGlobal:
 
 def _close(name: str, module: types.ModuleType) -> str:
     """``; did you mean 'HistoryEngine'?`` from the module's own names, or nothing."""
-    import difflib
-
     names = [n for n in vars(module) if isinstance(n, str) and not n.startswith("__")]
     close = difflib.get_close_matches(name, names, n=3)
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""

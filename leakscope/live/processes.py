@@ -37,6 +37,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -49,7 +50,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from leakscope.live.session import Watch, WatchOptions
+from leakscope.phase import listening
 from leakscope.results import Report, WatchSummary
+from leakscope.serialize import from_data, to_data
 
 ENV_OPTIONS = "LEAKSCOPE_WATCH"
 ENV_DIR = "LEAKSCOPE_WATCH_DIR"
@@ -151,8 +155,6 @@ class Progress:
 
     def complete(self, report: Report) -> None:
         """The watch is done and its report made (the job may still run on)."""
-        from leakscope.serialize import to_data
-
         with self._lock:
             self._report, self._complete = to_data(report), True
         if self.begun:
@@ -161,7 +163,6 @@ class Progress:
     def _save(self) -> None:
         if self.ended or not self.directory:
             return
-        from leakscope.serialize import to_data
 
         with self._lock:
             observer = self.watch.observer
@@ -193,10 +194,6 @@ def activate() -> None:
     # itself like any other (NOTE [A job that re-executes itself] in leakscope/live/job.py).
     if not text or _active is not None:
         return
-    import atexit
-
-    from leakscope.live.session import Watch, WatchOptions
-    from leakscope.phase import listening
 
     # In a child the job's process decides when the job ends: detach after the report.
     watch = Watch(WatchOptions.from_json(text), stop_in_this_process=False)
@@ -328,8 +325,6 @@ def write_json(path: Path, data: object) -> None:
 
 def write_report(report: Report, directory: str, label: str) -> None:
     """Write one process's report, ``report-PID.json``."""
-    from leakscope.serialize import to_data
-
     if directory:
         write_json(
             Path(directory, f"report-{os.getpid()}.json"),
@@ -348,8 +343,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def report_of(data: Mapping[str, Any] | None) -> Report | None:
     """The report in a report or state file's data; None when there is none, or it does not load."""
-    from leakscope.serialize import from_data
-
     if data is None or not isinstance(data.get("report"), dict):
         return None
     try:

@@ -10,15 +10,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import platform
+import sys
 import threading
 import types
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leakscope import phase
+from leakscope import __version__, phase
 from leakscope.errors import TargetError, UsageError
+from leakscope.live.autograd_steps import AutogradSteps
 from leakscope.live.methods import DEFAULT_METHODS, MethodSpec, parse_method, uncovered_step
+from leakscope.live.observer import Observer, ObserverOptions, WatchStop
+from leakscope.live.patcher import Patcher
+from leakscope.probe.stack import deep_stack_here
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
+from leakscope.snippets import read_snippets
 
 if TYPE_CHECKING:
     from leakscope.live.autograd_steps import AutogradSteps
@@ -69,10 +77,6 @@ class Watch:
     """
 
     def __init__(self, options: WatchOptions, *, stop_in_this_process: bool = True) -> None:
-        from leakscope.live.autograd_steps import AutogradSteps
-        from leakscope.live.observer import Observer, ObserverOptions
-        from leakscope.live.patcher import Patcher
-
         self.options = options
         specs = options.specs()
         self.observer = Observer(
@@ -148,14 +152,10 @@ class Watch:
     def _stop_on_missing(self, problem: str) -> None:
         """A named --method's module was imported without it: end the job now, at the import, rather
         than after it ran (NOTE [A typo in --method fails before the job]); the report says why."""
-        from leakscope.live.observer import WatchStop
-
         if not self.observer.calls:
             raise WatchStop(problem)
 
     def start(self) -> Watch:
-        from leakscope.probe.stack import deep_stack_here
-
         deep_stack_here()  # NOTE [Freeing a walked chain]
         self.patcher.install()
         if self.autograd is not None:
@@ -167,10 +167,6 @@ class Watch:
     def _quiet_threads(self) -> None:
         """A :class:`WatchStop` that ends a thread other than the main one ends it quietly (NOTE [Threads
         calling the step]); undone by :meth:`stop`."""
-        import threading
-
-        from leakscope.live.observer import WatchStop
-
         previous = threading.excepthook
 
         def leakscope_excepthook(args: Any) -> None:
@@ -181,8 +177,6 @@ class Watch:
         self._excepthook = (previous, leakscope_excepthook)
 
     def _loud_threads(self) -> None:
-        import threading
-
         if self._excepthook is not None:
             previous, ours = self._excepthook
             self._excepthook = None
@@ -193,8 +187,6 @@ class Watch:
         return self.start()
 
     def __exit__(self, tp: Any, exc: Any, tb: Any) -> bool:
-        from leakscope.live.observer import WatchStop
-
         self.stop()
         return tp is not None and issubclass(tp, WatchStop)
 
@@ -239,10 +231,7 @@ class Watch:
     def _with_snippets(self, report: Report) -> Report:
         """The source lines of the findings, from the project, the script's and the methods' directories only
         (NOTE [Snippets read only the checked project])."""
-        from pathlib import Path
-
         from leakscope.harness.target import target_directory
-        from leakscope.snippets import read_snippets
 
         named = [
             f"{self.job_name}:main",
@@ -265,10 +254,6 @@ class Watch:
         return []
 
     def _make_report(self) -> Report:
-        import platform
-
-        from leakscope import __version__
-
         results = self.observer.results()
         name = (
             ", ".join(str(s) for s in self.patcher.specs)
@@ -332,8 +317,6 @@ class Watch:
 
 
 def _torch_version() -> str:
-    import sys
-
     torch = sys.modules.get("torch")
     return str(getattr(torch, "__version__", "")) if torch is not None else ""
 

@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from leakscope.phase import listened, report
 from leakscope.results import Mode, Report, TargetResult, Verdict
 from leakscope.runner.child import death_message, read_records, stderr_fd
 from leakscope.runner.zygote import Client, kill_group
+from leakscope.serialize import result_from_data, to_data
 
 #: ``LEAKSCOPE_START_METHOD=spawn`` starts every child as a new interpreter (no zygote)
 START_METHOD_ENV = "LEAKSCOPE_START_METHOD"
@@ -222,7 +224,6 @@ class _Pool:
             target=target,
         )
         report("starting a check process", target=target)
-        from leakscope.serialize import to_data
 
         request = {"target": target, "options": to_data(self.options), "results": str(job.results)}
         job.request.write_text(json.dumps(request), encoding="utf-8")
@@ -354,8 +355,6 @@ def _collect(
     target: str, options: CheckOptions, job: _Job
 ) -> tuple[list[TargetResult], str | None]:
     """The results a finished child streamed, and an error result for each mode it did not finish."""
-    from leakscope.serialize import result_from_data
-
     records = read_records(job.results)
     version = next((r["torch_version"] for r in records if "torch_version" in r), None)
     usage = next((r["usage_error"] for r in records if "usage_error" in r), None)
@@ -506,8 +505,6 @@ def _error(
 
 
 def _installed_torch_version() -> str:
-    from importlib import metadata
-
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
