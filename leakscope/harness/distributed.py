@@ -205,7 +205,7 @@ def merge_reports(
     code is therefore the worst over ranks.
     """
     first = reports[0]
-    keys: dict[tuple[str, Any], None] = {}
+    keys: dict[tuple[str, object], None] = {}
     for report in reports:
         for r in report.results:
             keys.setdefault((r.target, r.mode), None)

@@ -214,7 +214,7 @@ class Experiment:
         storage: list[int] = []
         paths: tuple[HolderPath, ...] = ()
         try:
-            loss: Any = None
+            loss: object = None
             for i, micro_batch in enumerate(batches):
                 report(step=f"micro-batch {i + 1} of {len(batches)}")
                 trial.steps.begin()

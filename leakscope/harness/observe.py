@@ -164,7 +164,7 @@ def collect(
     """Walk ``roots`` and sort what they reach: references into the judged steps' graphs, and
     plain tensors."""
     stats = WalkStats()
-    holders: list[tuple[Hit, Any, frozenset[int]]] = []
+    holders: list[tuple[Hit, object, frozenset[int]]] = []
     plain: list[Hit] = []
     reached: dict[int, frozenset[int]] = {}
     for hit in walk(
@@ -438,7 +438,7 @@ class Sight:
         self,
         latest: int,
         *,
-        also: Iterable[Any] = (),
+        also: Iterable[object] = (),
         unexplained: Mapping[str, int] | None = None,
         alive: Mapping[str, int] | None = None,
         held_nodes: int | None = None,
@@ -586,7 +586,7 @@ def cycle_roots(steps: StepGraphs, *, max_nodes: int = 100_000) -> list[Root]:
 
 
 def _closes_cycle(
-    owner: object, attrs: Mapping[str, Any], steps: StepGraphs, max_nodes: int
+    owner: object, attrs: Mapping[str, object], steps: StepGraphs, max_nodes: int
 ) -> bool:
     """Whether a graph held under ``owner``'s public attributes saved ``owner`` itself."""
     starts = []
@@ -664,7 +664,7 @@ def _outermost(obj: object, depth: int, ignore: set[int]) -> str | None:
     return None
 
 
-def _describe_owner(owner: object, chain: list[Any]) -> str:
+def _describe_owner(owner: object, chain: list[object]) -> str:
     """``a dict that only C++ holds, with the function <lambda> (train.py:12) that keeps it``."""
     functions = [f for f in chain if type(f) is types.FunctionType]
     name = safe.type_name(type(owner))

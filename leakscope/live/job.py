@@ -229,7 +229,7 @@ def _raise(error: dict[str, Any]) -> None:
 
 
 def _job_report(
-    result: dict[str, Any] | None,
+    result: dict[str, object] | None,
     job: subprocess.Popen[bytes],
     killed: bool,
     target: str,

@@ -184,7 +184,7 @@ def unknown_in_source(spec: MethodSpec, search: list[str]) -> str | None:
     return None
 
 
-def _no_such(owner: str, kind: str, name: str, names: Mapping[str, Any]) -> str:
+def _no_such(owner: str, kind: str, name: str, names: Mapping[str, object]) -> str:
     close = difflib.get_close_matches(name, [n for n in names if not n.startswith("__")], n=3)
     hint = (
         f"did you mean {', '.join(repr(c) for c in close)}?"

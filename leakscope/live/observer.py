@@ -190,9 +190,9 @@ class Observer:
     def call(
         self,
         spec: MethodSpec,
-        original: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        original: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
     ) -> Any:
         if (
             self.done
@@ -224,7 +224,7 @@ class Observer:
             self.start(sys._getframe(2), holders)
         return self._watched_call(spec, original, args, kwargs)
 
-    def checkpoint(self, frame: types.FrameType | None, holders: tuple[Any, ...]) -> bool:
+    def checkpoint(self, frame: types.FrameType | None, holders: tuple[object, ...]) -> bool:
         """Before the next micro-batch: look (NOTE [When watch looks]); once every micro-batch asked for
         was watched, the last look, and the watch is done (True)."""
         if len(self.calls) >= self.options.micro_batches:
@@ -234,7 +234,7 @@ class Observer:
         self.look(frame, holders)
         return False
 
-    def start(self, frame: types.FrameType | None, holders: tuple[Any, ...] = ()) -> None:
+    def start(self, frame: types.FrameType | None, holders: tuple[object, ...] = ()) -> None:
         """Before the first watched micro-batch: this thread watches, the heap is frozen, the graphs alive
         now are older than every micro-batch (NOTE [A step's graph])."""
         self.thread = threading.get_ident()
@@ -257,7 +257,7 @@ class Observer:
             self.frozen = False
             gc.unfreeze()
 
-    def _mark_before(self, frame: types.FrameType | None, args: tuple[Any, ...]) -> None:
+    def _mark_before(self, frame: types.FrameType | None, args: tuple[object, ...]) -> None:
         """Graphs the job held before its first watched call are older than every call
         (NOTE [A step's graph]): walk what a look walks, once, and register them."""
         from leakscope.probe.walk import walk
@@ -279,9 +279,9 @@ class Observer:
     def _watched_call(
         self,
         spec: MethodSpec,
-        original: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        original: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
     ) -> Any:
         report_phase(f"in watched call #{len(self.calls)}")
         opened = self.begin()
@@ -379,7 +379,7 @@ class Observer:
                 return True
         return False
 
-    def _remember(self, args: tuple[Any, ...], original: Callable[..., Any]) -> None:
+    def _remember(self, args: tuple[object, ...], original: Callable[..., object]) -> None:
         if args and args[0] is not None:
             engine = args[0]
             if not any(ref() is engine for ref in self.engines):
@@ -401,7 +401,7 @@ class Observer:
     def look(
         self,
         frame: types.FrameType | None,
-        args: tuple[Any, ...] = (),
+        args: tuple[object, ...] = (),
         *,
         final: bool = False,
         extra_modules: Sequence[types.ModuleType] = (),
@@ -551,7 +551,7 @@ class Observer:
     def _roots(
         self,
         frame: types.FrameType | None,
-        args: tuple[Any, ...],
+        args: tuple[object, ...],
         extra_modules: Sequence[types.ModuleType] = (),
         extra_frames: Sequence[types.FrameType] = (),
         *,
@@ -567,7 +567,7 @@ class Observer:
         from leakscope.harness.observe import module_root
         from leakscope.probe.walk import Root
 
-        roots: list[Any] = []
+        roots: list[object] = []
         engines = (
             [args[0]] if args else [e for e in (ref() for ref in self.engines) if e is not None]
         )
@@ -688,7 +688,7 @@ def _locals_of(frame: types.FrameType) -> dict[str, Any]:
 
 
 def _owner_files(
-    findings: Sequence[Finding], frames: Sequence[types.FrameType], args: tuple[Any, ...]
+    findings: Sequence[Finding], frames: Sequence[types.FrameType], args: tuple[object, ...]
 ) -> set[str]:
     """The installed files whose lines can be the one to change: those of a caller frame that holds
     a finding (verl's own loop keeping ``output_lst``) and those of the engine's classes (a TRL

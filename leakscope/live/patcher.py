@@ -121,7 +121,7 @@ class Patcher:
         if spec.is_function:
             self._patch_function(spec, module)
             return
-        owner: Any = module
+        owner: object = module
         for part in spec.cls:
             owner = getattr(owner, part, None)
             if owner is None:

@@ -341,7 +341,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def report_of(data: Mapping[str, Any] | None) -> Report | None:
+def report_of(data: Mapping[str, object] | None) -> Report | None:
     """The report in a report or state file's data; None when there is none, or it does not load."""
     if data is None or not isinstance(data.get("report"), dict):
         return None

@@ -121,7 +121,7 @@ class Watch:
     # WatchStop (the call after its last watched one); in a thread other than the
     # main one it ends that thread quietly (Python's ``threading.excepthook``
     # would print its traceback), and the thread that joins it goes on.
-    def _wrap(self, spec: MethodSpec, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap(self, spec: MethodSpec, original: Callable[..., object]) -> Callable[..., Any]:
         observer = self.observer
         busy = self._busy
 

@@ -94,7 +94,7 @@ def build_tiny_llama(size: ModelSize | None = None, head: str = "causal") -> Any
 
 
 def build_hf_lora(
-    size: ModelSize | None = None, head: str = "causal", probes: list[Any] | None = None
+    size: ModelSize | None = None, head: str = "causal", probes: list[object] | None = None
 ) -> Any:
     """A fresh tiny Llama + LoRA + gradient checkpointing + input grads, in train mode.
 
@@ -129,7 +129,7 @@ def build_hf_lora(
         probes = []
 
     def record_checkpoint_input(
-        module: object, args: tuple[object, ...], kwargs: dict[str, Any]
+        module: object, args: tuple[object, ...], kwargs: dict[str, object]
     ) -> None:
         hidden = args[0] if args else kwargs.get("hidden_states")
         if isinstance(hidden, torch.Tensor):

@@ -703,7 +703,7 @@ class _HookDict:
 
     __slots__ = ("hooks",)
 
-    def __init__(self, hooks: dict[Any, Any]) -> None:
+    def __init__(self, hooks: dict[object, object]) -> None:
         self.hooks = hooks
 
     def children(self) -> Iterable[Child]:

@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from leakscope import __version__, interrupts
 from leakscope.errors import UsageError
@@ -56,7 +55,7 @@ _POLL_S = 0.05
 
 
 def check_isolated(
-    targets: Sequence[Any],
+    targets: Sequence[object],
     options: CheckOptions,
     *,
     on_result: Callable[[TargetResult], None] | None = None,
@@ -379,7 +378,7 @@ def _collect(
     return results, version
 
 
-def last_phase(records: Sequence[dict[str, Any]]) -> tuple[str | None, str | None]:
+def last_phase(records: Sequence[dict[str, object]]) -> tuple[str | None, str | None]:
     """The phase and step the child reported last (NOTE [Phases from the child]), by the rules of
     :func:`leakscope.phase.report`: a new target or mode starts over, a new phase clears the step."""
     phase: str | None = None

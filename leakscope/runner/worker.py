@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import IO, Any, NoReturn
+from typing import IO, NoReturn
 
 from leakscope.errors import UsageError
 from leakscope.harness.runtime import resolve_device
@@ -26,7 +26,7 @@ from leakscope.runner.child import run_child, write_record
 from leakscope.serialize import options_from_data, to_data
 
 
-def _run(request: dict[str, Any], out: IO[str]) -> None:
+def _run(request: dict[str, object], out: IO[str]) -> None:
     from leakscope.runner.inprocess import check_target
 
     options = dataclasses.replace(

@@ -170,7 +170,7 @@ def unsafe_to_fork() -> str | None:
 
 
 def _fresh_signals() -> dict[int, Any]:
-    handlers: dict[int, Any] = {}
+    handlers: dict[int, object] = {}
     for sig in signal.valid_signals():
         if sig in (signal.SIGKILL, signal.SIGSTOP):
             continue
@@ -211,7 +211,7 @@ def _load(model: str | None) -> _Fresh:
     return _Fresh(signals=fresh_signals, mask=mask, environ=environ, torch_threads=threads)
 
 
-def _send(control: IO[str], message: dict[str, Any]) -> None:
+def _send(control: IO[str], message: dict[str, object]) -> None:
     control.write(json.dumps(message) + "\n")
     control.flush()
 
@@ -402,7 +402,7 @@ class Client:
                 if messages:
                     return bool(messages[0].get("ready"))
 
-    def send(self, message: dict[str, Any]) -> bool:
+    def send(self, message: dict[str, object]) -> bool:
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write((json.dumps(message) + "\n").encode())
