@@ -72,7 +72,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from leakscope.diagnose.judge import WATCH, Call, look_findings, watch_results
+from leakscope.diagnose.judge import WATCH, Call, Context, Look, look_findings, watch_results
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath, RootKind
 from leakscope.live.methods import MethodSpec, engine_of
 from leakscope.phase import report as report_phase
@@ -84,6 +84,9 @@ from leakscope.results import Finding, Mode, Severity, TargetResult
 
 if TYPE_CHECKING:
     from leakscope.harness.observe import Sight
+    from leakscope.harness.stored import Stored, StoreTracer
+    from leakscope.probe.liveness import Evidence
+    from leakscope.results import Source
 
 
 class WatchStop(BaseException):
@@ -100,7 +103,7 @@ class CallRecord:
     index: int
     target: str
     mode: Mode
-    evidence: Any
+    evidence: Evidence | None
     seconds: float
     #: the optimizer steps the job had made when it ended (NOTE [Steps from autograd])
     optimizer_step: int | None = None
@@ -155,12 +158,12 @@ class Observer:
     def __init__(self, options: ObserverOptions) -> None:
         self.options = options
         #: tracing the job between two looks (NOTE [Stored at, in a running job])
-        self.tracer: Any = None
+        self.tracer: StoreTracer | None = None
         #: stored-at line, store op and code, by holder path shape
-        self.sites: dict[HolderPath, Any] = {}
+        self.sites: dict[HolderPath, Stored] = {}
         #: created-at lines by holder path shape, and whether the next watched call records them
         #: (NOTE [Created at, in a running job])
-        self.sources: dict[HolderPath, Any] = {}
+        self.sources: dict[HolderPath, Source] = {}
         self.anomaly_next = True
         #: whether this observer froze the heap (NOTE [Frozen heap, in a running job])
         self.frozen = False
@@ -173,7 +176,7 @@ class Observer:
         #: tensors alive before the first watched call, and before the current one (weakly)
         self._older: dict[int, weakref.ref[Any]] = {}
         self._before: dict[int, weakref.ref[Any]] = {}
-        self.looks: list[Any] = []
+        self.looks: list[Look] = []
         self.done = False
         #: weakrefs to the engines (``self`` of the calls), for the look at the job's end
         self.engines: list[weakref.ref[Any]] = []
@@ -494,10 +497,10 @@ class Observer:
         }
         return alive, nodes
 
-    def _context(self) -> Any:
+    def _context(self) -> Context:
         return WATCH
 
-    def _judge_calls(self) -> list[Any]:
+    def _judge_calls(self) -> list[Call]:
         return [Call(c.index, c.target, c.mode, c.seconds) for c in self.calls]
 
     def _start_tracing(self, findings: Any, frame: types.FrameType, args: tuple[Any, ...]) -> None:
