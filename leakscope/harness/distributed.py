@@ -146,7 +146,7 @@ class Lockstep:
 
         def call_step(
             engine: object, micro_batch: object, loss_function: object, forward_only: bool
-        ) -> Any:
+        ) -> object:
             vote(True)
             return inner(engine, micro_batch, loss_function, forward_only)
 

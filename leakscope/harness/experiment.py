@@ -448,7 +448,7 @@ def checking() -> Any:
     return gc_paused()
 
 
-def _replacement(obj: object) -> Any:
+def _replacement(obj: object) -> object:
     return safe.detached(obj) if safe.is_tensor(obj) else None
 
 

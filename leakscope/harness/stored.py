@@ -42,7 +42,7 @@ from leakscope.results import Source
 _MISSING = object()
 
 
-def _key(segment: Segment) -> Any:
+def _key(segment: Segment) -> object:
     """The mapping key a KEY segment names (an identifier as is; a builtin literal from its repr)."""
     name = segment.name
     if type(name) is str and not name.isidentifier():
@@ -53,7 +53,7 @@ def _key(segment: Segment) -> Any:
     return name
 
 
-def _step(obj: Any, segment: Segment) -> Any:
+def _step(obj: Any, segment: Segment) -> object:
     """The object one typed segment leads to from ``obj`` now (``_MISSING`` if it cannot be followed).
 
     Read as the walk reads (NOTE [Reads that run no user code] in leakscope/probe/safe.py): an
@@ -131,7 +131,7 @@ def _attribute(obj: Any, name: str) -> Any:
     return _MISSING
 
 
-def _entry(obj: Any, key: Any) -> Any:
+def _entry(obj: Any, key: Any) -> object:
     """``obj[key]`` as the walk named it: a dict's entry, an attribute the walk named by its
     ``__dict__`` key, or an entry of a library container (a TensorDict, a ``threading.local``)."""
     if safe.is_instance(obj, dict):
@@ -168,12 +168,12 @@ def resolver(path: HolderPath, roots: dict[str, object]) -> Callable[[], Any] | 
     if path.root in roots:
         obj = roots[path.root]
 
-        def root() -> Any:
+        def root() -> object:
             return obj
     elif path.root_kind is RootKind.GLOBAL:
         module_name = path.root.partition(":")[2]
 
-        def root() -> Any:
+        def root() -> object:
             return sys.modules.get(module_name, _MISSING)
     else:
         return None

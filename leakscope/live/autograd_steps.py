@@ -217,7 +217,7 @@ class AutogradSteps:
         is_grad = spec.name == "grad"
         steps = self
 
-        def leakscope_autograd(*args: Any, **kwargs: Any) -> Any:
+        def leakscope_autograd(*args: Any, **kwargs: Any) -> object:
             create_graph = kwargs.get(
                 "create_graph", args[4] if is_grad and len(args) > 4 else None
             )

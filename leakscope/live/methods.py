@@ -231,7 +231,7 @@ def _bound(body: list[Any]) -> tuple[dict[str, Any], bool]:
     return names, dynamic
 
 
-def engine_of(spec: MethodSpec, self_: object) -> Any:
+def engine_of(spec: MethodSpec, self_: object) -> object:
     """The engine of a watched call whose ``self`` is ``self_``: ``self_`` itself, or for a
     framework's call site (:data:`ENGINE_ATTRIBUTES`) the user's object it runs.
 

@@ -196,7 +196,7 @@ class Observer:
         original: Callable[..., object],
         args: tuple[object, ...],
         kwargs: dict[str, object],
-    ) -> Any:
+    ) -> object:
         if (
             self.done
             or self.depth
@@ -285,7 +285,7 @@ class Observer:
         original: Callable[..., object],
         args: tuple[object, ...],
         kwargs: dict[str, object],
-    ) -> Any:
+    ) -> object:
         report_phase(f"in watched call #{len(self.calls)}")
         opened = self.begin()
         self.depth += 1
@@ -734,7 +734,7 @@ class _LiveLocals:
     def __init__(self, frame: types.FrameType) -> None:
         self._frame = frame
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> object:
         return self._frame.f_locals[name]
 
 

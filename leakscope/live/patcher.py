@@ -234,7 +234,7 @@ class _PatchingLoader:
         self.inner = inner
         self.patcher = patcher
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec: Any) -> object:
         return self.inner.create_module(spec)
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -244,7 +244,7 @@ class _PatchingLoader:
         self.inner.exec_module(module)
         self.patcher.loaded(module)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
 

@@ -126,7 +126,7 @@ class Watch:
         busy = self._busy
 
         @functools.wraps(original)
-        def leakscope_watched(*args: object, **kwargs: object) -> Any:
+        def leakscope_watched(*args: object, **kwargs: object) -> object:
             # NOTE [Threads calling the step]
             watching = observer.thread
             if (
