@@ -114,7 +114,7 @@ def _with_snippets(report: Report, targets: Sequence[object]) -> Report:
 
 
 def explain(
-    target: Any,
+    target: object,
     path: str | None = None,
     options: CheckOptions | None = None,
     mode: Any = None,

@@ -222,7 +222,7 @@ class _Decoder:
         assert error is not None
         raise error
 
-    def sequence(self, tp: object, origin: Any, data: Any, where: str) -> object:
+    def sequence(self, tp: object, origin: Any, data: object, where: str) -> object:
         if not isinstance(data, (list, tuple)):
             raise SchemaError(where, f"is {_kind(data)}, not a list")
         args = typing.get_args(tp)

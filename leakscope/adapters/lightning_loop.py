@@ -278,7 +278,7 @@ def trainer_options(trainer_cls: Any, stage: str, anomaly: bool) -> dict[str, An
     still. Each setting is given under the first name the signature takes.
     """
     parameters = _parameters(trainer_cls.__init__)
-    options: dict[str, Any] = {
+    options: dict[str, object] = {
         "max_epochs": 1,
         "logger": False,
         "num_sanity_val_steps": 0,

@@ -137,7 +137,7 @@ class AdapterHooks(Protocol):
 def spec_for(
     adapter: Adapter,
     resolved: ResolvedTarget,
-    factory: Callable[[Any], Any] | None = None,
+    factory: Callable[[object], object] | None = None,
     settings: tuple[str, ...] = (),
 ) -> EngineSpec:
     """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``

@@ -193,7 +193,7 @@ class TrainerAdapter:
             trainer = trainer_build.build_fitting(cls, model, head)
         return self.adopt(trainer, model)
 
-    def adopt(self, built: Any, model: Any) -> Any:
+    def adopt(self, built: Any, model: object) -> Any:
         """The trainer to drive: what :meth:`build_engine` or ``--factory`` built, set up as
         ``Trainer._inner_training_loop`` sets it up before its first step."""
         with _quiet():

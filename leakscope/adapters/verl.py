@@ -270,7 +270,7 @@ class VerlFSDPAdapter:
         return _verl_batch(rows, self.settings.entropy)
 
     def loss_function(
-        self, model_output: Any, data: Any, dp_group: Any = None, **_: Any
+        self, model_output: Any, data: object, dp_group: object = None, **_: object
     ) -> tuple[Any, dict[str, float]]:
         """Mean negative log-prob (actor) or mean squared value (critic), as verl calls its losses.
 
@@ -287,7 +287,7 @@ class VerlFSDPAdapter:
         return loss, {"pg_loss": float(loss.detach())}
 
     def run_micro_batches(
-        self, engine: Any, micro_batches: Sequence[Any], loss_function: Any, forward_only: bool
+        self, engine: Any, micro_batches: Sequence[Any], loss_function: object, forward_only: bool
     ) -> object:
         """One mini-batch made of ``micro_batches``, through verl's real ``forward_backward_batch``.
 

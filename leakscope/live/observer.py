@@ -174,12 +174,12 @@ class Observer:
         self.steps = StepGraphs()
         self.calls: list[CallRecord] = []
         #: tensors alive before the first watched call, and before the current one (weakly)
-        self._older: dict[int, weakref.ref[Any]] = {}
-        self._before: dict[int, weakref.ref[Any]] = {}
+        self._older: dict[int, weakref.ref[object]] = {}
+        self._before: dict[int, weakref.ref[object]] = {}
         self.looks: list[Look] = []
         self.done = False
         #: weakrefs to the engines (``self`` of the calls), for the look at the job's end
-        self.engines: list[weakref.ref[Any]] = []
+        self.engines: list[weakref.ref[object]] = []
         #: modules whose globals are walked
         self.modules: dict[str, None] = {}
         #: the names of the global roots the latest look walked that are a running loop's own
@@ -350,7 +350,7 @@ class Observer:
         self.steps.restart()
         self.anomaly_next = self.options.source
 
-    def _end_call(self, result: Any) -> Any:
+    def _end_call(self, result: object) -> Any:
         """Place the call's graph, in any thread (NOTE [A step's graph]), and weakref what it keeps."""
         from leakscope.probe.walk import Root, walk
 
@@ -503,7 +503,9 @@ class Observer:
     def _judge_calls(self) -> list[Call]:
         return [Call(c.index, c.target, c.mode, c.seconds) for c in self.calls]
 
-    def _start_tracing(self, findings: Any, frame: types.FrameType, args: tuple[Any, ...]) -> None:
+    def _start_tracing(
+        self, findings: Any, frame: types.FrameType, args: tuple[object, ...]
+    ) -> None:
         """Trace the job until the next look, for the leaks whose stored-at line is not known yet."""
         from leakscope.harness.stored import StoreTracer
         from leakscope.probe.library import is_installed_file, is_library_file
@@ -519,7 +521,7 @@ class Observer:
         if not wanted:
             return
         frames = stack_of(frame)
-        roots: dict[str, Any] = {}
+        roots: dict[str, object] = {}
         for root in self._roots(frame, args, live=True):
             roots.setdefault(root.name, root.obj)
         owners = _owner_files(wanted, frames, args)
