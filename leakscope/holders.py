@@ -209,6 +209,11 @@ class HolderPath:
                 return i
         return None
 
+    def grad_slot(self) -> bool:
+        """Whether the holder is a tensor's ``.grad`` (NOTE [A gradient that keeps a graph])."""
+        last = self.segments[-1] if self.segments else None
+        return last is not None and last.kind is SegmentKind.ATTR and last.name == "grad"
+
     def leaf_name(self) -> str:
         """The last name along the path that code could spell (``log_probs``), else ``value``."""
         for segment in reversed(self.segments):

@@ -43,10 +43,17 @@ def _verdicts(done: JobResult) -> list[tuple[str, list[str]]]:
 def test_a_job_that_re_executes_itself_is_watched_in_its_new_image(clean: bool) -> None:
     """``os.execv`` of the same script: the new image watches itself and its report is the job's,
     with the exit status the job really had (it was an error: "ended before leakscope wrote its
-    report")."""
-    done, _ = _watch("reexec.py", "--exit", "5", *(["--clean"] if clean else []))
-    assert _verdicts(done) == ([("clean", [])] if clean else [("leak", [HOLDER])])
+    report"). A job that exits 5 is an error row after its calls' results, as a job that calls
+    ``sys.exit(5)`` without re-executing; one that exits 0 is not."""
+    variant = ["--clean"] if clean else []
+    done, _ = _watch("reexec.py", "--exit", "5", *variant)
+    error = ("error", [])
+    assert _verdicts(done) == ([("clean", []), error] if clean else [("leak", [HOLDER]), error])
+    assert "ended with exit status 5" in str(done.report.results[-1].error)
     assert done.job_exit_code == 5
+    done, _ = _watch("reexec.py", *variant)
+    assert _verdicts(done) == ([("clean", [])] if clean else [("leak", [HOLDER])])
+    assert done.job_exit_code == 0
 
 
 @pytest.mark.parametrize("clean", [False, True], ids=["leaky", "clean"])

@@ -257,3 +257,28 @@ def test_a_graph_alive_when_the_next_forward_starts_is_bounded(clean: bool) -> N
     else:
         assert (done.returncode, result["verdict"]) == (1, "leak"), done.stderr
         assert leaks == {("caller:last_loss.py:Trainer.training_step.self.last_loss", "bounded")}
+
+
+@pytest.mark.parametrize("clean", [False, True])
+def test_a_gradient_kept_with_its_graph_is_reset_not_detached(clean: bool) -> None:
+    """NOTE [A gradient that keeps a graph]: ``loss.backward(create_graph=True)`` with the slots reset
+    only after the next forward keeps each ``p.grad``'s graph into the next step (bounded). The fix
+    resets the slot; it never detaches the loss (that would leave no gradient), and its line (the
+    backward) gets no detach edit. The twin resets after ``optimizer.step()``. Confirmed without
+    leakscope first: autograd nodes reachable from live tensors when each forward starts."""
+    script = str(SCRIPTS / "second_order.py")
+    variant = ["--clean"] if clean else []
+    counted = _run([script, "--steps", "4", *variant], _env(LEAKSCOPE_FIXTURE_COUNT="1"))
+    alive = [int(n) for n in re.findall(r"graph nodes alive at forward \d+: (\d+)", counted.stdout)]
+    assert len(alive) == 3 and (alive == [0, 0, 0] if clean else min(alive) > 0), counted.stdout
+    done = _run(["-m", "leakscope", "watch", "-f", "json", script, *variant], _env())
+    (result,) = json.loads(done.stdout)["results"]
+    leaks = [f for f in result["findings"] if f["severity"] == "leak"]
+    if clean:
+        assert (done.returncode, result["verdict"], leaks) == (0, "clean", []), done.stderr
+        return
+    assert (done.returncode, result["verdict"]) == (1, "leak"), done.stderr
+    assert {(f["path"].rsplit(".", 1)[-1], f["kind"]) for f in leaks} == {("grad", "bounded")}
+    for f in leaks:
+        assert "zero_grad(set_to_none=True)" in f["hint"]
+        assert ".detach()" not in f["hint"] and f["edit"] is None, f

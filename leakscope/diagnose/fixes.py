@@ -28,6 +28,24 @@ def _named(path: HolderPath, kind: SegmentKind, names: tuple[str, ...]) -> int |
     return None
 
 
+def grad_hint(path: HolderPath, filled_at: str = "") -> str:
+    """A ``.grad`` that keeps a graph (NOTE [A gradient that keeps a graph]): its line is the backward
+    itself, so no detach there is a fix (detaching the loss would leave no gradient at all)."""
+    owner = path.prefix(len(path.segments) - 1).code()
+    if "<" in owner or ":" in owner:  # reached through a key or a caller's frame: no spelling
+        slot, reset = "a parameter's .grad", "p.grad = None for each parameter"
+    else:
+        slot, reset = f"{owner}.grad", f"{owner}.grad = None"
+    return (
+        f"{slot} has a graph of its own: a backward with create_graph=True{filled_at} made the"
+        " gradient differentiable, and it keeps that graph until the slot is reset:"
+        f" reset it once the update has used it ({reset}, or"
+        " optimizer.zero_grad(set_to_none=True) right after optimizer.step()), or run backward"
+        " without create_graph where no second-order gradient is taken (torch.autograd.grad fills"
+        " no .grad); never detach the loss there, which would leave no gradient"
+    )
+
+
 def _special_hint(path: HolderPath) -> str | None:
     """Holders whose fix is not "store a detached value": hooks, frames, keys, caches."""
     segments = path.segments
@@ -73,15 +91,8 @@ def _special_hint(path: HolderPath) -> str | None:
             "one): calling it keeps the value it computed, graph and all, in _forward_cache until the next "
             "call; feed it a detached value (self.train_loss(loss.detach())), or call .update() instead"
         )
-    if segments and segments[-1].kind is SegmentKind.ATTR and segments[-1].name == "grad":
-        owner = path.prefix(len(segments) - 1).code()
-        return (
-            f"{owner}.grad has a graph of its own: a backward with create_graph=True made the gradient"
-            " differentiable, and each step's gradient is added to the last one's, graph and all:"
-            f" reset it once the update has used it ({owner}.grad = None, or"
-            " optimizer.zero_grad(set_to_none=True)), or run backward without create_graph where no"
-            " second-order gradient is taken"
-        )
+    if path.grad_slot():
+        return grad_hint(path)
     cache = path.last(SegmentKind.CACHE)
     if cache is not None:
         return (

@@ -42,6 +42,7 @@ from leakscope.diagnose.findings import (
     unknown_finding,
     with_nodes,
 )
+from leakscope.diagnose.fixes import grad_hint
 from leakscope.diagnose.growth import curve, point_bytes, storage_findings
 from leakscope.diagnose.kinds import (
     GROWING,
@@ -61,6 +62,7 @@ from leakscope.diagnose.storefix import (
     node_fix,
     release_fix,
     rewrite,
+    shown,
     with_comment,
 )
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath
@@ -155,6 +157,9 @@ def with_fix(
         hint: str | None
         if held is not None and held.node:
             hint = node_fix(f.path, f.grad_fn, store)
+        elif f.path.grad_slot():  # NOTE [A gradient that keeps a graph]
+            filled = f" (at {store.where}: {shown(store.code)})" if store is not None else ""
+            hint = grad_hint(f.path, filled)
         elif plan is Plan.RELEASE_AFTER_BACKWARD:
             hint = release_fix(f.path, store)
         elif plan is Plan.DETACH_AFTER_LOSS and not (site is not None and site.detach_safe):

@@ -351,8 +351,10 @@ def rewrite(store: StoreSite, path: HolderPath) -> str | None:
     are detached where they are read (NOTE [The names a fix detaches]), else the value the line
     stores; never a container literal or constructor."""
     code = _without_comment(store.code)
-    if not _complete(code):
-        return None  # one line of a statement that goes on (``x = torch.cat([``)
+    if not _complete(code) or path.grad_slot():
+        return (
+            None  # one line of a statement that goes on (``x = torch.cat([``); a backward's .grad
+        )
     if store.op == "return":
         return _return_detached(code, path)
     if store.graph_names:
@@ -386,6 +388,12 @@ def rewrite(store: StoreSite, path: HolderPath) -> str | None:
     ):
         return None  # never .detach() a container, or a lambda
     return rewritten
+
+
+def shown(code: str) -> str:
+    """The stored-at line as a fix quotes it: without its comment, ``…`` where the statement goes on."""
+    code = _without_comment(code).strip()
+    return code if _complete(code) else f"{code} …"
 
 
 def with_comment(before: str, after: str) -> str:
@@ -452,5 +460,6 @@ __all__ = [
     "node_fix",
     "release_fix",
     "rewrite",
+    "shown",
     "with_comment",
 ]

@@ -257,10 +257,25 @@ def _job_report(
     # environment like any process the job starts (NOTE [Activation at
     # start-up]), so its report is ``report-PID.json`` under the job's own pid,
     # and no result file is written. That report is the job's; its exit status
-    # is the process's real one.
+    # is the process's real one, and a non-zero one adds an error row, as a
+    # job's ``sys.exit(N)`` does.
     execd = read_json(Path(directory, f"report-{job.pid}.json"))
     replaced = report_of(execd)
     if execd is not None and replaced is not None and not killed:
+        if returncode != 0:  # as a job that calls sys.exit(N) or raises: an error row (exit 3)
+            ended = (
+                f"died of {_signal_name(-returncode)}"
+                if returncode < 0
+                else f"ended with exit status {returncode}"
+            )
+            failed = TargetResult(
+                target=target,
+                mode=Mode.TRAIN,
+                verdict=Verdict.ERROR,
+                error=f"the job (re-executed in its process: os.exec*) {ended} after its watched calls;"
+                " its stderr says why",
+            )
+            replaced = dataclasses.replace(replaced, results=(*replaced.results, failed))
         return replaced, str(execd.get("label", "")), code, False
     state = read_json(Path(directory, f"state-{job.pid}.json")) or {}
     partial = report_of(state)
