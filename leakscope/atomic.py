@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import enum
 import os
-import secrets
 import stat
 from pathlib import Path
 
@@ -155,6 +154,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     put there) with the permissions a new file gets (0o666 less the umask, applied by the
     kernel), or the permissions of the regular file it replaces.
     """
+    import secrets
+
     try:
         info = path.lstat()
         keep = stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None

@@ -42,7 +42,6 @@ from leakscope.commands.common import (
     summarize,
 )
 from leakscope.errors import LeakscopeError
-from leakscope.render import progress as display
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
@@ -158,6 +157,7 @@ def _check(
     ``fix``: and prove each finding's edit (:func:`leakscope.api.fix`, writing nothing)."""
     from leakscope.api import check as run_check
     from leakscope.api import fix as run_fix
+    from leakscope.render import progress as display
 
     total = len(targets) * len(options.modes)
     enabled = display.wanted(progress)

@@ -16,12 +16,10 @@ from leakscope import __version__, policy
 from leakscope import config as project_config
 from leakscope.atomic import problem, write, write_atomic
 from leakscope.errors import ConfigError, ExitCode, LeakscopeError, UsageError
-from leakscope.models import names
 from leakscope.options import CheckOptions, ModelKind
 from leakscope.policy import exit_code
 from leakscope.render import render
 from leakscope.render.escape import terminal
-from leakscope.render.summary import report_line
 
 if TYPE_CHECKING:
     from leakscope.config import Settings
@@ -326,6 +324,8 @@ def report_text(
 def summarize(report: Report, fail_on: policy.FailOn, output: Path | None) -> None:
     """When the report went to ``-o FILE`` or nowhere (``-q``): each error and the summary line on
     stderr, so no run ends in silence (``leakscope: 0 leak, 0 clean, 1 error (exit 3); report in FILE``)."""
+    from leakscope.render.summary import report_line
+
     for result in report.results:
         if result.error:
             typer.echo(f"leakscope: {terminal(result.target)}: {terminal(result.error)}", err=True)
@@ -494,10 +494,12 @@ def _plain(value: object) -> str:
 
 def _require_hf() -> None:
     """``--model hf-lora`` without transformers/peft is a usage error (checked without importing them)."""
-    missing = names.missing_hf()
+    from leakscope.models.names import HF_EXTRA_HINT, missing_hf
+
+    missing = missing_hf()
     if missing:
         raise UsageError(
-            f"--model hf-lora needs {' and '.join(missing)}, which is not installed; {names.HF_EXTRA_HINT}"
+            f"--model hf-lora needs {' and '.join(missing)}, which is not installed; {HF_EXTRA_HINT}"
         )
 
 

@@ -25,9 +25,7 @@ from leakscope.commands.common import (
     resolve,
 )
 from leakscope.errors import LeakscopeError
-from leakscope.render.dot import render as render_dot
 from leakscope.render.escape import terminal
-from leakscope.render.tree import render as render_tree
 from leakscope.results import Mode
 
 
@@ -72,6 +70,8 @@ def explain(
     Exit codes: 0 drawn (or nothing retained), 2 usage error (unknown --path), 3 the target could not be run.
     """
     from leakscope.api import explain as run_explain
+    from leakscope.render.dot import render as render_dot
+    from leakscope.render.tree import render as render_tree
 
     # [tool.leakscope] fills what the command line did not give; a project's "both" is a check
     # setting, and explain keeps its own --mode (its help offers only the modes it takes)

@@ -38,8 +38,6 @@ from leakscope.commands.common import (
     resolve,
 )
 from leakscope.errors import LeakscopeError
-from leakscope.live.methods import parse_method
-from leakscope.render import fixes as render_fixes
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
@@ -177,6 +175,7 @@ def _fix_script(
     """``leakscope fix train.py [ARGS]``: watch the job, prove each edit by re-running it, report (NOTE
     [A script's fix is proven by re-running it])."""
     from leakscope.api import fix_script
+    from leakscope.live.methods import parse_method
 
     shown = FormatChoice(fmt.value)
     script, argv = given[0], given[1:]
@@ -218,6 +217,8 @@ def _report(
     """Run the fix (its progress on stderr), then write what it found: with ``--diff`` the patch alone
     on stdout (``git apply`` takes it) and the report on stderr, else the report; with ``-o`` or ``-q``
     each error and the summary line on stderr (no run ends in silence). Exits with the fix's code."""
+    from leakscope.render import fixes as render_fixes
+
     try:
         with contextlib.redirect_stdout(sys.stderr):
             report = run()
@@ -263,6 +264,8 @@ def _refuse_input(output: Path | None, targets: list[str], shown: FormatChoice) 
 
 def _summary_on_stderr(report: Any) -> None:
     """Each error and the summary line on stderr, when the report went to ``-o`` or ``-q`` hid it."""
+    from leakscope.render import fixes as render_fixes
+
     for result in report.report.results:
         if result.error:
             typer.echo(f"leakscope: {terminal(result.target)}: {terminal(result.error)}", err=True)

@@ -21,7 +21,6 @@ from leakscope.commands.common import (
 )
 from leakscope.errors import UsageError
 from leakscope.policy import FailOn
-from leakscope.render.json_report import MAX_REPORT_CHARS, load
 
 
 def render_report(
@@ -46,6 +45,8 @@ def render_report(
     Exit codes: 0 rendered, 2 the file is missing or not a leakscope JSON report of this schema version.
     A report is data: every field is checked, nothing it names is imported or read (docs/security.md).
     """
+    from leakscope.render.json_report import MAX_REPORT_CHARS, load
+
     check_output(output, fmt)
     try:
         try:

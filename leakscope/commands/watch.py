@@ -28,11 +28,7 @@ from leakscope.commands.common import (
     summarize,
 )
 from leakscope.errors import LeakscopeError, UsageError
-from leakscope.live.job import watch_job
-from leakscope.live.methods import parse_method, unknown_in_source
-from leakscope.live.session import WatchOptions
 from leakscope.policy import FailOn, exit_code
-from leakscope.render import regression
 from leakscope.render.escape import terminal
 
 if TYPE_CHECKING:
@@ -125,6 +121,9 @@ def watch(
 
     Exit codes as for check: 0 clean, 1 a leak, 2 usage error, 3 the step could not be watched or the job failed.
     """
+    from leakscope.live.methods import parse_method, unknown_in_source
+    from leakscope.live.session import WatchOptions
+
     check_output(output, fmt)  # before the job runs
     if emit_test is not None:
         check_output(emit_test, fmt, "--emit-test FILE")
@@ -164,6 +163,7 @@ def watch(
         )
     except UsageError as exc:
         fail(exc.message, int(exc.exit_code), fmt, output)
+    from leakscope.live.job import watch_job
 
     try:
         # The job runs in a process of its own, its stdout on stderr: stdout carries only the report.
@@ -209,6 +209,8 @@ def _emit_test(
     """Write the regression test for the report's leaking classes, and for a graph the job itself
     holds, a watch of the job (NOTE [From a real job to a gate]); say on stderr what it checks, or
     that there was nothing to write."""
+
+    from leakscope.render import regression
 
     found = regression.leaking_classes(report, script)
     note = regression.job_note(report, script, allow)

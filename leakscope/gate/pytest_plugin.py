@@ -32,7 +32,6 @@ from leakscope.errors import LeakscopeError
 from leakscope.policy import exit_code
 from leakscope.render import render
 from leakscope.render.escape import terminal
-from leakscope.render.summary import report_line, result_detail
 
 if TYPE_CHECKING:
     from leakscope.results import Report
@@ -80,6 +79,7 @@ def assert_no_graph_retention(
     """
     __tracebackhide__ = True
     from leakscope.api import check
+    from leakscope.render.summary import report_line, result_detail
 
     try:
         settings = _settings(options, f"leakscope options for {_name(target)}", project)
