@@ -86,7 +86,7 @@ def process_label() -> str:
 
 
 @contextlib.contextmanager
-def children_watched(options: Any, report_dir: str) -> Iterator[None]:
+def children_watched(options: WatchOptions, report_dir: str) -> Iterator[None]:
     """The environment that makes every Python process the job starts watch itself and report to ``report_dir``."""
     saved = {k: os.environ.get(k) for k in (ENV_OPTIONS, ENV_DIR, ENV_DRIVER, "PYTHONPATH")}
     os.environ[ENV_OPTIONS] = options.to_json()
@@ -113,7 +113,7 @@ class Progress:
     watched call leaves no trace), nor after :meth:`end`.
     """
 
-    def __init__(self, watch: Any, directory: str, *, begun: bool = False) -> None:
+    def __init__(self, watch: Watch, directory: str, *, begun: bool = False) -> None:
         self.watch = watch
         self.directory = directory
         self.label = ""

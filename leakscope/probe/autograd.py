@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from torch import Tensor
     from torch.autograd.graph import Node
 
+    from leakscope.probe.walk import WalkStats
+
 UINT64_MAX = 2**64 - 1
 
 # The cause classes the probes sort tensors into (:class:`leakscope.results.Cause`), and the
@@ -127,7 +129,7 @@ class Inspection:
         if self.first is None:
             self.first = error_line(exc, where, short=True)
 
-    def add(self, stats: Any) -> None:
+    def add(self, stats: WalkStats) -> None:
         """Fold in a walk's counts (:class:`leakscope.probe.walk.WalkStats`)."""
         if stats.errors:
             self.errors += stats.errors

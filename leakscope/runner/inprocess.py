@@ -11,7 +11,7 @@ import dataclasses
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from leakscope.adapters.registry import resolve_specs, target_name
 from leakscope.diagnose.judge import judge
@@ -24,6 +24,9 @@ from leakscope.phase import report
 from leakscope.probe.liveness import gc_paused
 from leakscope.probe.safe import subclass_failure
 from leakscope.results import Mode, TargetResult, Verdict
+
+if TYPE_CHECKING:
+    from leakscope.harness.protocol import EngineSpec
 
 
 def check_target(
@@ -52,7 +55,7 @@ def check_target(
 
 
 def _check_spec(
-    spec: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None
+    spec: EngineSpec, options: CheckOptions, on_result: Callable[[TargetResult], None] | None
 ) -> list[TargetResult]:
     """Every mode of one spec."""
     name = spec.name
@@ -127,7 +130,7 @@ def _error(name: str, mode: Mode, message: str, detail: str | None) -> TargetRes
     )
 
 
-def _check_mode(spec: Any, mode: Mode, options: CheckOptions) -> TargetResult:
+def _check_mode(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     from leakscope.models.batch_keys import keys_read, reset_reads
 
     reset_reads()
