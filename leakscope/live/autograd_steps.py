@@ -50,7 +50,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from leakscope.live.methods import parse_method
+from leakscope.live.methods import MethodSpec, parse_method
 from leakscope.live.observer import Observer, Opened, WatchStop, is_library_frame
 from leakscope.live.patcher import Patcher
 from leakscope.phase import report
@@ -213,7 +213,7 @@ class AutogradSteps:
         if self._opener is None and not self.backward_in_open:
             self._opener = _weak(module)
 
-    def _wrap(self, spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap(self, spec: MethodSpec, original: Callable[..., Any]) -> Callable[..., Any]:
         is_grad = spec.name == "grad"
         steps = self
 

@@ -69,7 +69,7 @@ import threading
 import time
 import types
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from leakscope.diagnose.judge import WATCH, Call, Context, Look, look_findings, watch_results
@@ -86,6 +86,7 @@ if TYPE_CHECKING:
     from leakscope.harness.observe import Sight
     from leakscope.harness.stored import Stored, StoreTracer
     from leakscope.probe.liveness import Evidence
+    from leakscope.probe.walk import Root
     from leakscope.results import Source
 
 
@@ -504,7 +505,10 @@ class Observer:
         return [Call(c.index, c.target, c.mode, c.seconds) for c in self.calls]
 
     def _start_tracing(
-        self, findings: Any, frame: types.FrameType, args: tuple[object, ...]
+        self,
+        findings: Mapping[tuple[str, Mode], Sequence[Finding]],
+        frame: types.FrameType,
+        args: tuple[object, ...],
     ) -> None:
         """Trace the job until the next look, for the leaks whose stored-at line is not known yet."""
         from leakscope.harness.stored import StoreTracer
@@ -561,7 +565,7 @@ class Observer:
         extra_frames: Sequence[types.FrameType] = (),
         *,
         live: bool = False,
-    ) -> list[Any]:
+    ) -> list[Root]:
         """The holders a look walks, named as reports show them (NOTE [When watch looks]).
 
         ``live``: a caller's locals are read when a path is resolved (the stored-at tracer,
@@ -572,7 +576,7 @@ class Observer:
         from leakscope.harness.observe import module_root
         from leakscope.probe.walk import Root
 
-        roots: list[object] = []
+        roots: list[Root] = []
         engines = (
             [args[0]] if args else [e for e in (ref() for ref in self.engines) if e is not None]
         )

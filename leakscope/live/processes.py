@@ -62,7 +62,7 @@ SITE_DIR = str(Path(__file__).resolve().parent / "_site")
 #: how long ``leakscope watch`` waits for the report of a child that made watched calls and is still alive
 CHILD_WAIT_S = 30.0
 
-_active: Any = None  # this process's watch when activated from the environment
+_active: Watch | None = None  # this process's watch when activated from the environment
 _progress: Progress | None = None
 _listening: contextlib.ExitStack | None = None
 
@@ -121,7 +121,7 @@ class Progress:
         self.begun = begun
         self.ended = False
         self._seen = (0, 0)
-        self._report: Any = None
+        self._report: object = None
         self._complete = False
         self._lock = threading.Lock()
         #: this process is a forked copy of the watched one (NOTE [A forked worker])

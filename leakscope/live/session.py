@@ -186,7 +186,12 @@ class Watch:
     def __enter__(self) -> Watch:
         return self.start()
 
-    def __exit__(self, tp: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(
+        self,
+        tp: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> bool:
         self.stop()
         return tp is not None and issubclass(tp, WatchStop)
 
