@@ -32,6 +32,10 @@ if TYPE_CHECKING:
     from leakscope.live.autograd_steps import AutogradSteps
 
 
+#: what ``threading.excepthook`` holds
+_ExceptHook = Callable[[threading.ExceptHookArgs], object]
+
+
 @dataclasses.dataclass(frozen=True)
 class WatchOptions:
     """How to watch a job. Every field has the CLI's default."""
@@ -109,7 +113,7 @@ class Watch:
         self._explicit = bool(options.methods)
         #: the target name of the job's own error result (the script or module)
         self.job_name = "the job"
-        self._excepthook: tuple[Any, Any] | None = None
+        self._excepthook: tuple[_ExceptHook, _ExceptHook] | None = None
 
     # NOTE [Threads calling the step]
     # A job may call the step from many threads at once. The watched calls are
@@ -169,7 +173,7 @@ class Watch:
         calling the step]); undone by :meth:`stop`."""
         previous = threading.excepthook
 
-        def leakscope_excepthook(args: Any) -> None:
+        def leakscope_excepthook(args: threading.ExceptHookArgs) -> None:
             if not (isinstance(args.exc_type, type) and issubclass(args.exc_type, WatchStop)):
                 previous(args)
 
