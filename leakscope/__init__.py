@@ -7,20 +7,21 @@ stay fast.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import importlib
+from typing import TYPE_CHECKING
 
 __version__ = "0.3.0"
 
 if TYPE_CHECKING:
     from leakscope.api import check
-    from leakscope.live.session import Watch
+    from leakscope.live.session import Watch, watch
     from leakscope.options import CheckOptions, MicroBatchKey, ModelSize
     from leakscope.results import Finding, Mode, Report, Source, TargetResult, Verdict
 
 _LAZY = {
     "check": "leakscope.api",
     "Watch": "leakscope.live.session",
+    "watch": "leakscope.live.session",
     "CheckOptions": "leakscope.options",
     "ModelSize": "leakscope.options",
     "MicroBatchKey": "leakscope.options",
@@ -49,35 +50,14 @@ __all__ = [
 ]
 
 
-def watch(
-    methods: str | Sequence[str] = (),
-    *,
-    micro_batches: int = 3,
-    skip: int = 0,
-    then: str = "stop",
-    source: bool = True,
-) -> Watch:
-    """Watch a job's step method in this process: ``with leakscope.watch("pkg.mod:Class.method") as w: train()``.
-
-    After the block, ``w.report`` is a :class:`~leakscope.results.Report` with one result per
-    watched method and grad mode (docs/watch.md). Bad arguments raise
-    :class:`~leakscope.errors.UsageError`.
-    """
-    import importlib
-
-    session = importlib.import_module("leakscope.live.session")  # lazily, as the names below
-    return session.watch(methods, micro_batches=micro_batches, skip=skip, then=then, source=source)  # type: ignore[no-any-return]
-
-
 def __dir__() -> list[str]:
-    """The public names, the lazy ones (``check``, the result types) included."""
+    """The public names, the lazy ones (``check``, ``watch``, the result types) included."""
     return sorted(set(globals()) | set(__all__))
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'leakscope' has no attribute {name!r}")
-    import importlib
 
     return getattr(importlib.import_module(module), name)

@@ -11,7 +11,7 @@ import os
 import platform
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from leakscope import __version__
 from leakscope.adapters.registry import resolve_spec
@@ -114,12 +114,12 @@ def _with_snippets(report: Report, targets: Sequence[object]) -> Report:
 
 
 def explain(
-    target: Any,
+    target: object,
     path: str | None = None,
     options: CheckOptions | None = None,
-    mode: Any = None,
+    mode: Mode | None = None,
     max_nodes: int = 10_000,
-) -> Any:
+) -> GraphView:
     """Run the step once and describe the graph the reference at ``path`` (default: the first holder)
     keeps: a :class:`~leakscope.results.GraphView` (``leakscope explain``; renderers in
     ``leakscope.render.tree`` and ``leakscope.render.dot``). An unknown ``path`` is a

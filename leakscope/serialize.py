@@ -63,7 +63,7 @@ class SchemaError(ValueError):
         self.problem = problem
 
 
-def to_data(obj: object) -> Any:
+def to_data(obj: object) -> object:
     """A dataclass tree as JSON-compatible data (enums by value, tuples as lists)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_data(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
@@ -107,7 +107,7 @@ def from_data(
 
 def value_from_data(
     tp: object, data: object, *, ints: tuple[int, int] = INT_RANGE, where: str = ""
-) -> Any:
+) -> object:
     """One value checked against the type hint ``tp`` by :func:`from_data`'s rules."""
     return _Decoder(ints).build(tp, data, where)
 
@@ -201,7 +201,7 @@ class _Decoder:
             )
         return data
 
-    def union(self, args: tuple[object, ...], data: object, where: str) -> Any:
+    def union(self, args: tuple[object, ...], data: object, where: str) -> object:
         options = [a for a in args if a is not type(None)]
         if data is None:
             if len(options) < len(args):
@@ -222,7 +222,7 @@ class _Decoder:
         assert error is not None
         raise error
 
-    def sequence(self, tp: object, origin: Any, data: Any, where: str) -> Any:
+    def sequence(self, tp: object, origin: Any, data: object, where: str) -> object:
         if not isinstance(data, (list, tuple)):
             raise SchemaError(where, f"is {_kind(data)}, not a list")
         args = typing.get_args(tp)
@@ -248,7 +248,7 @@ class _Decoder:
             out[key] = self.build(value_tp, value, f"{where}[{key!r}]")
         return out
 
-    def dataclass(self, tp: type, data: object, where: str) -> Any:
+    def dataclass(self, tp: type, data: object, where: str) -> object:
         if not isinstance(data, Mapping):
             raise SchemaError(where, f"is {_kind(data)}, not an object")
         hints = _hints(tp)
@@ -273,7 +273,7 @@ class _Decoder:
         except (TypeError, ValueError) as exc:
             raise SchemaError(where, f"is not a valid {tp.__name__} ({exc})") from None
 
-    def plain(self, data: object, where: str, depth: int) -> Any:
+    def plain(self, data: object, where: str, depth: int) -> object:
         """A value of a field typed ``Any``: plain JSON, finite, bounded in depth."""
         if depth > MAX_PLAIN_DEPTH:
             raise SchemaError(where, f"nests deeper than {MAX_PLAIN_DEPTH} levels")

@@ -75,7 +75,7 @@ from leakscope.harness.target import ResolvedTarget
 from leakscope.probe import safe
 
 
-def own_step(cls: Any, hook: str = "training_step") -> str | None:
+def own_step(cls: object, hook: str = "training_step") -> str | None:
     """``pkg.mod:Class.training_step``: where the module's ``hook`` is defined (its own class or the
     nearest base that is not Lightning's), as ``leakscope watch --method`` names it; None when
     only Lightning defines it."""
@@ -154,7 +154,7 @@ class LightningAdapter:
             f"job's own step instead: leakscope watch --method {step_method(resolved.obj)} your_train.py"
         )
 
-    def build_engine(self, resolved: ResolvedTarget, model: Any) -> Any:
+    def build_engine(self, resolved: ResolvedTarget, model: object) -> object:
         """The module from its constructor or its ``from_dataset`` (NOTE [Building a LightningModule]):
         ``Cls(model)`` when its first argument takes the network, ``Cls.from_dataset(dataset)`` for a
         module built for a data set, else ``Cls()`` with its hyperparameters' defaults."""
@@ -170,7 +170,7 @@ class LightningAdapter:
             self._data[id(module)] = _Data()
         return module
 
-    def adopt(self, built: Any, model: Any) -> Any:
+    def adopt(self, built: object, model: object) -> object:
         """What ``--factory`` returned, as the module to drive (NOTE [A module's own data]): the
         module, or ``(module, data)``; a module not on leakscope's network is fed its own data."""
         if (
@@ -185,13 +185,13 @@ class LightningAdapter:
             self._data[id(built)] = _Data()
         return built
 
-    def micro_batch(self, size: Any, index: int) -> Any:
+    def micro_batch(self, size: Any, index: int) -> object:
         """The batch Lightning hands to ``training_step``: a dict of ``[B, S]`` int64 tensors."""
         from leakscope.models.tiny import build_micro_batch
 
         return dict(build_micro_batch(size, index).items())
 
-    def step(self, engine: Any, micro_batch: Any, forward_only: bool) -> Any:
+    def step(self, engine: object, micro_batch: object, forward_only: bool) -> object:
         """One batch through ``Trainer.fit`` (train) or ``Trainer.validate`` (forward-only).
 
         Returns None: Lightning's loop keeps nothing a step returns
@@ -222,7 +222,7 @@ class LightningAdapter:
         run.run_batch(micro_batch)
         return None
 
-    def close(self, engine: Any) -> None:
+    def close(self, engine: object) -> None:
         """End the module's paused loop (the epoch ends normally) and forget it."""
         run = self._runs.pop(id(engine), None)
         if run is not None:

@@ -145,7 +145,7 @@ def _recorded_frame(parameters: dict[str, Any]) -> Any:
     return frame
 
 
-def recorded_dataset(module: Any) -> Any:
+def recorded_dataset(module: object) -> Any:
     """The data set a module built by ``from_dataset`` describes (NOTE [A module's own data]): the
     data set class's ``from_parameters`` on a frame leakscope makes from the parameters the module
     recorded (pytorch-forecasting's ``dataset_parameters``), or an EngineError naming the fix."""
@@ -249,7 +249,7 @@ def dataset_parameter(cls: Any) -> tuple[str, Any] | None:
     return first.name, (None if annotation is first.empty else annotation)
 
 
-def _dataset_recipe(annotation: Any) -> tuple[Any, str] | None:
+def _dataset_recipe(annotation: object) -> tuple[Any, str] | None:
     """The :data:`DATASETS` entry for a data set class (or a subclass of one), or None."""
     for klass in getattr(annotation, "__mro__", ()) if isinstance(annotation, type) else ():
         key = ((getattr(klass, "__module__", "") or "").partition(".")[0], klass.__name__)
@@ -318,7 +318,7 @@ def _given_loader(data: Any, stage: str) -> Any:
     return data
 
 
-def own_data(module: Any, stage: str) -> Any:
+def own_data(module: object, stage: str) -> Any:
     """What the module's step is fed instead of leakscope's batch: its own data loader method
     (a bound method, called by the loop's set-up), its ``example_input_array``, or None."""
     hook = "train_dataloader" if stage == "fit" else "val_dataloader"
@@ -337,11 +337,11 @@ class _Data:
     """Where one module's batches come from (NOTE [A module's own data]): its own data hooks, or
     a data set / data the adapter holds for it. Holds no module."""
 
-    def __init__(self, dataset: Any = None, given: Any = None) -> None:
+    def __init__(self, dataset: object = None, given: object = None) -> None:
         self.dataset = dataset
         self.given = given
 
-    def loader(self, module: Any, stage: str) -> Any:
+    def loader(self, module: object, stage: str) -> Any:
         """A zero-argument callable that returns the loader for ``stage``, or None (leakscope's batches)."""
         own = own_data(module, stage)
         if self.given is not None:
@@ -358,7 +358,7 @@ class _Data:
         return lambda: _dataset_loader(dataset, stage)
 
 
-def _holds(module: Any, network: Any) -> bool:
+def _holds(module: object, network: object) -> bool:
     """True when ``network`` (leakscope's) is one of the module's submodules."""
     modules = getattr(module, "modules", None)
     return callable(modules) and any(sub is network for sub in modules())

@@ -128,12 +128,12 @@ class _Feed:
             self.attached = (module, held)
             own["_trainer"] = trainer
 
-    def _step_starts(self, step: Any) -> Any:
+    def _step_starts(self, step: Any) -> object:
         """``step`` (the module's bound ``training_step``), paused when a later batch's first call
         starts (NOTE [Judged when the next step starts])."""
         feed = self
 
-        def training_step(*args: Any, **kwargs: Any) -> Any:
+        def training_step(*args: Any, **kwargs: Any) -> object:
             if feed.started != feed.stepped:
                 feed.stepped = feed.started
                 if feed.started > 1 and _pause() is _STOP:
@@ -262,7 +262,7 @@ def _parameters(function: Any) -> set[str]:
         return set()
 
 
-def _first(parameters: set[str], *choices: tuple[str, Any]) -> dict[str, Any]:
+def _first(parameters: set[str], *choices: tuple[str, object]) -> dict[str, Any]:
     """The first ``(name, value)`` whose name the signature takes, as keyword arguments (or none)."""
     for name, value in choices:
         if name in parameters:
@@ -278,7 +278,7 @@ def trainer_options(trainer_cls: Any, stage: str, anomaly: bool) -> dict[str, An
     still. Each setting is given under the first name the signature takes.
     """
     parameters = _parameters(trainer_cls.__init__)
-    options: dict[str, Any] = {
+    options: dict[str, object] = {
         "max_epochs": 1,
         "logger": False,
         "num_sanity_val_steps": 0,
@@ -300,7 +300,7 @@ def trainer_options(trainer_cls: Any, stage: str, anomaly: bool) -> dict[str, An
     return options
 
 
-def _callback(package: str, feed: _Feed) -> Any:
+def _callback(package: str, feed: _Feed) -> object:
     """A Lightning ``Callback`` that tells the feed when a batch starts (NOTE [Prefetching loops])."""
     import importlib
 
@@ -309,7 +309,12 @@ def _callback(package: str, feed: _Feed) -> Any:
     # `*rest`: pytorch_lightning 1.x passes `dataloader_idx` to every batch hook; Lightning 2 refuses
     # a callback whose on_train_batch_start names it.
     def on_batch_start(
-        self: Any, trainer: Any, module: Any, batch: Any, batch_idx: Any, *rest: Any
+        self: object,
+        trainer: object,
+        module: object,
+        batch: object,
+        batch_idx: object,
+        *rest: object,
     ) -> None:
         feed.batch_started(trainer, module)
 
@@ -326,7 +331,7 @@ def _callback(package: str, feed: _Feed) -> Any:
 class _Run:
     """One Lightning loop (``fit`` or ``validate``) for one module, paused between batches."""
 
-    def __init__(self, module: Any, package: str, stage: str, own: Any = None) -> None:
+    def __init__(self, module: object, package: str, stage: str, own: object = None) -> None:
         import greenlet
 
         self.module: Any = module
@@ -338,7 +343,7 @@ class _Run:
         self.feed: _Feed | None = None
         self.glet: Any = greenlet.greenlet(self._main)
 
-    def _main(self) -> Any:
+    def _main(self) -> object:
         import importlib
 
         import torch
@@ -365,7 +370,7 @@ class _Run:
         del trainer, feed, given
         return _STOP
 
-    def _switch(self, *value: Any) -> Any:
+    def _switch(self, *value: object) -> object:
         state = _ThreadState()
         levels = {name: logging.getLogger(name).level for name in _LOGGERS}
         for name in _LOGGERS:
@@ -379,7 +384,7 @@ class _Run:
                 logging.getLogger(name).setLevel(level)
             state.restore()
 
-    def run_batch(self, batch: Any) -> None:
+    def run_batch(self, batch: object) -> None:
         """Run one batch through the loop; return once Lightning asks for the next one."""
         if self.ended:
             raise EngineError(

@@ -137,7 +137,7 @@ class AdapterHooks(Protocol):
 def spec_for(
     adapter: Adapter,
     resolved: ResolvedTarget,
-    factory: Callable[[Any], Any] | None = None,
+    factory: Callable[[object], object] | None = None,
     settings: tuple[str, ...] = (),
 ) -> EngineSpec:
     """The :class:`~leakscope.harness.protocol.EngineSpec` that drives ``resolved`` through ``adapter``
@@ -147,7 +147,7 @@ def spec_for(
 
     adopt = getattr(adapter, "adopt", None)
 
-    def make_engine(model: Any) -> Any:
+    def make_engine(model: object) -> Any:
         if factory is not None:
             built = factory(model)
             return adopt(built, model) if adopt is not None else built
@@ -169,7 +169,9 @@ def spec_for(
     if runs_backward:
         adapter_step = cast(AdapterHooks, adapter).step
 
-        def call_step(engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool) -> Any:
+        def call_step(
+            engine: object, micro_batch: object, loss_function: object, forward_only: bool
+        ) -> Any:
             return adapter_step(engine, micro_batch, forward_only)
 
     modules: tuple[Any, ...] = (resolved.module,)
@@ -229,7 +231,7 @@ def _entry_points() -> tuple[metadata.EntryPoint, ...]:
     return tuple(metadata.entry_points(group=ENTRY_POINT_GROUP))
 
 
-def _load(label: str, load: Callable[[], Any], fix: str) -> Any:
+def _load(label: str, load: Callable[[], object], fix: str) -> Any:
     """Load an adapter object; a class or zero-argument factory is called once."""
     try:
         obj = load()
@@ -293,7 +295,7 @@ class _Match:
         resolved: ResolvedTarget,
         given: Mapping[str, str],
         every: bool,
-        factory: Callable[[Any], Any] | None = None,
+        factory: Callable[[object], object] | None = None,
     ) -> list[EngineSpec]:
         """One spec per setting the adapter checks (its default alone without a ``variants`` hook)."""
         from leakscope.errors import UsageError

@@ -193,7 +193,7 @@ class TrainerAdapter:
             trainer = trainer_build.build_fitting(cls, model, head)
         return self.adopt(trainer, model)
 
-    def adopt(self, built: Any, model: Any) -> Any:
+    def adopt(self, built: Any, model: object) -> Any:
         """The trainer to drive: what :meth:`build_engine` or ``--factory`` built, set up as
         ``Trainer._inner_training_loop`` sets it up before its first step."""
         with _quiet():
@@ -204,11 +204,11 @@ class TrainerAdapter:
         )
         return built
 
-    def micro_batch(self, size: Any, index: int) -> Any:
+    def micro_batch(self, size: object, index: int) -> Any:
         """The index of the trainer's own batch to run (the trainer's dataloader makes it)."""
         return {"micro_batch_index": index}
 
-    def step(self, engine: Any, micro_batch: Any, forward_only: bool) -> Any:
+    def step(self, engine: object, micro_batch: object, forward_only: bool) -> Any:
         """``training_step`` (train) or ``prediction_step`` (forward-only) on the trainer's own batch."""
         with _quiet():
             return self._step(engine, micro_batch, forward_only)

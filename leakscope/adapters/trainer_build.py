@@ -102,7 +102,7 @@ def sentence(i: int, n: int) -> str:
     return " ".join(WORDS[(i * 7 + j * 3) % len(WORDS)] for j in range(n))
 
 
-def length_reward(completions: list[Any], **_: Any) -> list[float]:
+def length_reward(completions: list[object], **_: object) -> list[float]:
     """The stub reward: the completion's length in characters, scaled (a plain Python function)."""
     return [float(len(str(c))) / 10.0 for c in completions]
 
@@ -119,15 +119,15 @@ class Format:
     collator: bool = False
 
 
-def _prompt(tok: Any, rows: int) -> dict[str, list[Any]]:
+def _prompt(tok: object, rows: int) -> dict[str, list[Any]]:
     return {"prompt": [sentence(i, 3) for i in range(rows)]}
 
 
-def _completion(tok: Any, rows: int) -> dict[str, list[Any]]:
+def _completion(tok: object, rows: int) -> dict[str, list[Any]]:
     return {**_prompt(tok, rows), "completion": [sentence(i + 1, 3) for i in range(rows)]}
 
 
-def _pairs(tok: Any, rows: int) -> dict[str, list[Any]]:
+def _pairs(tok: object, rows: int) -> dict[str, list[Any]]:
     return {
         **_prompt(tok, rows),
         "chosen": [sentence(i + 1, 3) for i in range(rows)],
@@ -135,11 +135,11 @@ def _pairs(tok: Any, rows: int) -> dict[str, list[Any]]:
     }
 
 
-def _unpaired(tok: Any, rows: int) -> dict[str, list[Any]]:
+def _unpaired(tok: object, rows: int) -> dict[str, list[Any]]:
     return {**_completion(tok, rows), "label": [i % 2 == 0 for i in range(rows)]}
 
 
-def _messages(tok: Any, rows: int) -> dict[str, list[Any]]:
+def _messages(tok: object, rows: int) -> dict[str, list[Any]]:
     return {
         "messages": [
             [
@@ -151,7 +151,7 @@ def _messages(tok: Any, rows: int) -> dict[str, list[Any]]:
     }
 
 
-def _text(tok: Any, rows: int) -> dict[str, list[Any]]:
+def _text(tok: object, rows: int) -> dict[str, list[Any]]:
     return {"text": [sentence(i, 6) for i in range(rows)]}
 
 
@@ -220,7 +220,7 @@ def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
     return {}
 
 
-def fields(config_cls: Any) -> set[str]:
+def fields(config_cls: object) -> set[str]:
     return (
         {f.name for f in dataclasses.fields(config_cls)}
         if dataclasses.is_dataclass(config_cls)
@@ -229,12 +229,14 @@ def fields(config_cls: Any) -> set[str]:
 
 
 def route(
-    settings: list[tuple[tuple[str, ...], Any]], config_fields: set[str], init_parameters: set[str]
+    settings: list[tuple[tuple[str, ...], object]],
+    config_fields: set[str],
+    init_parameters: set[str],
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """``(config kwargs, trainer kwargs)``: each setting under the first spelling the config has as a
     field, else the first one the trainer's ``__init__`` takes; a setting neither knows is left out."""
-    config: dict[str, Any] = {}
-    init: dict[str, Any] = {}
+    config: dict[str, object] = {}
+    init: dict[str, object] = {}
     for names, value in settings:
         name = next((n for n in names if n in config_fields), None)
         if name is not None:
@@ -252,7 +254,7 @@ def _training_arguments() -> type:
     return TrainingArguments
 
 
-def _classes_in(annotation: Any, namespace: dict[str, Any]) -> list[Any]:
+def _classes_in(annotation: object, namespace: dict[str, object]) -> list[Any]:
     """The classes an annotation names: a class, a union of them, ``Optional[...]``, or the text
     of a postponed annotation (each name looked up in the function's globals)."""
     if isinstance(annotation, str):
@@ -305,7 +307,7 @@ def _above_trainer(cls: type) -> list[type]:
     return out
 
 
-def _trl() -> Any:
+def _trl() -> object:
     import sys
 
     return sys.modules.get("trl")
@@ -355,12 +357,12 @@ def needs_scorer(cls: type) -> bool:
     return config_class(cls).__name__ in SCORER_CONFIGS
 
 
-def extra_models(cls: type, model: Any) -> dict[str, Any]:
+def extra_models(cls: type, model: object) -> dict[str, Any]:
     """The models and reward functions ``cls``'s ``__init__`` asks for beside the trained one."""
     from leakscope.models.hf import build_tiny_llama
 
     init = init_parameters(cls)
-    out: dict[str, Any] = {}
+    out: dict[str, object] = {}
     if "reward_funcs" in init:
         out["reward_funcs"] = [length_reward]
     for name, (head, only_required) in MODEL_ROLES.items():
@@ -376,7 +378,7 @@ def extra_models(cls: type, model: Any) -> dict[str, Any]:
 _FITTED: weakref.WeakKeyDictionary[type, Format] = weakref.WeakKeyDictionary()
 
 
-def build(cls: type, model: Any, fmt: Format) -> Any:
+def build(cls: type, model: object, fmt: Format) -> Any:
     """``cls`` around ``model`` with data of format ``fmt``, as a user's script builds it."""
     tok = tokenizer()
     rows = ROWS * ACCUMULATION * 2
@@ -410,7 +412,7 @@ def first_batch(trainer: Any) -> None:
         return
 
 
-def fitting_format(cls: type, model: Any, head: str) -> Format:
+def fitting_format(cls: type, model: object, head: str) -> Format:
     """The first data format ``cls`` reads (NOTE [Deriving a trainer]), each tried on a scratch copy
     of the tiny model (a trainer that fails half-way may already have changed the model it was
     given: DPO adds its reference adapter); remembered per class."""
@@ -438,7 +440,7 @@ def fitting_format(cls: type, model: Any, head: str) -> Format:
     )
 
 
-def build_fitting(cls: type, model: Any, head: str = "causal") -> Any:
+def build_fitting(cls: type, model: object, head: str = "causal") -> object:
     """``cls`` around ``model`` on the first data format it reads (NOTE [Deriving a trainer])."""
     return build(cls, model, fitting_format(cls, model, head))
 

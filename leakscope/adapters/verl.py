@@ -103,13 +103,13 @@ def use_cpu_platform() -> str:
             return "cpu"
 
         @property
-        def device_module(self) -> Any:
+        def device_module(self) -> object:
             return torch.cpu
 
         def is_available(self) -> bool:
             return True
 
-        def current_device(self) -> Any:
+        def current_device(self) -> object:
             return "cpu"
 
     # Set the singleton directly when none exists yet: set_platform() would log
@@ -118,7 +118,7 @@ def use_cpu_platform() -> str:
     return "installed a CPU platform with verl.plugin.platform.platform_manager.set_platform"
 
 
-def _value_head_model(model: Any) -> Any:
+def _value_head_model(model: Any) -> object:
     import torch
     from torch import nn
 
@@ -140,7 +140,7 @@ def _value_head_model(model: Any) -> Any:
                 torch.manual_seed(0)
                 self.score = nn.Linear(vocab, 1)
 
-        def forward(self, **kwargs: Any) -> TinyOutput:
+        def forward(self, **kwargs: object) -> TinyOutput:
             return TinyOutput(logits=self.score(self.lm(**kwargs).logits))
 
     vocab = int(model.size.vocab)
@@ -251,7 +251,7 @@ class VerlFSDPAdapter:
         """True for verl's FSDP engine classes and user subclasses of them."""
         return bool(_family(resolved.obj))
 
-    def build_engine(self, resolved: ResolvedTarget, model: Any) -> Any:
+    def build_engine(self, resolved: ResolvedTarget, model: object) -> object:
         """An engine instance without ``__init__``, around ``model`` (see the module docstring)."""
         use_cpu_platform()
         cls = resolved.obj
@@ -260,7 +260,7 @@ class VerlFSDPAdapter:
         _set_engine_attributes(engine, module, self.settings)
         return engine
 
-    def micro_batch(self, size: Any, index: int) -> Any:
+    def micro_batch(self, size: Any, index: int) -> object:
         """leakscope's micro-batch in verl's format: jagged nested tensors plus verl's metadata."""
         from leakscope.models.tiny import build_micro_batch
 
@@ -270,7 +270,7 @@ class VerlFSDPAdapter:
         return _verl_batch(rows, self.settings.entropy)
 
     def loss_function(
-        self, model_output: Any, data: Any, dp_group: Any = None, **_: Any
+        self, model_output: Any, data: object, dp_group: object = None, **_: object
     ) -> tuple[Any, dict[str, float]]:
         """Mean negative log-prob (actor) or mean squared value (critic), as verl calls its losses.
 
@@ -287,8 +287,8 @@ class VerlFSDPAdapter:
         return loss, {"pg_loss": float(loss.detach())}
 
     def run_micro_batches(
-        self, engine: Any, micro_batches: Sequence[Any], loss_function: Any, forward_only: bool
-    ) -> Any:
+        self, engine: Any, micro_batches: Sequence[Any], loss_function: object, forward_only: bool
+    ) -> object:
         """One mini-batch made of ``micro_batches``, through verl's real ``forward_backward_batch``.
 
         Needs a process group (leakscope creates a single-process gloo group):
@@ -305,14 +305,14 @@ class VerlFSDPAdapter:
         )
 
 
-def _verl_batch(rows: Sequence[Any], calculate_entropy: bool) -> Any:
+def _verl_batch(rows: Sequence[Any], calculate_entropy: bool) -> object:
     """A verl micro-batch of token rows: ``input_ids``/``position_ids``/``loss_mask`` as jagged tensors."""
     import torch
     from tensordict import TensorDict
     from verl.utils import tensordict_utils as tu
     from verl.utils.dataset.dataset_utils import DatasetPadMode
 
-    def jagged(ts: list[Any]) -> Any:
+    def jagged(ts: list[Any]) -> object:
         return torch.nested.as_nested_tensor(ts, layout=torch.jagged)
 
     lengths = [int(r.shape[0]) for r in rows]

@@ -29,13 +29,6 @@ from leakscope.render.escape import terminal
 from leakscope.results import Mode
 
 
-class ExplainMode(str, enum.Enum):
-    """explain draws one step's graph: one mode."""
-
-    train = "train"
-    forward_only = "forward-only"
-
-
 class ExplainFormat(str, enum.Enum):
     text = "text"
     json = "json"
@@ -50,9 +43,7 @@ def explain(
     path: Annotated[
         str | None, typer.Option("--path", help="The finding to explain (default: the first).")
     ] = None,
-    mode: Annotated[ExplainMode, typer.Option("--mode", help="Which step to drive.")] = (
-        ExplainMode.train
-    ),
+    mode: Annotated[Mode, typer.Option("--mode", help="Which step to drive.")] = Mode.TRAIN,
     fmt: Annotated[
         ExplainFormat,
         typer.Option("--format", "-f", help="The graph on stdout: a text tree, or JSON."),
@@ -108,4 +99,4 @@ def explain(
         typer.echo(f"leakscope: wrote {terminal(dot)}", err=True)
 
 
-__all__ = ["ExplainFormat", "ExplainMode", "explain"]
+__all__ = ["ExplainFormat", "explain"]

@@ -37,21 +37,20 @@ def slope(values: Sequence[int] | Sequence[float]) -> float:
     return num / den
 
 
-def point_bytes(obs: Observation) -> dict[str, int]:
-    """Bytes by cause the steps' graphs keep at one observation: the alive tensors, plus the live
-    nodes held by a reference (not the caller's latest loss) at the measured cost of one
-    (NOTE [One accounting])."""
-    return dict(sorted(with_nodes(obs.alive, obs.held_nodes, obs.node_bytes).items()))
-
-
-def held_point(
-    held: Iterable[Held], node_bytes: int, unnamed: Iterable[Mapping[str, int]] = ()
+def point_bytes(
+    obs: Observation,
+    held: Iterable[Held] | None = None,
+    unnamed: Iterable[Mapping[str, int]] = (),
 ) -> dict[str, int]:
-    """Bytes by cause at one look of a watch (NOTE [One accounting]): every graph the found holders
-    keep, each storage and node once, plus what is alive that no holder was found for (the same
-    bytes the ``<unknown holder>`` rows show), so the curve never reads 0 B under a non-zero
-    headline."""
-    out = union_bytes(held, node_bytes)
+    """Bytes by cause at one point of a growth curve (NOTE [One accounting]), the one rule for
+    both: after a check's micro-batch (``held`` None), the alive tensors of the steps' graphs plus
+    the live nodes held by a reference (not the caller's latest loss) at the measured cost of one;
+    at a watch's look, every graph the found holders ``held`` keep, each storage and node once,
+    plus what is alive that no holder was found for (``unnamed``: the same bytes the
+    ``<unknown holder>`` rows show), so the curve never reads 0 B under a non-zero headline."""
+    if held is None:
+        return dict(sorted(with_nodes(obs.alive, obs.held_nodes, obs.node_bytes).items()))
+    out = union_bytes(held, obs.node_bytes)
     for by_cause in unnamed:
         for cause, nbytes in by_cause.items():
             out[cause] = out.get(cause, 0) + nbytes
@@ -66,7 +65,7 @@ def curve(
 ) -> Growth:
     """The growth curve over observations (one per micro-batch, or per look): the one place a
     :class:`~leakscope.results.Growth` is made. ``points``: bytes by cause at each observation when
-    the caller measured them (a watch's looks: :func:`held_point`), else :func:`point_bytes`."""
+    the caller measured them (a watch's looks), else :func:`point_bytes` of each."""
     by_cause = (
         [dict(p) for p in points]
         if points is not None
@@ -142,7 +141,6 @@ def _growing_container(paths: list[HolderPath]) -> HolderPath:
 __all__ = [
     "curve",
     "growing_and_bounded",
-    "held_point",
     "point_bytes",
     "slope",
     "storage_findings",

@@ -43,7 +43,7 @@ from leakscope.diagnose.findings import (
     with_nodes,
 )
 from leakscope.diagnose.fixes import grad_hint
-from leakscope.diagnose.growth import curve, held_point, storage_findings
+from leakscope.diagnose.growth import curve, point_bytes, storage_findings
 from leakscope.diagnose.kinds import (
     GROWING,
     curve_kind,
@@ -516,7 +516,7 @@ def _look_growth(looks: Sequence[Look]) -> Growth:
     for look in looks:
         obs = look.observation
         held = [h for h in obs.held if h.steps and (h.path in found or is_finding(h, obs.latest))]
-        points.append(held_point(held, obs.node_bytes, look.unnamed))
+        points.append(point_bytes(obs, held, look.unnamed))
     return curve([look.observation for look in looks], points=points)
 
 

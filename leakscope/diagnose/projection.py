@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
+from leakscope.diagnose.growth import curve, growing_and_bounded
 from leakscope.errors import UsageError
 from leakscope.options import ModelSize
 from leakscope.phase import report
@@ -219,8 +221,6 @@ def solve(rows: list[tuple[float, ...]], values: list[float]) -> tuple[float, ..
     """Least-squares coefficients of ``rows @ c = values`` (the normal equations, solved exactly in
     rationals: the systems are a handful of samples by a handful of terms). Terms no sample
     varies are left at 0; coefficients under 0.01 are rounded to 0."""
-    from fractions import Fraction
-
     n = len(rows[0]) if rows else 0
     a = [[Fraction(sum(r[i] * r[j] for r in rows)) for j in range(n)] for i in range(n)]
     b = [Fraction(sum(r[i] * v for r, v in zip(rows, values, strict=True))) for i in range(n)]
@@ -258,8 +258,6 @@ def evaluate(coefficients: tuple[float, ...], t: int, h: int, v: int, layers: in
 def _measure(experiment: Experiment, size: ModelSize) -> tuple[dict[str, int], dict[str, int], int]:
     """(growing bytes per micro-batch, bounded bytes) per cause at one tiny size, and the bytes one
     graph node was counted at (NOTE [What a node costs])."""
-    from leakscope.diagnose.growth import curve, growing_and_bounded
-
     run = experiment.at_size(size, micro_batches=2).micro_batches()
     node_bytes = max((obs.node_bytes for obs in run.observations), default=0)
     growing, bounded = growing_and_bounded(curve(run.observations, run.storage_bytes))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -145,7 +145,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item) -> Any:
+def pytest_runtest_call(item: pytest.Item) -> object:
     """Run a ``@pytest.mark.leakscope`` check once the test body has passed."""
     result = yield
     marker = item.get_closest_marker(MARKER)

@@ -146,7 +146,7 @@ class Lockstep:
 
         def call_step(
             engine: object, micro_batch: object, loss_function: object, forward_only: bool
-        ) -> Any:
+        ) -> object:
             vote(True)
             return inner(engine, micro_batch, loss_function, forward_only)
 
@@ -205,7 +205,7 @@ def merge_reports(
     code is therefore the worst over ranks.
     """
     first = reports[0]
-    keys: dict[tuple[str, Any], None] = {}
+    keys: dict[tuple[str, object], None] = {}
     for report in reports:
         for r in report.results:
             keys.setdefault((r.target, r.mode), None)

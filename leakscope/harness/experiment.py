@@ -21,9 +21,12 @@ step costs milliseconds) and answers with plain data
 from __future__ import annotations
 
 import dataclasses
+import dataclasses as dc
 import sys
 from typing import TYPE_CHECKING, Any
 
+from leakscope.errors import EngineError, LeakscopeError
+from leakscope.harness.gradients import compare, record_train_step
 from leakscope.harness.observe import (
     Collection,
     Held,
@@ -33,16 +36,20 @@ from leakscope.harness.observe import (
     evidence_alive,
     look,
 )
-from leakscope.harness.protocol import EngineSpec
+from leakscope.harness.protocol import EngineSpec, describe_exception
+from leakscope.harness.rng import seeded
 from leakscope.harness.run import build_subject, make_micro_batch, step_once
+from leakscope.harness.stored import trace_stores
 from leakscope.harness.trial import Trial, new_trial, record_step, run_trial
 from leakscope.holders import HolderPath, RootKind
 from leakscope.options import CheckOptions, ModelSize
 from leakscope.phase import report
 from leakscope.probe import safe
-from leakscope.probe.autograd import INSPECTION, sequence_nr
-from leakscope.probe.liveness import freed_by_gc, gc_turned_off
+from leakscope.probe.autograd import INSPECTION, sequence_nr, storage_map
+from leakscope.probe.library import is_user_file_of
+from leakscope.probe.liveness import freed_by_gc, gc_paused, gc_turned_off
 from leakscope.probe.release import ReleaseFailed, release
+from leakscope.probe.view import view_of
 from leakscope.probe.walk import Hit
 from leakscope.results import GraphView, Mode
 
@@ -207,7 +214,7 @@ class Experiment:
         storage: list[int] = []
         paths: tuple[HolderPath, ...] = ()
         try:
-            loss: Any = None
+            loss: object = None
             for i, micro_batch in enumerate(batches):
                 report(step=f"micro-batch {i + 1} of {len(batches)}")
                 trial.steps.begin()
@@ -229,13 +236,11 @@ class Experiment:
             del model
 
     def _after_micro_batch(
-        self, trial: Trial, loss: Any, *, describe_all: bool
+        self, trial: Trial, loss: object, *, describe_all: bool
     ) -> tuple[Observation, int, tuple[HolderPath, ...]]:
         """Observe after a micro-batch (NOTE [Held after the last micro-batch]): every walked
         reference to a graph of the run is a holder; the caller keeps only the latest loss (a local
         of the loop, never walked), whose graph counts in the curve but names no holder."""
-        from leakscope.probe.autograd import storage_map
-
         with look(self._scene(trial), describe_all=describe_all) as sight:
             INSPECTION.add(sight.found.stats)
             stored = [
@@ -274,9 +279,6 @@ class Experiment:
         """
         import torch
 
-        from leakscope.errors import EngineError
-        from leakscope.harness.protocol import describe_exception
-        from leakscope.harness.rng import seeded
         from leakscope.models.tiny import loss_function as default_loss
 
         spec, mode, options = self.spec, self.mode, self.options
@@ -327,11 +329,6 @@ class Experiment:
     # -- where a holder was stored --------------------------------------------------------
     def store_sites(self, paths: list[HolderPath]) -> dict[HolderPath, Stored]:
         """Re-run the step traced: the line that stored each holder (NOTE [Stored at])."""
-        import dataclasses as dc
-
-        from leakscope.harness.stored import trace_stores
-        from leakscope.probe.library import is_user_file_of
-
         report("tracing where each holder was stored")
         report(step="building")
 
@@ -388,9 +385,6 @@ class Experiment:
         gradient of one train step as it was (NOTE [Fixes that never break training]): two runs,
         the second replacing the store, as it is made, by a detached copy. None: not told (not a
         train step, the store could not be replaced, or the step cannot be compared)."""
-        from leakscope.errors import LeakscopeError
-        from leakscope.harness.gradients import compare, record_train_step
-
         if self.mode is not Mode.TRAIN:
             return None
         try:
@@ -413,8 +407,6 @@ class Experiment:
     # -- the graph one holder keeps -------------------------------------------------------
     def graph(self, path: str | None, max_nodes: int) -> tuple[GraphView | None, tuple[str, ...]]:
         """The graph the holder at ``path`` keeps (default: the first), and every holder's path."""
-        from leakscope.probe.view import view_of
-
         trial = run_trial(self.spec, self.mode, self.options)
         try:
             with look(self._scene(trial), describe_all=False) as sight:
@@ -453,12 +445,10 @@ class Experiment:
 
 def checking() -> Any:
     """The collector as a check needs it (paused mid-step, the older heap frozen; NOTE [Frozen heap])."""
-    from leakscope.probe.liveness import gc_paused
-
     return gc_paused()
 
 
-def _replacement(obj: Any) -> Any:
+def _replacement(obj: object) -> object:
     return safe.detached(obj) if safe.is_tensor(obj) else None
 
 

@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
+import types
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -51,6 +53,7 @@ from leakscope.probe.autograd import (
     storage_map,
 )
 from leakscope.probe.cost import node_cost
+from leakscope.probe.library import is_state_module
 from leakscope.probe.liveness import Evidence, alive_bytes, settle
 from leakscope.probe.steps import StepGraphs
 from leakscope.probe.view import FINDING_GRAPH_COUNT, FINDING_GRAPH_NODES, view_of
@@ -161,7 +164,7 @@ def collect(
     """Walk ``roots`` and sort what they reach: references into the judged steps' graphs, and
     plain tensors."""
     stats = WalkStats()
-    holders: list[tuple[Hit, Any, frozenset[int]]] = []
+    holders: list[tuple[Hit, object, frozenset[int]]] = []
     plain: list[Hit] = []
     reached: dict[int, frozenset[int]] = {}
     for hit in walk(
@@ -435,7 +438,7 @@ class Sight:
         self,
         latest: int,
         *,
-        also: Iterable[Any] = (),
+        also: Iterable[object] = (),
         unexplained: Mapping[str, int] | None = None,
         alive: Mapping[str, int] | None = None,
         held_nodes: int | None = None,
@@ -499,7 +502,7 @@ def look(
         roots.clear()
 
 
-def module_root(module: Any) -> Root:
+def module_root(module: object) -> Root:
     """A module's globals as a root: the script's own (``__main__``) named by its file, as the user
     wrote them (``train.py:total_loss``); any other module's as ``global:pkg.mod``."""
     name = safe.module_name(module)
@@ -562,8 +565,6 @@ def cycle_roots(steps: StepGraphs, *, max_nodes: int = 100_000) -> list[Root]:
     # cycle (``<autograd cycle>.derived``): the walk then describes what it keeps as it
     # describes any holder.
     """
-    import gc
-
     out: list[Root] = []
     objects = gc.get_objects()
     try:
@@ -584,7 +585,9 @@ def cycle_roots(steps: StepGraphs, *, max_nodes: int = 100_000) -> list[Root]:
     return out
 
 
-def _closes_cycle(owner: Any, attrs: Mapping[str, Any], steps: StepGraphs, max_nodes: int) -> bool:
+def _closes_cycle(
+    owner: object, attrs: Mapping[str, object], steps: StepGraphs, max_nodes: int
+) -> bool:
     """Whether a graph held under ``owner``'s public attributes saved ``owner`` itself."""
     starts = []
     for hit in walk([Root("attrs", dict(attrs), RootKind.CYCLE)], max_objects=10_000):
@@ -616,8 +619,6 @@ def unnamed_owners(steps: StepGraphs, wanted: Iterable[int], *, depth: int = 6) 
     # tracked refers to; it is named (a function by its qualified name and line, a container by
     # what it holds) so the report says which object owns the graph, not only that one does.
     """
-    import gc
-
     out: dict[int, str] = {}
     todo = set(wanted)
     if not todo:
@@ -641,12 +642,9 @@ def unnamed_owners(steps: StepGraphs, wanted: Iterable[int], *, depth: int = 6) 
     return out
 
 
-def _outermost(obj: Any, depth: int, ignore: set[int]) -> str | None:
+def _outermost(obj: object, depth: int, ignore: set[int]) -> str | None:
     """The description of the first object on ``obj``'s referrer chain that nothing tracked refers
     to (frames, and this search's own lists, left out); None when the chain is longer than ``depth``."""
-    import gc
-    import types
-
     chain = [obj]
     ignore = ignore | {id(chain)}
     current = obj
@@ -666,10 +664,8 @@ def _outermost(obj: Any, depth: int, ignore: set[int]) -> str | None:
     return None
 
 
-def _describe_owner(owner: Any, chain: list[Any]) -> str:
+def _describe_owner(owner: object, chain: list[object]) -> str:
     """``a dict that only C++ holds, with the function <lambda> (train.py:12) that keeps it``."""
-    import types
-
     functions = [f for f in chain if type(f) is types.FunctionType]
     name = safe.type_name(type(owner))
     what = f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
@@ -711,9 +707,6 @@ def module_roots(skip: Iterable[str] = ()) -> list[Root]:
     # (closures run around each collection). A step's graph in either is named
     # ``global:gc.garbage[0].value``, not "<unknown holder>"; the walk reaches them
     # only when one is not empty (the standard library is otherwise not walked).
-    import gc
-
-    from leakscope.probe.library import is_state_module
 
     seen = set(skip)
     out = []

@@ -74,7 +74,7 @@ def describe_exception(exc: BaseException, action: str) -> str:
 
 def _call_forward_step(
     engine: Any, micro_batch: Any, loss_function: Any, forward_only: bool
-) -> Any:
+) -> object:
     return engine.forward_step(micro_batch, loss_function=loss_function, forward_only=forward_only)
 
 
@@ -152,7 +152,7 @@ def from_target(resolved: ResolvedTarget, factory: object = None) -> EngineSpec:
 
         def call_step(
             model: object, micro_batch: object, loss_function: object, forward_only: bool
-        ) -> Any:
+        ) -> object:
             return step(model, micro_batch, loss_function, forward_only)
 
         return EngineSpec(
@@ -168,7 +168,7 @@ def from_target(resolved: ResolvedTarget, factory: object = None) -> EngineSpec:
     )
 
 
-def build_engine(spec: EngineSpec, model: object) -> Any:
+def build_engine(spec: EngineSpec, model: object) -> object:
     """Build the engine around ``model``; a failure becomes a one-line :class:`EngineError`."""
     try:
         engine = spec.make_engine(model)

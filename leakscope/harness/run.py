@@ -54,7 +54,7 @@ def _validate(result: Any, mode: Mode) -> tuple[Any, Any]:
     return loss, output
 
 
-def make_micro_batch(spec: EngineSpec, options: CheckOptions, index: int) -> Any:
+def make_micro_batch(spec: EngineSpec, options: CheckOptions, index: int) -> object:
     """The ``index``-th micro-batch: the adapter's format when it has one, else leakscope's."""
     from leakscope.models.tiny import build_micro_batch
 

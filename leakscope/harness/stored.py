@@ -42,7 +42,7 @@ from leakscope.results import Source
 _MISSING = object()
 
 
-def _key(segment: Segment) -> Any:
+def _key(segment: Segment) -> object:
     """The mapping key a KEY segment names (an identifier as is; a builtin literal from its repr)."""
     name = segment.name
     if type(name) is str and not name.isidentifier():
@@ -53,7 +53,7 @@ def _key(segment: Segment) -> Any:
     return name
 
 
-def _step(obj: Any, segment: Segment) -> Any:
+def _step(obj: Any, segment: Segment) -> object:
     """The object one typed segment leads to from ``obj`` now (``_MISSING`` if it cannot be followed).
 
     Read as the walk reads (NOTE [Reads that run no user code] in leakscope/probe/safe.py): an
@@ -131,7 +131,7 @@ def _attribute(obj: Any, name: str) -> Any:
     return _MISSING
 
 
-def _entry(obj: Any, key: Any) -> Any:
+def _entry(obj: Any, key: Any) -> object:
     """``obj[key]`` as the walk named it: a dict's entry, an attribute the walk named by its
     ``__dict__`` key, or an entry of a library container (a TensorDict, a ``threading.local``)."""
     if safe.is_instance(obj, dict):
@@ -163,17 +163,17 @@ def _length(container: Any) -> int:
     return -1
 
 
-def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
+def resolver(path: HolderPath, roots: dict[str, object]) -> Callable[[], Any] | None:
     """A function returning the object at ``path`` now (``_MISSING`` when absent), or None."""
     if path.root in roots:
         obj = roots[path.root]
 
-        def root() -> Any:
+        def root() -> object:
             return obj
     elif path.root_kind is RootKind.GLOBAL:
         module_name = path.root.partition(":")[2]
 
-        def root() -> Any:
+        def root() -> object:
             return sys.modules.get(module_name, _MISSING)
     else:
         return None
@@ -190,7 +190,7 @@ def resolver(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | Non
 
 
 def _signature(
-    path: HolderPath, roots: dict[str, Any], growth: bool
+    path: HolderPath, roots: dict[str, object], growth: bool
 ) -> Callable[[], tuple[int, ...]] | None:
     """A function returning what changes when something is stored at ``path``: the identity of the
     object there and, with ``growth``, the length of every list the path indexes (an append to
@@ -321,7 +321,7 @@ def _sequence_now() -> int | None:
         return None
 
 
-def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
+def _detach_newest(path: HolderPath, roots: dict[str, object]) -> bool:
     """Put a detached copy where the path's newest entry holds a tensor (the experiment of NOTE
     [Fixes that never break training]: does storing a detached copy change a gradient?). Only a
     trial's own objects are ever changed, through the builtin containers' own methods (NOTE [Reads
@@ -361,7 +361,7 @@ def _detach_newest(path: HolderPath, roots: dict[str, Any]) -> bool:
     return True
 
 
-def _newest(path: HolderPath, roots: dict[str, Any]) -> Callable[[], Any] | None:
+def _newest(path: HolderPath, roots: dict[str, object]) -> Callable[[], Any] | None:
     """A resolver of ``path`` with every list index at the list's end: what an append just stored."""
     segments = tuple(
         Segment(s.kind, -1) if s.kind is SegmentKind.INDEX else s for s in path.segments
@@ -399,7 +399,7 @@ class StoreTracer:
     def __init__(
         self,
         paths: Sequence[HolderPath],
-        roots: dict[str, Any],
+        roots: dict[str, object],
         is_user_file: Callable[[str], bool],
         *,
         growth: bool = False,
@@ -535,9 +535,9 @@ class StoreTracer:
 
 def trace_stores(
     paths: Sequence[HolderPath],
-    roots: dict[str, Any],
+    roots: dict[str, object],
     is_user_file: Callable[[str], bool],
-    run: Callable[[], Any],
+    run: Callable[[], object],
 ) -> dict[HolderPath, Stored]:
     """Run ``run()`` traced; ``{holder path: (stored-at line, store op, code)}`` (NOTE [Stored at])."""
     tracer = StoreTracer(paths, roots, is_user_file)

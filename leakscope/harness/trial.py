@@ -159,7 +159,7 @@ def new_trial(
     micro_batch: object,
 ) -> Trial:
     """A trial over these objects, with what they hold before any step recorded as pre-existing."""
-    roots: dict[str, Any] = {"engine": engine, "micro_batch": micro_batch, "module": model}
+    roots: dict[str, object] = {"engine": engine, "micro_batch": micro_batch, "module": model}
     modules = tuple(dict.fromkeys([*spec.modules, *_engine_modules(engine)]))
     # ``modules`` are the engine's own (their frames are what ``source`` prefers); the
     # walk also covers the project modules they import (a registry in a helper module).

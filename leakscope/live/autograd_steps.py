@@ -59,9 +59,10 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from leakscope.live.methods import parse_method
-from leakscope.live.observer import Observer, Opened, WatchStop
+from leakscope.live.methods import MethodSpec, parse_method
+from leakscope.live.observer import Observer, Opened, WatchStop, is_library_frame
 from leakscope.live.patcher import Patcher
+from leakscope.phase import report
 from leakscope.results import Mode
 
 #: the autograd entry points replaced while the job runs (NOTE [Steps from autograd])
@@ -225,11 +226,11 @@ class AutogradSteps:
         if self._opener is None and not self.backward_in_open:
             self._opener = _weak(module)
 
-    def _wrap(self, spec: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap(self, spec: MethodSpec, original: Callable[..., Any]) -> Callable[..., Any]:
         is_grad = spec.name == "grad"
         steps = self
 
-        def leakscope_autograd(*args: Any, **kwargs: Any) -> Any:
+        def leakscope_autograd(*args: Any, **kwargs: Any) -> object:
             create_graph = kwargs.get(
                 "create_graph", args[4] if is_grad and len(args) > 4 else None
             )
@@ -302,7 +303,6 @@ class AutogradSteps:
         observer = self.observer
         if observer.thread is None:
             observer.start(frame)
-        from leakscope.phase import report
 
         report(f"in watched call #{len(observer.calls)}")
         self._compilations = _compilations()
@@ -324,7 +324,6 @@ class AutogradSteps:
         self.observer.end(opened, self._target, result, mode)
         self.observer.calls[-1].optimizer_step = self.optimizer_steps
         self.pending = True
-        from leakscope.phase import report
 
         report(f"running the job after watched call #{len(self.observer.calls) - 1}")
 
@@ -353,7 +352,7 @@ def _compilations() -> int:
         return 0
 
 
-def _weak(obj: Any) -> Callable[[], Any]:
+def _weak(obj: object) -> Callable[[], Any]:
     """A weak reference to ``obj`` (a strong one for the rare module that takes none is never kept:
     it reads as gone)."""
     try:
@@ -365,8 +364,6 @@ def _weak(obj: Any) -> Callable[[], Any]:
 def loop_site(frame: types.FrameType | None) -> str:
     """Where the loop is: the innermost frame outside torch, leakscope and the standard library
     (``train.py:27 in main``), its file relative to the working directory when under it."""
-    from leakscope.live.observer import is_library_frame
-
     while frame is not None and is_library_frame(frame):
         frame = frame.f_back
     if frame is None:

@@ -22,22 +22,49 @@ The CLI only parses options and renders what :func:`watch_job` returns.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
 import dataclasses
+import faulthandler
 import os
+import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from leakscope import __version__, phase
 from leakscope.errors import ExitCode, LeakscopeError, TargetError, UsageError
-from leakscope.live.processes import CHILD_WAIT_S
-from leakscope.live.session import WatchOptions
+from leakscope.live import launcher
+from leakscope.live.launcher import require_script
+from leakscope.live.observer import stack_of
+from leakscope.live.processes import (
+    CHILD_WAIT_S,
+    Progress,
+    children_watched,
+    follow_forks,
+    forked_child,
+    merged,
+    process_label,
+    read_json,
+    read_reports,
+    report_of,
+    unfollow,
+    unreported,
+    write_json,
+    write_report,
+)
+from leakscope.live.session import Watch, WatchOptions
+from leakscope.probe.stack import deep_stack_for_children, keep_thread_stacks
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
+from leakscope.serialize import to_data
 
 #: seconds a job past its ``--timeout`` has to stop once interrupted
 STUCK_GRACE_S = 10.0
@@ -68,10 +95,7 @@ def watch_job(
 ) -> JobResult:
     """Run ``target`` as ``__main__`` under a watch in a process of its own; merge the reports of every process
     of the job (and under torchrun, of every rank)."""
-    import tempfile
-
     from leakscope.harness.distributed import launcher_env
-    from leakscope.live.launcher import require_script
 
     options.specs()  # usage errors raise here, before the job starts
     if not as_module:
@@ -128,8 +152,6 @@ def _supervise(
 ) -> tuple[Report, str, int]:
     """Run the job's process, wait for it and for the processes it started; the merged report, its label,
     the job's exit status."""
-    from leakscope.live.processes import merged, read_json, read_reports, unreported, write_json
-
     config = {
         "target": target,
         "argv": list(argv),
@@ -140,7 +162,6 @@ def _supervise(
         "path": list(sys.path),
         "parent": os.getpid(),
     }
-    from leakscope.probe.stack import deep_stack_for_children
 
     launched = time.monotonic()
     try:
@@ -191,8 +212,6 @@ def _supervise(
 
 def _job_label(pid: int) -> str:
     """The job's process as reports name it: its rank, else its pid."""
-    from leakscope.live.processes import process_label
-
     label = process_label()
     return f"pid {pid}" if label.startswith("pid ") else label
 
@@ -210,7 +229,7 @@ def _raise(error: dict[str, Any]) -> None:
 
 
 def _job_report(
-    result: dict[str, Any] | None,
+    result: dict[str, object] | None,
     job: subprocess.Popen[bytes],
     killed: bool,
     target: str,
@@ -220,8 +239,6 @@ def _job_report(
 ) -> tuple[Report, str, int, bool]:
     """The job process's report, label, exit status and whether the watch stopped it: from its result file, or,
     when it ended without one, from its state file and how it ended (NOTE [The job in a process of its own])."""
-    from leakscope.live.processes import read_json, report_of
-
     returncode = job.returncode if job.returncode is not None else -signal.SIGKILL
     report = report_of(result)
     if result is not None and report is not None:
@@ -343,7 +360,7 @@ class _Stopping:
     def is_set(self) -> bool:
         return self._event.is_set()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: object) -> None:
         self._event.set()
         job = self.job
         if signum != signal.SIGINT and job is not None and job.poll() is None:
@@ -405,20 +422,14 @@ def _signal_name(number: int) -> str:
 
 
 def _version() -> str:
-    from leakscope import __version__
-
     return __version__
 
 
 def _python_version() -> str:
-    import platform
-
     return platform.python_version()
 
 
 def _installed_torch() -> str:
-    from importlib import metadata
-
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:
@@ -430,19 +441,15 @@ def _installed_torch() -> str:
 
 def job_process() -> None:
     """The job's process (``python -c``, started by :func:`watch_job`): run the job under a watch, write the result."""
-    from leakscope.live.processes import read_json, write_json
-
     config_path = Path(sys.argv[1])
     directory = str(config_path.parent)
     config = read_json(config_path)
     if config is None:
         sys.exit("leakscope: the job's process found no job to run")
     _die_with_parent(int(config["parent"]))
-    from leakscope.probe.stack import keep_thread_stacks
 
     if isinstance(config.get("thread_stack"), int):
         keep_thread_stacks(int(config["thread_stack"]))  # NOTE [Freeing a walked chain]
-    import faulthandler
 
     faulthandler.enable()  # a crash in C prints the Python stack on stderr
     sys.path[:] = [str(p) for p in config["path"]]
@@ -489,8 +496,6 @@ def _end_stopped_job() -> None:
     # end) and the process ends without joining them. A job that ends by itself
     # ends as Python ends it: it waits for its threads, as it would unwatched.
     """
-    import atexit
-
     if not any(
         t.is_alive() and not t.daemon and t is not threading.main_thread()
         for t in threading.enumerate()
@@ -508,7 +513,6 @@ def _die_with_parent(parent: int) -> None:
     """Linux: this process gets SIGKILL when ``leakscope watch`` ends (as when both were one process)."""
     if not sys.platform.startswith("linux"):
         return
-    import ctypes
 
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
@@ -529,11 +533,6 @@ def _run_here(
 ) -> bool:
     """Run the job in this process under a watch; write ``job-result.json``; whether the watch
     stopped the job."""
-    from leakscope import phase
-    from leakscope.live import launcher
-    from leakscope.live.processes import Progress, children_watched, follow_forks, process_label
-    from leakscope.live.session import Watch
-
     session = Watch(options)  # usage errors raise here, before the job starts
     session.job_name = target
     progress = Progress(
@@ -542,9 +541,6 @@ def _run_here(
     session.on_report = progress.complete
 
     def finish(report: Report, code: int, stopped: bool) -> None:
-        from leakscope.live.processes import forked_child, unfollow, write_json, write_report
-        from leakscope.serialize import to_data
-
         if forked_child():  # NOTE [A forked worker]: a copy that ran off the script's end
             if not progress.ended and progress.own_calls():
                 write_report(report, directory, progress.label or process_label())
@@ -568,8 +564,6 @@ def _run_here(
         progress.end()
 
     def stuck() -> None:
-        from leakscope.live.observer import stack_of
-
         session.patcher.restore()
         session.job_error = (
             f"the job ran past --timeout {timeout:g}s while {timer.phase} and did not stop when interrupted (blocked "

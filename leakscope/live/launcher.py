@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import runpy
 import sys
 import traceback
 import types
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 
 from leakscope import phase
 from leakscope.errors import UsageError
+from leakscope.live.observer import WatchStop
 
 
 @dataclasses.dataclass
@@ -39,10 +41,6 @@ def run(
 ) -> Outcome:
     """Run ``target`` (a script path, or a module name with ``as_module``) with ``sys.argv`` = ``[target, *argv]``.
     ``source``: the script's text to run instead of the file's (``leakscope fix`` proving an edit of it)."""
-    import runpy
-
-    from leakscope.live.observer import WatchStop
-
     phase.report("importing the job")
     saved_path = list(sys.path)
     if as_module:

@@ -6,7 +6,10 @@ Torch-free: the CLI parses ``--method`` before anything heavy is imported.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import difflib
+import sys
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -56,8 +59,6 @@ def uncovered_step(modules: Mapping[str, types.ModuleType] | None = None) -> str
     their ``training_step`` is defined (a class of the script itself, ``__main__``, cannot be
     named by module, so one defined in an imported module comes first).
     """
-    import sys
-
     from leakscope.adapters.lightning import SUPPORTED, lightning_package, own_step, release
 
     loaded = sys.modules if modules is None else modules
@@ -147,8 +148,6 @@ def unknown_in_source(spec: MethodSpec, search: list[str]) -> str | None:
     by an import, a method a class may inherit, a module not found on the path the job starts
     with) is left to the job: the patcher reports it when the module is imported.
     """
-    import ast
-
     from leakscope.harness.target import module_file
 
     path = module_file(spec.module, search)
@@ -185,9 +184,7 @@ def unknown_in_source(spec: MethodSpec, search: list[str]) -> str | None:
     return None
 
 
-def _no_such(owner: str, kind: str, name: str, names: Mapping[str, Any]) -> str:
-    import difflib
-
+def _no_such(owner: str, kind: str, name: str, names: Mapping[str, object]) -> str:
     close = difflib.get_close_matches(name, [n for n in names if not n.startswith("__")], n=3)
     hint = (
         f"did you mean {', '.join(repr(c) for c in close)}?"
@@ -200,8 +197,6 @@ def _no_such(owner: str, kind: str, name: str, names: Mapping[str, Any]) -> str:
 def _bound(body: list[Any]) -> tuple[dict[str, Any], bool]:
     """The names a module or class body binds (name -> its statement), and whether it may bind
     others the source does not show (``import *``, a module ``__getattr__``, ``globals()``/``setattr``)."""
-    import ast
-
     names: dict[str, Any] = {}
     dynamic = False
     stack = list(body)
@@ -236,7 +231,7 @@ def _bound(body: list[Any]) -> tuple[dict[str, Any], bool]:
     return names, dynamic
 
 
-def engine_of(spec: MethodSpec, self_: Any) -> Any:
+def engine_of(spec: MethodSpec, self_: object) -> object:
     """The engine of a watched call whose ``self`` is ``self_``: ``self_`` itself, or for a
     framework's call site (:data:`ENGINE_ATTRIBUTES`) the user's object it runs.
 

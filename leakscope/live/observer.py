@@ -62,22 +62,32 @@ and the judge is ``check``'s (:mod:`leakscope.diagnose.judge`).
 from __future__ import annotations
 
 import dataclasses
+import gc
 import os
 import sys
 import threading
 import time
 import types
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from leakscope.diagnose.judge import WATCH, Call, Context, Look, look_findings, watch_results
 from leakscope.holders import CYCLE, UNKNOWN, HolderPath, RootKind
 from leakscope.live.methods import MethodSpec, engine_of
 from leakscope.phase import report as report_phase
+from leakscope.probe import safe
+from leakscope.probe.cost import node_cost
+from leakscope.probe.liveness import collect_evidence
+from leakscope.probe.steps import StepGraphs, heap_graph_nodes
 from leakscope.results import Finding, Mode, Severity, TargetResult
 
 if TYPE_CHECKING:
     from leakscope.harness.observe import Sight
+    from leakscope.harness.stored import Stored, StoreTracer
+    from leakscope.probe.liveness import Evidence
+    from leakscope.probe.walk import Root
+    from leakscope.results import Source
 
 
 class WatchStop(BaseException):
@@ -94,7 +104,7 @@ class CallRecord:
     index: int
     target: str
     mode: Mode
-    evidence: Any
+    evidence: Evidence | None
     seconds: float
     #: the optimizer steps the job had made when it ended (NOTE [Steps from autograd])
     optimizer_step: int | None = None
@@ -147,16 +157,14 @@ class Observer:
     """Counts calls, records the watched ones, looks before each (NOTE [When watch looks])."""
 
     def __init__(self, options: ObserverOptions) -> None:
-        from leakscope.probe.steps import StepGraphs
-
         self.options = options
         #: tracing the job between two looks (NOTE [Stored at, in a running job])
-        self.tracer: Any = None
+        self.tracer: StoreTracer | None = None
         #: stored-at line, store op and code, by holder path shape
-        self.sites: dict[HolderPath, Any] = {}
+        self.sites: dict[HolderPath, Stored] = {}
         #: created-at lines by holder path shape, and whether the next watched call records them
         #: (NOTE [Created at, in a running job])
-        self.sources: dict[HolderPath, Any] = {}
+        self.sources: dict[HolderPath, Source] = {}
         self.anomaly_next = True
         #: whether this observer froze the heap (NOTE [Frozen heap, in a running job])
         self.frozen = False
@@ -167,12 +175,12 @@ class Observer:
         self.steps = StepGraphs()
         self.calls: list[CallRecord] = []
         #: tensors alive before the first watched call, and before the current one (weakly)
-        self._older: dict[int, weakref.ref[Any]] = {}
-        self._before: dict[int, weakref.ref[Any]] = {}
-        self.looks: list[Any] = []
+        self._older: dict[int, weakref.ref[object]] = {}
+        self._before: dict[int, weakref.ref[object]] = {}
+        self.looks: list[Look] = []
         self.done = False
         #: weakrefs to the engines (``self`` of the calls), for the look at the job's end
-        self.engines: list[weakref.ref[Any]] = []
+        self.engines: list[weakref.ref[object]] = []
         #: modules whose globals are walked
         self.modules: dict[str, None] = {}
         #: the names of the global roots the latest look walked that are a running loop's own
@@ -186,10 +194,10 @@ class Observer:
     def call(
         self,
         spec: MethodSpec,
-        original: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
+        original: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> object:
         if (
             self.done
             or self.depth
@@ -220,7 +228,7 @@ class Observer:
             self.start(sys._getframe(2), holders)
         return self._watched_call(spec, original, args, kwargs)
 
-    def checkpoint(self, frame: types.FrameType | None, holders: tuple[Any, ...]) -> bool:
+    def checkpoint(self, frame: types.FrameType | None, holders: tuple[object, ...]) -> bool:
         """Before the next micro-batch: look (NOTE [When watch looks]); once every micro-batch asked for
         was watched, the last look, and the watch is done (True)."""
         if len(self.calls) >= self.options.micro_batches:
@@ -230,7 +238,7 @@ class Observer:
         self.look(frame, holders)
         return False
 
-    def start(self, frame: types.FrameType | None, holders: tuple[Any, ...] = ()) -> None:
+    def start(self, frame: types.FrameType | None, holders: tuple[object, ...] = ()) -> None:
         """Before the first watched micro-batch: this thread watches, the heap is frozen, the graphs alive
         now are older than every micro-batch (NOTE [A step's graph])."""
         self.thread = threading.get_ident()
@@ -243,24 +251,19 @@ class Observer:
 
     def _freeze(self) -> None:
         """NOTE [Frozen heap, in a running job]"""
-        import gc
-
         if gc.get_freeze_count() == 0:  # the job's own freeze, if any, is left as it is
             gc.collect()
             gc.freeze()
             self.frozen = True
 
     def _unfreeze(self) -> None:
-        import gc
-
         if self.frozen:
             self.frozen = False
             gc.unfreeze()
 
-    def _mark_before(self, frame: types.FrameType | None, args: tuple[Any, ...]) -> None:
+    def _mark_before(self, frame: types.FrameType | None, args: tuple[object, ...]) -> None:
         """Graphs the job held before its first watched call are older than every call
         (NOTE [A step's graph]): walk what a look walks, once, and register them."""
-        from leakscope.probe import safe
         from leakscope.probe.walk import walk
 
         roots = self._roots(frame, args)
@@ -280,10 +283,10 @@ class Observer:
     def _watched_call(
         self,
         spec: MethodSpec,
-        original: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> Any:
+        original: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+    ) -> object:
         report_phase(f"in watched call #{len(self.calls)}")
         opened = self.begin()
         self.depth += 1
@@ -310,7 +313,7 @@ class Observer:
         self.steps.begin()
         return Opened(mode, anomaly, started)
 
-    def end(self, opened: Opened, target: str, result: Any, mode: Mode | None = None) -> None:
+    def end(self, opened: Opened, target: str, result: object, mode: Mode | None = None) -> None:
         """The micro-batch ``opened`` ends: anomaly mode back as it was, its graph placed (from ``result`` and
         every graph on the heap), recorded as a watched call of ``target``."""
         opened.close()
@@ -328,8 +331,6 @@ class Observer:
     def warm_up(self, opened: Opened) -> None:
         """The micro-batch ``opened`` was a warm-up, not watched (``--skip``, NOTE [A micro-batch that
         compiles]): the graphs it leaves alive are older than every watched one."""
-        from leakscope.probe.steps import heap_graph_nodes
-
         opened.close()
         nodes = heap_graph_nodes(self.steps)
         try:
@@ -350,11 +351,8 @@ class Observer:
         self.steps.restart()
         self.anomaly_next = self.options.source
 
-    def _end_call(self, result: Any) -> Any:
+    def _end_call(self, result: object) -> Any:
         """Place the call's graph, in any thread (NOTE [A step's graph]), and weakref what it keeps."""
-        from leakscope.probe import safe
-        from leakscope.probe.liveness import collect_evidence
-        from leakscope.probe.steps import heap_graph_nodes
         from leakscope.probe.walk import Root, walk
 
         roots = []
@@ -377,7 +375,7 @@ class Observer:
         self.steps.add_leaves(evidence, index)
         return evidence
 
-    def _existed(self, t: Any) -> bool:
+    def _existed(self, t: object) -> bool:
         """A tensor alive before the call started (its input, a buffer): not evidence of its graph."""
         for known in (self._before, self._older):
             ref = known.get(id(t))
@@ -385,9 +383,7 @@ class Observer:
                 return True
         return False
 
-    def _remember(self, args: tuple[Any, ...], original: Callable[..., Any]) -> None:
-        from leakscope.probe import safe
-
+    def _remember(self, args: tuple[object, ...], original: Callable[..., object]) -> None:
         if args and args[0] is not None:
             engine = args[0]
             if not any(ref() is engine for ref in self.engines):
@@ -409,7 +405,7 @@ class Observer:
     def look(
         self,
         frame: types.FrameType | None,
-        args: tuple[Any, ...] = (),
+        args: tuple[object, ...] = (),
         *,
         final: bool = False,
         extra_modules: Sequence[types.ModuleType] = (),
@@ -417,9 +413,7 @@ class Observer:
     ) -> None:
         """Settle, walk the holders, and let the judge say which earlier call's graph each one keeps
         (NOTE [One look])."""
-        from leakscope.diagnose.judge import look_findings
         from leakscope.harness.observe import Scene, look
-        from leakscope.probe.cost import node_cost
 
         report_phase(
             "looking for held graphs "
@@ -504,17 +498,18 @@ class Observer:
         }
         return alive, nodes
 
-    def _context(self) -> Any:
-        from leakscope.diagnose.judge import WATCH
-
+    def _context(self) -> Context:
         return WATCH
 
-    def _judge_calls(self) -> list[Any]:
-        from leakscope.diagnose.judge import Call
-
+    def _judge_calls(self) -> list[Call]:
         return [Call(c.index, c.target, c.mode, c.seconds) for c in self.calls]
 
-    def _start_tracing(self, findings: Any, frame: types.FrameType, args: tuple[Any, ...]) -> None:
+    def _start_tracing(
+        self,
+        findings: Mapping[tuple[str, Mode], Sequence[Finding]],
+        frame: types.FrameType,
+        args: tuple[object, ...],
+    ) -> None:
         """Trace the job until the next look, for the leaks whose stored-at line is not known yet."""
         from leakscope.harness.stored import StoreTracer
         from leakscope.probe.library import is_installed_file, is_library_file
@@ -530,7 +525,7 @@ class Observer:
         if not wanted:
             return
         frames = stack_of(frame)
-        roots: dict[str, Any] = {}
+        roots: dict[str, object] = {}
         for root in self._roots(frame, args, live=True):
             roots.setdefault(root.name, root.obj)
         owners = _owner_files(wanted, frames, args)
@@ -556,8 +551,6 @@ class Observer:
                 self.sites.setdefault(path.shape(), site)
 
     def _modules(self) -> list[types.ModuleType]:
-        from leakscope.probe import safe
-
         return [
             m
             for m in (safe.as_module(sys.modules.get(name)) for name in self.modules)
@@ -567,12 +560,12 @@ class Observer:
     def _roots(
         self,
         frame: types.FrameType | None,
-        args: tuple[Any, ...],
+        args: tuple[object, ...],
         extra_modules: Sequence[types.ModuleType] = (),
         extra_frames: Sequence[types.FrameType] = (),
         *,
         live: bool = False,
-    ) -> list[Any]:
+    ) -> list[Root]:
         """The holders a look walks, named as reports show them (NOTE [When watch looks]).
 
         ``live``: a caller's locals are read when a path is resolved (the stored-at tracer,
@@ -581,10 +574,9 @@ class Observer:
         (NOTE [The loop's latest result]).
         """
         from leakscope.harness.observe import module_root
-        from leakscope.probe import safe
         from leakscope.probe.walk import Root
 
-        roots: list[Any] = []
+        roots: list[Root] = []
         engines = (
             [args[0]] if args else [e for e in (ref() for ref in self.engines) if e is not None]
         )
@@ -648,8 +640,6 @@ class Observer:
 
     def results(self) -> list[TargetResult]:
         """One result per watched method and grad mode seen (NOTE [The look that judges])."""
-        from leakscope.diagnose.judge import watch_results
-
         return watch_results(self.looks, self._judge_calls())
 
     def call_summaries(self) -> list[dict[str, Any]]:
@@ -674,8 +664,6 @@ class Observer:
 def _tensor_refs() -> dict[int, weakref.ref[Any]]:
     """Weakrefs to every tensor the collector tracks (after the first watched call froze the heap:
     every tensor made since)."""
-    import gc
-
     import torch
 
     out = {}
@@ -709,7 +697,7 @@ def _locals_of(frame: types.FrameType) -> dict[str, Any]:
 
 
 def _owner_files(
-    findings: Sequence[Finding], frames: Sequence[types.FrameType], args: tuple[Any, ...]
+    findings: Sequence[Finding], frames: Sequence[types.FrameType], args: tuple[object, ...]
 ) -> set[str]:
     """The installed files whose lines can be the one to change: those of a caller frame that holds
     a finding (verl's own loop keeping ``output_lst``) and those of the engine's classes (a TRL
@@ -752,14 +740,13 @@ class _LiveLocals:
     def __init__(self, frame: types.FrameType) -> None:
         self._frame = frame
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> object:
         return self._frame.f_locals[name]
 
 
 def _project_modules() -> list[types.ModuleType]:
     """Every loaded module of the job's own project (NOTE [Every loaded module]: its registries and
     histories are the user's variables, walked at every look)."""
-    from leakscope.probe import safe
     from leakscope.probe.library import is_project_module
 
     out = []

@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import sys
 import types
 from collections.abc import Callable, Sequence
@@ -56,8 +57,6 @@ class _PatchedGlobal:
 
 def _close(name: str, module: types.ModuleType) -> str:
     """``; did you mean 'HistoryEngine'?`` from the module's own names, or nothing."""
-    import difflib
-
     names = [n for n in vars(module) if isinstance(n, str) and not n.startswith("__")]
     close = difflib.get_close_matches(name, names, n=3)
     return f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
@@ -122,7 +121,7 @@ class Patcher:
         if spec.is_function:
             self._patch_function(spec, module)
             return
-        owner: Any = module
+        owner: object = module
         for part in spec.cls:
             owner = getattr(owner, part, None)
             if owner is None:
@@ -203,7 +202,7 @@ class _PatchOnImport:
     def __init__(self, patcher: Patcher) -> None:
         self.patcher: Patcher | None = patcher
 
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+    def find_spec(self, fullname: str, path: object, target: object = None) -> Any:
         patcher = self.patcher
         if patcher is None or (
             fullname not in patcher.pending and fullname not in patcher.callbacks
@@ -235,7 +234,7 @@ class _PatchingLoader:
         self.inner = inner
         self.patcher = patcher
 
-    def create_module(self, spec: Any) -> Any:
+    def create_module(self, spec: Any) -> object:
         return self.inner.create_module(spec)
 
     def exec_module(self, module: types.ModuleType) -> None:
@@ -245,7 +244,7 @@ class _PatchingLoader:
         self.inner.exec_module(module)
         self.patcher.loaded(module)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self.inner, name)
 
 

@@ -37,6 +37,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -49,7 +50,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from leakscope.live.session import Watch, WatchOptions
+from leakscope.phase import listening
 from leakscope.results import Report, WatchSummary
+from leakscope.serialize import from_data, to_data
 
 ENV_OPTIONS = "LEAKSCOPE_WATCH"
 ENV_DIR = "LEAKSCOPE_WATCH_DIR"
@@ -58,7 +62,7 @@ SITE_DIR = str(Path(__file__).resolve().parent / "_site")
 #: how long ``leakscope watch`` waits for the report of a child that made watched calls and is still alive
 CHILD_WAIT_S = 30.0
 
-_active: Any = None  # this process's watch when activated from the environment
+_active: Watch | None = None  # this process's watch when activated from the environment
 _progress: Progress | None = None
 _listening: contextlib.ExitStack | None = None
 
@@ -82,7 +86,7 @@ def process_label() -> str:
 
 
 @contextlib.contextmanager
-def children_watched(options: Any, report_dir: str) -> Iterator[None]:
+def children_watched(options: WatchOptions, report_dir: str) -> Iterator[None]:
     """The environment that makes every Python process the job starts watch itself and report to ``report_dir``."""
     saved = {k: os.environ.get(k) for k in (ENV_OPTIONS, ENV_DIR, ENV_DRIVER, "PYTHONPATH")}
     os.environ[ENV_OPTIONS] = options.to_json()
@@ -109,7 +113,7 @@ class Progress:
     watched call leaves no trace), nor after :meth:`end`.
     """
 
-    def __init__(self, watch: Any, directory: str, *, begun: bool = False) -> None:
+    def __init__(self, watch: Watch, directory: str, *, begun: bool = False) -> None:
         self.watch = watch
         self.directory = directory
         self.label = ""
@@ -117,7 +121,7 @@ class Progress:
         self.begun = begun
         self.ended = False
         self._seen = (0, 0)
-        self._report: Any = None
+        self._report: object = None
         self._complete = False
         self._lock = threading.Lock()
         #: this process is a forked copy of the watched one (NOTE [A forked worker])
@@ -151,8 +155,6 @@ class Progress:
 
     def complete(self, report: Report) -> None:
         """The watch is done and its report made (the job may still run on)."""
-        from leakscope.serialize import to_data
-
         with self._lock:
             self._report, self._complete = to_data(report), True
         if self.begun:
@@ -161,7 +163,6 @@ class Progress:
     def _save(self) -> None:
         if self.ended or not self.directory:
             return
-        from leakscope.serialize import to_data
 
         with self._lock:
             observer = self.watch.observer
@@ -193,10 +194,6 @@ def activate() -> None:
     # itself like any other (NOTE [A job that re-executes itself] in leakscope/live/job.py).
     if not text or _active is not None:
         return
-    import atexit
-
-    from leakscope.live.session import Watch, WatchOptions
-    from leakscope.phase import listening
 
     # In a child the job's process decides when the job ends: detach after the report.
     watch = Watch(WatchOptions.from_json(text), stop_in_this_process=False)
@@ -231,7 +228,7 @@ def activate() -> None:
 _following: list[Any] = []  # [watch, progress] of this process while it watches
 
 
-def follow_forks(watch: Any, progress: Progress) -> None:
+def follow_forks(watch: object, progress: Progress) -> None:
     """Make a forked copy of this process watch itself and report (NOTE [A forked worker]).
 
     The fork handler is registered once per process and does nothing once :func:`unfollow` ran."""
@@ -314,7 +311,7 @@ def _at_exit() -> None:
         _active = None
 
 
-def write_json(path: Path, data: Any) -> None:
+def write_json(path: Path, data: object) -> None:
     """Write ``data`` to ``path`` atomically (a reader never sees half a file); nothing when the directory is gone
     (the run it belonged to has ended)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -328,8 +325,6 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_report(report: Report, directory: str, label: str) -> None:
     """Write one process's report, ``report-PID.json``."""
-    from leakscope.serialize import to_data
-
     if directory:
         write_json(
             Path(directory, f"report-{os.getpid()}.json"),
@@ -346,10 +341,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def report_of(data: Mapping[str, Any] | None) -> Report | None:
+def report_of(data: Mapping[str, object] | None) -> Report | None:
     """The report in a report or state file's data; None when there is none, or it does not load."""
-    from leakscope.serialize import from_data
-
     if data is None or not isinstance(data.get("report"), dict):
         return None
     try:

@@ -35,13 +35,17 @@ import dataclasses
 import datetime
 import json
 import os
+import platform
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from leakscope import __version__
 from leakscope.errors import TargetError
+from leakscope.live.processes import process_label, report_of
 from leakscope.results import Mode, Report, TargetResult, Verdict
+from leakscope.serialize import to_data
 
 #: how long rank 0 waits for a rank that has not started ``leakscope watch`` (``LEAKSCOPE_WATCH_RANK_WAIT_S``)
 RANK_WAIT_S = 120.0
@@ -152,8 +156,6 @@ class RankExchange:
 
     def abort(self, job: str, message: str) -> None:
         """This rank could not run its job (a usage or target error): tell the other end at once."""
-        from leakscope.live.processes import process_label
-
         if self.rank == 0:
             try:
                 self._set("done", "1")
@@ -161,9 +163,6 @@ class RankExchange:
                 pass
             self.close()
             return
-        import platform
-
-        from leakscope import __version__
 
         report = Report(
             results=(
@@ -178,8 +177,6 @@ class RankExchange:
     # -- the reports -------------------------------------------------------------------
     def send(self, label: str, report: Report, stopping: Callable[[], bool]) -> None:
         """A rank other than 0: hand this rank's report to rank 0, then wait until it has printed."""
-        from leakscope.serialize import to_data
-
         try:
             self._set("report", json.dumps({"label": label, "report": to_data(report)}))
             self._wait_for_rank0(stopping)
@@ -201,7 +198,6 @@ class RankExchange:
     def gather(self, own: Report, own_label: str, job: str, stopping: Callable[[], bool]) -> Report:
         """Rank 0: every rank's report merged, an error result for each rank that sent none."""
         from leakscope.harness.distributed import merge_reports
-        from leakscope.live.processes import report_of
 
         wait = rank_wait_s()
         parts: dict[int, tuple[str, Report]] = {0: (own_label, own)}

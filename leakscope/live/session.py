@@ -10,18 +10,30 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import platform
+import sys
 import threading
 import types
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from leakscope import phase
+from leakscope import __version__, phase
 from leakscope.errors import TargetError, UsageError
+from leakscope.live.autograd_steps import AutogradSteps
 from leakscope.live.methods import DEFAULT_METHODS, MethodSpec, parse_method, uncovered_step
+from leakscope.live.observer import Observer, ObserverOptions, WatchStop
+from leakscope.live.patcher import Patcher
+from leakscope.probe.stack import deep_stack_here
 from leakscope.results import Mode, Report, TargetResult, Verdict, WatchSummary
+from leakscope.snippets import read_snippets
 
 if TYPE_CHECKING:
     from leakscope.live.autograd_steps import AutogradSteps
+
+
+#: what ``threading.excepthook`` holds
+_ExceptHook = Callable[[threading.ExceptHookArgs], object]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +81,6 @@ class Watch:
     """
 
     def __init__(self, options: WatchOptions, *, stop_in_this_process: bool = True) -> None:
-        from leakscope.live.autograd_steps import AutogradSteps
-        from leakscope.live.observer import Observer, ObserverOptions
-        from leakscope.live.patcher import Patcher
-
         self.options = options
         specs = options.specs()
         self.observer = Observer(
@@ -105,7 +113,7 @@ class Watch:
         self._explicit = bool(options.methods)
         #: the target name of the job's own error result (the script or module)
         self.job_name = "the job"
-        self._excepthook: tuple[Any, Any] | None = None
+        self._excepthook: tuple[_ExceptHook, _ExceptHook] | None = None
 
     # NOTE [Threads calling the step]
     # A job may call the step from many threads at once. The watched calls are
@@ -117,12 +125,12 @@ class Watch:
     # WatchStop (the call after its last watched one); in a thread other than the
     # main one it ends that thread quietly (Python's ``threading.excepthook``
     # would print its traceback), and the thread that joins it goes on.
-    def _wrap(self, spec: MethodSpec, original: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap(self, spec: MethodSpec, original: Callable[..., object]) -> Callable[..., Any]:
         observer = self.observer
         busy = self._busy
 
         @functools.wraps(original)
-        def leakscope_watched(*args: Any, **kwargs: Any) -> Any:
+        def leakscope_watched(*args: object, **kwargs: object) -> object:
             # NOTE [Threads calling the step]
             watching = observer.thread
             if (
@@ -148,14 +156,10 @@ class Watch:
     def _stop_on_missing(self, problem: str) -> None:
         """A named --method's module was imported without it: end the job now, at the import, rather
         than after it ran (NOTE [A typo in --method fails before the job]); the report says why."""
-        from leakscope.live.observer import WatchStop
-
         if not self.observer.calls:
             raise WatchStop(problem)
 
     def start(self) -> Watch:
-        from leakscope.probe.stack import deep_stack_here
-
         deep_stack_here()  # NOTE [Freeing a walked chain]
         self.patcher.install()
         if self.autograd is not None:
@@ -167,13 +171,9 @@ class Watch:
     def _quiet_threads(self) -> None:
         """A :class:`WatchStop` that ends a thread other than the main one ends it quietly (NOTE [Threads
         calling the step]); undone by :meth:`stop`."""
-        import threading
-
-        from leakscope.live.observer import WatchStop
-
         previous = threading.excepthook
 
-        def leakscope_excepthook(args: Any) -> None:
+        def leakscope_excepthook(args: threading.ExceptHookArgs) -> None:
             if not (isinstance(args.exc_type, type) and issubclass(args.exc_type, WatchStop)):
                 previous(args)
 
@@ -181,8 +181,6 @@ class Watch:
         self._excepthook = (previous, leakscope_excepthook)
 
     def _loud_threads(self) -> None:
-        import threading
-
         if self._excepthook is not None:
             previous, ours = self._excepthook
             self._excepthook = None
@@ -192,9 +190,12 @@ class Watch:
     def __enter__(self) -> Watch:
         return self.start()
 
-    def __exit__(self, tp: Any, exc: Any, tb: Any) -> bool:
-        from leakscope.live.observer import WatchStop
-
+    def __exit__(
+        self,
+        tp: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: types.TracebackType | None,
+    ) -> bool:
         self.stop()
         return tp is not None and issubclass(tp, WatchStop)
 
@@ -239,10 +240,7 @@ class Watch:
     def _with_snippets(self, report: Report) -> Report:
         """The source lines of the findings, from the project, the script's and the methods' directories only
         (NOTE [Snippets read only the checked project])."""
-        from pathlib import Path
-
         from leakscope.harness.target import target_directory
-        from leakscope.snippets import read_snippets
 
         named = [
             f"{self.job_name}:main",
@@ -270,10 +268,6 @@ class Watch:
         return []
 
     def _make_report(self) -> Report:
-        import platform
-
-        from leakscope import __version__
-
         results = self.observer.results()
         name = (
             ", ".join(str(s) for s in self.patcher.specs)
@@ -337,8 +331,6 @@ class Watch:
 
 
 def _torch_version() -> str:
-    import sys
-
     torch = sys.modules.get("torch")
     return str(getattr(torch, "__version__", "")) if torch is not None else ""
 

@@ -59,7 +59,7 @@ def _imports() -> tuple[Any, Any, Any]:
     return transformers, LoraConfig, get_peft_model
 
 
-def _config(transformers: Any, size: ModelSize, head: str) -> Any:
+def _config(transformers: Any, size: ModelSize, head: str) -> object:
     config = transformers.LlamaConfig(
         vocab_size=size.vocab,
         hidden_size=size.hidden,
@@ -80,7 +80,7 @@ def _config(transformers: Any, size: ModelSize, head: str) -> Any:
     return config
 
 
-def build_tiny_llama(size: ModelSize | None = None, head: str = "causal") -> Any:
+def build_tiny_llama(size: ModelSize | None = None, head: str = "causal") -> object:
     """A fresh tiny Llama with ``head`` (:data:`HEADS`), no adapter, in eval mode: a model a
     trainer runs beside the one it trains (a teacher, a reward or value model)."""
     import torch
@@ -94,7 +94,7 @@ def build_tiny_llama(size: ModelSize | None = None, head: str = "causal") -> Any
 
 
 def build_hf_lora(
-    size: ModelSize | None = None, head: str = "causal", probes: list[Any] | None = None
+    size: ModelSize | None = None, head: str = "causal", probes: list[object] | None = None
 ) -> Any:
     """A fresh tiny Llama + LoRA + gradient checkpointing + input grads, in train mode.
 
@@ -129,7 +129,7 @@ def build_hf_lora(
         probes = []
 
     def record_checkpoint_input(
-        module: object, args: tuple[object, ...], kwargs: dict[str, Any]
+        module: object, args: tuple[object, ...], kwargs: dict[str, object]
     ) -> None:
         hidden = args[0] if args else kwargs.get("hidden_states")
         if isinstance(hidden, torch.Tensor):

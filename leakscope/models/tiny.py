@@ -157,7 +157,7 @@ def build_micro_batch(
 
 
 def loss_function(
-    model_output: Any, data: Any, dp_group: Any = None, **_: object
+    model_output: Any, data: Any, dp_group: object = None, **_: object
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The loss leakscope supplies: masked mean negative log-likelihood.
 

@@ -30,9 +30,8 @@ import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from leakscope.holders import shorten
-from leakscope.probe.safe import grad as read_grad
 from leakscope.probe.safe import (
+    error_line,
     instance_dict,
     is_exactly,
     is_instance,
@@ -42,11 +41,14 @@ from leakscope.probe.safe import (
     numel_bytes,
     storage,
 )
+from leakscope.probe.safe import grad as read_grad
 from leakscope.results import Cause
 
 if TYPE_CHECKING:
     from torch import Tensor
     from torch.autograd.graph import Node
+
+    from leakscope.probe.walk import WalkStats
 
 UINT64_MAX = 2**64 - 1
 
@@ -125,12 +127,9 @@ class Inspection:
     def note(self, exc: BaseException, where: str) -> None:
         self.errors += 1
         if self.first is None:
-            text = str(exc).strip().splitlines()
-            self.first = (
-                f"{type(exc).__name__}: {shorten(text[0]) if text else '(no message)'} at {where}"
-            )
+            self.first = error_line(exc, where, short=True)
 
-    def add(self, stats: Any) -> None:
+    def add(self, stats: WalkStats) -> None:
         """Fold in a walk's counts (:class:`leakscope.probe.walk.WalkStats`)."""
         if stats.errors:
             self.errors += stats.errors

@@ -110,7 +110,7 @@ _EXC_ARGS = BaseException.__dict__["args"]
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined in Python
 
 
-def _rebuilt(tp: type, items: list[Any]) -> tuple[Any, ...]:
+def _rebuilt(tp: type, items: list[object]) -> tuple[Any, ...]:
     """A tuple of type ``tp`` holding ``items``: ``tuple.__new__`` for a class defined in Python
     (a named tuple's own ``__new__`` builds exactly this; no subclass constructor runs), the
     type's C constructor for a C tuple type (``torch.return_types``)."""

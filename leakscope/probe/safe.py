@@ -47,6 +47,8 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from leakscope.holders import shorten
+
 if TYPE_CHECKING:
     from torch import Tensor
     from torch.autograd.graph import Node
@@ -698,7 +700,17 @@ def subclass_failure(exc: BaseException) -> tuple[str, str, str | None] | None:
     return found
 
 
+def error_line(exc: BaseException, where: str, *, short: bool = False) -> str:
+    """How a read that failed is reported, once per check (the first of the errors counted):
+    ``TypeError: <its first line> at engine.x``; ``short``: that line cut to the length a holder
+    path is shown at."""
+    text = str(exc).strip().splitlines()
+    first = (shorten(text[0]) if short else text[0]) if text else "(no message)"
+    return f"{type(exc).__name__}: {first} at {where}"
+
+
 __all__ = [
+    "error_line",
     "TypeFacts",
     "as_module",
     "class_attr",

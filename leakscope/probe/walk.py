@@ -47,6 +47,7 @@ from leakscope.probe.library import (
 )
 from leakscope.probe.safe import (
     class_dict,
+    error_line,
     instance_dict,
     is_instance,
     is_subtype,
@@ -703,7 +704,7 @@ class _HookDict:
 
     __slots__ = ("hooks",)
 
-    def __init__(self, hooks: dict[Any, Any]) -> None:
+    def __init__(self, hooks: dict[object, object]) -> None:
         self.hooks = hooks
 
     def children(self) -> Iterable[Child]:
@@ -841,10 +842,7 @@ class WalkStats:
     def note_error(self, exc: BaseException, where: str) -> None:
         self.errors += 1
         if self.first_error is None:
-            text = str(exc).strip().splitlines()
-            self.first_error = (
-                f"{type(exc).__name__}: {text[0] if text else '(no message)'} at {where}"
-            )
+            self.first_error = error_line(exc, where)
 
 
 def _slot_of(child: Child | None) -> tuple[int, Any]:

@@ -9,7 +9,15 @@ from typing import Any
 
 from leakscope.errors import UsageError
 from leakscope.holders import printed
-from leakscope.results import Finding, GraphView, Report, Snippet, TargetResult, WatchSummary
+from leakscope.results import (
+    Finding,
+    GraphView,
+    Report,
+    Snippet,
+    Source,
+    TargetResult,
+    WatchSummary,
+)
 from leakscope.serialize import SchemaError, from_data, value_from_data
 
 SCHEMA_VERSION = 1
@@ -100,7 +108,7 @@ def view_json(view: GraphView) -> str:
     return json.dumps(doc, indent=2) + "\n"
 
 
-def _source(source: Any) -> dict[str, object] | None:
+def _source(source: Source | None) -> dict[str, object] | None:
     return (
         {"file": source.file, "line": source.line, "function": source.function} if source else None
     )

@@ -34,7 +34,7 @@ _FIX_EXIT = "an engine must return (loss, output) and never exit the process"
 Work = Callable[[dict[str, Any], IO[str]], None]
 
 
-def write_record(out: IO[str], record: dict[str, Any]) -> None:
+def write_record(out: IO[str], record: dict[str, object]) -> None:
     """One JSON line, flushed: the parent keeps it even if the child dies next."""
     out.write(json.dumps(record) + "\n")
     out.flush()

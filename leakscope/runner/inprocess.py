@@ -11,17 +11,26 @@ import dataclasses
 import time
 import traceback
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from leakscope.adapters.registry import resolve_specs, target_name
+from leakscope.diagnose.judge import judge
 from leakscope.errors import LeakscopeError
+from leakscope.harness.distributed import Lockstep, multi_rank, process_group
+from leakscope.harness.guard import torch_state, warning_for
+from leakscope.harness.runtime import single_threaded
 from leakscope.options import CheckOptions
 from leakscope.phase import report
+from leakscope.probe.liveness import gc_paused
+from leakscope.probe.safe import subclass_failure
 from leakscope.results import Mode, TargetResult, Verdict
+
+if TYPE_CHECKING:
+    from leakscope.harness.protocol import EngineSpec
 
 
 def check_target(
-    target: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None = None
+    target: object, options: CheckOptions, on_result: Callable[[TargetResult], None] | None = None
 ) -> list[TargetResult]:
     """All modes of one target; a target that cannot be resolved errors in every mode.
 
@@ -46,14 +55,9 @@ def check_target(
 
 
 def _check_spec(
-    spec: Any, options: CheckOptions, on_result: Callable[[TargetResult], None] | None
+    spec: EngineSpec, options: CheckOptions, on_result: Callable[[TargetResult], None] | None
 ) -> list[TargetResult]:
     """Every mode of one spec."""
-    from leakscope.harness.distributed import Lockstep, multi_rank, process_group
-    from leakscope.harness.guard import torch_state, warning_for
-    from leakscope.harness.runtime import single_threaded
-    from leakscope.probe.liveness import gc_paused
-
     name = spec.name
     results: list[TargetResult] = []
     lockstep = Lockstep(spec) if multi_rank() else None
@@ -103,8 +107,6 @@ def unexpected(exc: Exception) -> str:
     subclass and where the engine keeps it (``engine.x is a MyTensor whose __torch_function__
     raised ValueError: ...``), the engine's to fix. Anything else is leakscope's: please report it.
     """
-    from leakscope.probe.safe import subclass_failure
-
     text = str(exc).strip().splitlines()
     what = f"{type(exc).__name__}: {text[0] if text else '(no message)'}"
     failure = subclass_failure(exc)
@@ -128,8 +130,7 @@ def _error(name: str, mode: Mode, message: str, detail: str | None) -> TargetRes
     )
 
 
-def _check_mode(spec: Any, mode: Mode, options: CheckOptions) -> TargetResult:
-    from leakscope.diagnose.judge import judge
+def _check_mode(spec: EngineSpec, mode: Mode, options: CheckOptions) -> TargetResult:
     from leakscope.models.batch_keys import keys_read, reset_reads
 
     reset_reads()

@@ -30,8 +30,8 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from leakscope import __version__, interrupts
 from leakscope.errors import UsageError
@@ -40,6 +40,7 @@ from leakscope.phase import listened, report
 from leakscope.results import Mode, Report, TargetResult, Verdict
 from leakscope.runner.child import death_message, read_records, stderr_fd
 from leakscope.runner.zygote import Client, kill_group
+from leakscope.serialize import result_from_data, to_data
 
 #: ``LEAKSCOPE_START_METHOD=spawn`` starts every child as a new interpreter (no zygote)
 START_METHOD_ENV = "LEAKSCOPE_START_METHOD"
@@ -54,7 +55,7 @@ _POLL_S = 0.05
 
 
 def check_isolated(
-    targets: Sequence[Any],
+    targets: Sequence[object],
     options: CheckOptions,
     *,
     on_result: Callable[[TargetResult], None] | None = None,
@@ -100,7 +101,7 @@ def check_isolated(
     )
 
 
-def target_string(target: Any) -> str | None:
+def target_string(target: object) -> str | None:
     """``target`` as a ``pkg.mod:Name`` string a child process can resolve, or None."""
     if isinstance(target, str):
         return target
@@ -222,7 +223,6 @@ class _Pool:
             target=target,
         )
         report("starting a check process", target=target)
-        from leakscope.serialize import to_data
 
         request = {"target": target, "options": to_data(self.options), "results": str(job.results)}
         job.request.write_text(json.dumps(request), encoding="utf-8")
@@ -354,8 +354,6 @@ def _collect(
     target: str, options: CheckOptions, job: _Job
 ) -> tuple[list[TargetResult], str | None]:
     """The results a finished child streamed, and an error result for each mode it did not finish."""
-    from leakscope.serialize import result_from_data
-
     records = read_records(job.results)
     version = next((r["torch_version"] for r in records if "torch_version" in r), None)
     usage = next((r["usage_error"] for r in records if "usage_error" in r), None)
@@ -380,7 +378,7 @@ def _collect(
     return results, version
 
 
-def last_phase(records: Sequence[dict[str, Any]]) -> tuple[str | None, str | None]:
+def last_phase(records: Sequence[dict[str, object]]) -> tuple[str | None, str | None]:
     """The phase and step the child reported last (NOTE [Phases from the child]), by the rules of
     :func:`leakscope.phase.report`: a new target or mode starts over, a new phase clears the step."""
     phase: str | None = None
@@ -506,8 +504,6 @@ def _error(
 
 
 def _installed_torch_version() -> str:
-    from importlib import metadata
-
     try:
         return metadata.version("torch")
     except metadata.PackageNotFoundError:

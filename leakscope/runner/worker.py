@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from typing import IO, Any, NoReturn
+from typing import IO, NoReturn
 
+from leakscope.errors import UsageError
+from leakscope.harness.runtime import resolve_device
+from leakscope.policy import allow_result
 from leakscope.runner.child import run_child, write_record
+from leakscope.serialize import options_from_data, to_data
 
 
-def _run(request: dict[str, Any], out: IO[str]) -> None:
-    from leakscope.errors import UsageError
-    from leakscope.harness.runtime import resolve_device
-    from leakscope.policy import allow_result
+def _run(request: dict[str, object], out: IO[str]) -> None:
     from leakscope.runner.inprocess import check_target
-    from leakscope.serialize import options_from_data, to_data
 
     options = dataclasses.replace(
         options_from_data(request["options"]), isolate=False, timeout=None, jobs=1

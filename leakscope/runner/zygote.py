@@ -54,12 +54,14 @@ a signal). End of its stdin: kill every child's group, reap them, exit.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import faulthandler
 import gc
 import importlib
 import json
 import os
+import random
 import selectors
 import signal
 import subprocess
@@ -70,6 +72,8 @@ from typing import IO, Any, NoReturn
 
 from leakscope import interrupts
 from leakscope.options import ModelKind
+from leakscope.probe.cost import prepare
+from leakscope.runner import worker
 
 #: leakscope's own modules a check imports: loaded once here instead of in every child
 #: (``tests/test_isolation.py`` checks that a check imports no other leakscope module)
@@ -166,7 +170,7 @@ def unsafe_to_fork() -> str | None:
 
 
 def _fresh_signals() -> dict[int, Any]:
-    handlers: dict[int, Any] = {}
+    handlers: dict[int, object] = {}
     for sig in signal.valid_signals():
         if sig in (signal.SIGKILL, signal.SIGSTOP):
             continue
@@ -196,7 +200,6 @@ def _load(model: str | None) -> _Fresh:
     from leakscope.adapters.registry import _entry_points
 
     _entry_points()  # every check lists the adapter entry points (metadata only: nothing is imported)
-    from leakscope.probe.cost import prepare
 
     prepare()  # NOTE [One measurement per machine]: from the cache, or a fresh interpreter; no op here
     if model == ModelKind.HF_LORA:  # transformers and peft: seconds per child otherwise
@@ -208,7 +211,7 @@ def _load(model: str | None) -> _Fresh:
     return _Fresh(signals=fresh_signals, mask=mask, environ=environ, torch_threads=threads)
 
 
-def _send(control: IO[str], message: dict[str, Any]) -> None:
+def _send(control: IO[str], message: dict[str, object]) -> None:
     control.write(json.dumps(message) + "\n")
     control.flush()
 
@@ -285,7 +288,6 @@ class _Server:
         os.dup2(null, 0)
         os.close(null)
         _reset_process(self.fresh)
-        from leakscope.runner import worker
 
         sys.argv = [
             worker.__file__,
@@ -313,8 +315,6 @@ class _Server:
 
 def _die_with(parent: int) -> None:
     """Have the kernel kill this process when the zygote dies."""
-    import ctypes
-
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except (OSError, AttributeError):
@@ -336,7 +336,6 @@ def _reset_process(fresh: _Fresh) -> None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    import random
 
     import torch
 
@@ -403,7 +402,7 @@ class Client:
                 if messages:
                     return bool(messages[0].get("ready"))
 
-    def send(self, message: dict[str, Any]) -> bool:
+    def send(self, message: dict[str, object]) -> bool:
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write((json.dumps(message) + "\n").encode())
