@@ -1072,4 +1072,30 @@ def _link(parent: Link, child: Child | None) -> Link:
         segments = _index(key)
     elif kind is LinkKind.CELL and not segments:
         return parent
-    return Link(parent, segments, kind, container, key)
+    return _new_link(parent, segments, kind, container, key)
+
+
+# NOTE [One link per entered object]
+# The walk makes a Link for every object it enters (tens of thousands per look through every
+# loaded module, NOTE [Every loaded module]); a frozen dataclass's ``__init__`` sets each field
+# through ``object.__setattr__``, about three times the cost of filling the instance dict at
+# once. ``_new_link`` makes the same object (the fields below, checked against the dataclass's
+# when this module is imported), equal to one made by ``Link(...)``.
+_LINK_FIELDS = ("parent", "segments", "kind", "container", "key", "root", "root_kind")
+if tuple(f.name for f in dataclasses.fields(Link)) != _LINK_FIELDS:  # pragma: no cover
+    raise ImportError("leakscope.probe.walk: _LINK_FIELDS is out of step with Link's fields")
+
+
+def _new_link(
+    parent: Link, segments: tuple[Segment, ...], kind: LinkKind, container: Any, key: Any
+) -> Link:
+    link: Link = object.__new__(Link)
+    d = link.__dict__
+    d["parent"] = parent
+    d["segments"] = segments
+    d["kind"] = kind
+    d["container"] = container
+    d["key"] = key
+    d["root"] = ""
+    d["root_kind"] = ""
+    return link
