@@ -1,7 +1,7 @@
 """Run leakscope's benchmarks and print each number with its target: ``python benchmarks/run.py [--short]``.
 
 Sections (``--only`` picks some): ``cli-start``, ``check``, ``graph``, ``walk``,
-``probes``, ``memory``, ``isolation``, ``watch``, ``watch-script``. ``--short`` (CI, about two minutes) uses fewer
+``module-walk``, ``probes``, ``memory``, ``isolation``, ``watch``, ``watch-script``. ``--short`` (CI, about two minutes) uses fewer
 repetitions and graphs up to 100k nodes; the full run adds 1M-node graphs and
 the stricter no-FSDP baseline. Exit status: 0 when every target is met, 1
 otherwise (0 with ``--no-fail``), 2 when a section itself failed to run (its
@@ -26,6 +26,7 @@ from benchmarks import (  # noqa: E402
     graph_scan,
     isolation_cost,
     memory,
+    module_walk,
     probe_overhead,
     startup,
     walk_scale,
@@ -39,6 +40,7 @@ SECTIONS = (
     "check",
     "graph",
     "walk",
+    "module-walk",
     "probes",
     "memory",
     "isolation",
@@ -118,6 +120,8 @@ def _run_section(
         return graph_scan.run(short), rss
     if section == "walk":
         return walk_scale.run(short), rss
+    if section == "module-walk":
+        return module_walk.run(short), rss
     if section == "isolation":
         return isolation_cost.run(short), rss
     if section == "probes":

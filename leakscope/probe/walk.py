@@ -151,6 +151,10 @@ _ATOMS: tuple[type, ...] = (
     memoryview,
     slice,
 )
+#: the exact types of most of what a walk reaches that can hold nothing (a library's tables of
+#: names and numbers): left out where children are listed, before a path segment or a stack entry
+#: is made for them (NOTE [Atoms left out early]); a subclass of one still goes through ``_kind_of``
+_PLAIN_ATOMS = frozenset({type(None), bool, int, float, complex, str, bytes})
 #: a tensor (or graph node) is named at this many references at most (NOTE [Each reference once])
 MAX_NAMED = 16
 #: seconds one walk may take before it stops with a warning (NOTE [A bounded walk])
@@ -323,12 +327,20 @@ def _children(obj: object, generic: bool = False) -> Iterable[Child]:
 
 
 def _dict_children(obj: Any, generic: bool) -> Iterable[Child]:
+    # NOTE [Atoms left out early]
+    # A walk through every loaded module's globals (NOTE [Every loaded module]) reaches hundreds
+    # of thousands of dict entries once a library like transformers is imported (its tables of
+    # model names), nearly all of them strings and numbers. The walk would pop each and drop it
+    # (``_ATOM``); leaving a value of an exact atom type out here saves its path segment, its
+    # stack entry and its type lookup, and changes nothing the walk names or enters.
     items = list(dict.items(obj))
+    atoms = _PLAIN_ATOMS
     for key, value in items:
-        yield _key(key), LinkKind.ITEM, obj, key, value
+        if type(value) not in atoms:
+            yield _key(key), LinkKind.ITEM, obj, key, value
     for key, _ in items:
         # A tensor (or graph node) used as a key is held by the dict too.
-        if _kind_of(type(key)) in (_TENSOR, _NODE):
+        if type(key) not in atoms and _kind_of(type(key)) in (_TENSOR, _NODE):
             yield (
                 (Segment(SegmentKind.KEY_OBJECT, type_name(type(key))),),
                 LinkKind.DICT_KEY,
@@ -793,6 +805,8 @@ def module_globals(module: types.ModuleType, generic: bool = False) -> Iterable[
         if type(key) is not str or (key.startswith("__") and key.endswith("__")):
             continue
         tp = type(value)
+        if tp in _PLAIN_ATOMS:  # NOTE [Atoms left out early]
+            continue
         if is_subtype(tp, types.ModuleType):
             continue
         if is_subtype(tp, type):
@@ -1019,7 +1033,14 @@ def walk(
             except Exception as exc:
                 stats.note_error(exc, str(link.path()))
                 continue
-            stack.extend([(entry[4], link, entry) for entry in reversed(children)])
+            atoms = _PLAIN_ATOMS  # NOTE [Atoms left out early]
+            stack.extend(
+                [
+                    (entry[4], link, entry)
+                    for entry in reversed(children)
+                    if type(entry[4]) not in atoms
+                ]
+            )
 
 
 def _grad_child(t: object) -> Child | None:
@@ -1049,4 +1070,30 @@ def _link(parent: Link, child: Child | None) -> Link:
         segments = _index(key)
     elif kind is LinkKind.CELL and not segments:
         return parent
-    return Link(parent, segments, kind, container, key)
+    return _new_link(parent, segments, kind, container, key)
+
+
+# NOTE [One link per entered object]
+# The walk makes a Link for every object it enters (tens of thousands per look through every
+# loaded module, NOTE [Every loaded module]); a frozen dataclass's ``__init__`` sets each field
+# through ``object.__setattr__``, about three times the cost of filling the instance dict at
+# once. ``_new_link`` makes the same object (the fields below, checked against the dataclass's
+# when this module is imported), equal to one made by ``Link(...)``.
+_LINK_FIELDS = ("parent", "segments", "kind", "container", "key", "root", "root_kind")
+if tuple(f.name for f in dataclasses.fields(Link)) != _LINK_FIELDS:  # pragma: no cover
+    raise ImportError("leakscope.probe.walk: _LINK_FIELDS is out of step with Link's fields")
+
+
+def _new_link(
+    parent: Link, segments: tuple[Segment, ...], kind: LinkKind, container: Any, key: Any
+) -> Link:
+    link: Link = object.__new__(Link)
+    d = link.__dict__
+    d["parent"] = parent
+    d["segments"] = segments
+    d["kind"] = kind
+    d["container"] = container
+    d["key"] = key
+    d["root"] = ""
+    d["root_kind"] = ""
+    return link
