@@ -80,6 +80,46 @@ RELEASES = (
         },
     ),
     Release(
+        ".venv-trl07",
+        ".ci/setup-trl07.sh",
+        "TRL 0.7.11",
+        "transformers 4.38.2",
+        "fixtures.trainers.every",
+        {
+            "Trainer": "transformers.trainer:Trainer",
+            "DPOTrainer": f"{TRL}.dpo_trainer:DPOTrainer",
+            "IterativeSFTTrainer": f"{TRL}.iterative_sft_trainer:IterativeSFTTrainer",
+            "PPOTrainer": f"{TRL}.ppo_trainer:PPOTrainer",
+            "RewardTrainer": f"{TRL}.reward_trainer:RewardTrainer",
+            "SFTTrainer": f"{TRL}.sft_trainer:SFTTrainer",
+        },
+        refused={
+            "IterativeSFTTrainer": "IterativeSFTTrainer.__init__ takes no train_dataset (it trains on what the "
+            "script hands its own step())",
+            "PPOTrainer": "lacks a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is "
+            "PPOTrainer.step)",
+        },
+    ),
+    Release(
+        ".venv-trl04",
+        ".ci/setup-trl07.sh",
+        "TRL 0.4.7",
+        "transformers 4.38.2",
+        "fixtures.trainers.every",
+        {
+            "Trainer": "transformers.trainer:Trainer",
+            "PPOTrainer": f"{TRL}.ppo_trainer:PPOTrainer",
+            "RewardTrainer": f"{TRL}.reward_trainer:RewardTrainer",
+            "SFTTrainer": f"{TRL}.sft_trainer:SFTTrainer",
+        },
+        refused={
+            "PPOTrainer": "lacks a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is "
+            "PPOTrainer.step)",
+            "RewardTrainer": "trl 0.4.7 lacks trl.RewardConfig (the config that says a RewardTrainer trains "
+            "a scorer, on a score head); check builds it from TRL 0.7.2 on",
+        },
+    ),
+    Release(
         ".venv-lightning",
         ".ci/setup-lightning.sh",
         "pytorch-lightning 2.6.6",

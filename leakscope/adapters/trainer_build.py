@@ -72,7 +72,10 @@ CHAT_TEMPLATE = (
 #   a `ref_model` only when it has no default (TRL's trainers otherwise use the policy with its
 #   LoRA adapter disabled). A `judge` without a default (an API or a judging model) cannot be
 #   built offline: one line says so. A trainer whose config class is a reward or process-reward
-#   config (`RewardConfig`, `PRMConfig`) trains a scorer: its model gets the score head.
+#   config (`RewardConfig`, `PRMConfig`) trains a scorer: its model gets the score head; a
+#   trainer of a scorer from before its config (TRL 0.4 to 0.7.1's `RewardTrainer`, on a plain
+#   `TrainingArguments`) says nothing of the head it needs: it is refused in one line naming the
+#   config, the oldest release that has it and the `watch` command, not built on a causal head.
 # A trainer whose `__init__` takes no `train_dataset` (TRL 0.8's IterativeSFTTrainer, trained
 # on what the script hands its own `step()`) cannot be fed: one line names the method to watch.
 
@@ -197,6 +200,9 @@ MODEL_ROLES = {
 }
 #: config classes of trainers that train a scorer (their model gets the score head)
 SCORER_CONFIGS = ("RewardConfig", "PRMConfig")
+#: the first TRL release that exports a scorer's config, for a trainer of a scorer released before
+#: it (TRL 0.4 to 0.7.1's RewardTrainer; PRMTrainer came with PRMConfig)
+SCORER_SINCE = {"RewardConfig": "0.7.2"}
 
 
 def parameters(function: Any) -> dict[str, inspect.Parameter]:
@@ -355,6 +361,20 @@ def needs_scorer(cls: type) -> bool:
     return config_class(cls).__name__ in SCORER_CONFIGS
 
 
+def missing_scorer_config(cls: type) -> tuple[str, str] | None:
+    """``(config name, first TRL release with it)`` when ``cls`` is a trainer of a scorer (named
+    beside a scorer config: ``RewardTrainer`` <-> ``RewardConfig``) whose installed TRL does not
+    export that config (TRL 0.4 to 0.7.1): nothing then says its model needs a score head, and a
+    causal head would run its loss on the wrong outputs (NOTE [Deriving a trainer]); else None."""
+    if needs_scorer(cls):
+        return None
+    for klass in _above_trainer(cls):
+        name = klass.__name__.removesuffix("Trainer") + "Config"
+        if name in SCORER_SINCE:
+            return name, SCORER_SINCE[name]
+    return None
+
+
 def extra_models(cls: type, model: Any) -> dict[str, Any]:
     """The models and reward functions ``cls``'s ``__init__`` asks for beside the trained one."""
     from leakscope.models.hf import build_tiny_llama
@@ -456,6 +476,7 @@ __all__ = [
     "extra_models",
     "init_parameters",
     "length_reward",
+    "missing_scorer_config",
     "needs_scorer",
     "route",
     "tokenizer",
