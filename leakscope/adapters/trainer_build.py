@@ -55,8 +55,8 @@ CHAT_TEMPLATE = (
 #   transformers' own Trainer, that annotates it (`args: CPOConfig | None`, TRL 0.8's
 #   `Optional[CPOConfig]`, a postponed string; in a union, the first TrainingArguments
 #   subclass), else the config exported beside it (`CPOTrainer` -> `CPOConfig`, in its module or
-#   in `trl`), else `TrainingArguments`. A constructor that only passes `*args, **kwargs` on (a
-#   user's subclass, TRL's deprecated aliases) is read through to its base's. Each
+#   in `trl`), else `TrainingArguments`. A constructor that passes `**kwargs` on (a user's
+#   subclass, TRL's deprecated aliases, GMPOTrainer) is read through to its base's. Each
 #   setting leakscope needs goes to that config when it has the field, else to `__init__` when it
 #   takes the argument, under the first spelling that exists (NOTE [Driving by signature]);
 # - its data format: tried in the order of FORMATS (prompt only, prompt + completion,
@@ -214,16 +214,21 @@ def parameters(function: Any) -> dict[str, inspect.Parameter]:
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
     """The parameters of ``cls``'s constructor, less ``self``: those of the nearest ``__init__`` in
-    its MRO that names any (a subclass whose ``__init__(*args, **kwargs)`` only passes them on, as
-    TRL's deprecated aliases do, takes its base's)."""
+    its MRO that names any, and, while the ``__init__`` read last takes ``**kwargs`` (passed on to
+    its base, as TRL's deprecated aliases and GMPOTrainer's ``(model, reward_funcs, args=None,
+    **kwargs)`` do), those of the next one (the nearest one's kind and default first)."""
+    out: dict[str, inspect.Parameter] = {}
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
         found = list(parameters(init).items())[1:]
-        if any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for _, p in found):
-            return dict(found)
-    return {}
+        for name, parameter in found:
+            if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                out.setdefault(name, parameter)
+        if out and not any(p.kind is p.VAR_KEYWORD for _, p in found):
+            break
+    return out
 
 
 def fields(config_cls: Any) -> set[str]:
