@@ -31,12 +31,10 @@ PL1 = ROOT / ".venv-pl1"
 TRL = "fixtures.reach.trl08"
 PL = "fixtures.reach.pl1"
 #: what pytorch_lightning 1.4 itself keeps until the next batch: the loss of the last training
-#: step, for its own backward (``ResultCollection._minimize``; gone in 1.5)
+#: step, for its own backward (``ResultCollection._minimize``; gone in 1.5). Every module, fed its
+#: own data or leakscope's batches, is judged when the next training_step starts (NOTE [Judged
+#: when the next step starts]), after 1.4.6+ dropped it in ``on_train_split_start`` (#9343)
 MINIMIZE = "engine._trainer._fit_loop.epoch_loop._results._minimize"
-#: modules fed their own data: judged when the next training_step starts (NOTE [Judged when the
-#: next step starts]), after 1.4.6+ dropped ``_minimize`` in ``on_train_split_start`` (#9343); a
-#: module fed leakscope's batches is judged when the next one is fetched, and 1.4.9 keeps it then
-OWN_DATA = frozenset({"HyperModel", "CleanHyperModel", "AutoEncoder", "CleanAutoEncoder"})
 PLUGIN_STEP = (
     "pytorch_lightning.plugins.training_type.training_type_plugin:TrainingTypePlugin.training_step"
 )
@@ -223,8 +221,7 @@ def test_pl1_leaky_module_is_caught_at_its_holder(
 ) -> None:
     result = pl_doc[(name, "train")]
     assert result["error"] is None, result["error"]
-    lightning_keeps = {} if name in OWN_DATA else {MINIMIZE: "bounded"}
-    assert _leaks(result) == {path: kind, **lightning_keeps}, result["findings"]
+    assert _leaks(result) == {path: kind}, result["findings"]  # not MINIMIZE: gone by then
     finding = next(f for f in result["findings"] if f["path"] == path)
     assert (finding["holder"], finding["confirmed"]) == ("engine attribute", True)
     assert finding["source"]["file"] == "fixtures/reach/pl1.py"
@@ -236,19 +233,14 @@ def test_pl1_leaky_module_is_caught_at_its_holder(
 def test_pl1_clean_twin_keeps_nothing_of_its_own(
     pl_doc: dict[tuple[str, str], dict[str, Any]], name: str
 ) -> None:
-    """Only pytorch_lightning 1.4's own holder is left, when the next batch is fetched: the last
-    step's loss, kept for its backward until the next step (bounded), named on the trainer the
-    module holds. 1.4.9 drops it before the next training_step starts, where a module fed its own
-    data is judged: clean."""
+    """pytorch_lightning 1.4 keeps the last step's loss for its backward (``_minimize``) until the
+    next batch's ``on_train_split_start``; 1.4.9 drops it there, before the next training_step
+    starts, where every module is judged, fed its own data or leakscope's batches (at the fetch,
+    it was a bounded holder of Lightning's own): clean."""
     result = pl_doc[(name, "train")]
     assert result["error"] is None, result["error"]
-    if name in OWN_DATA:
-        assert (result["verdict"], _leaks(result)) == ("clean", {}), result["findings"]
-        return
-    assert _leaks(result) == {MINIMIZE: "bounded"}, result["findings"]
-    assert result["growth"]["slope_bytes"] == 0
-    finding = next(f for f in result["findings"] if f["path"] == MINIMIZE)
-    assert finding["source"]["file"] == "fixtures/reach/pl1.py"  # the loss training_step returned
+    assert (result["verdict"], _leaks(result)) == ("clean", {}), result["findings"]
+    assert MINIMIZE not in {f["path"] for f in result["findings"]}
     if (name, "forward-only") in pl_doc:
         assert pl_doc[(name, "forward-only")]["verdict"] == "clean"
 

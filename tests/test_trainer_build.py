@@ -100,6 +100,70 @@ def test_a_pass_through_alias_takes_its_base_s_constructor_and_what_cannot_be_fe
     )
 
 
+def test_a_constructor_passing_kwargs_on_takes_its_base_s_too_and_one_without_stops_there() -> None:
+    """GMPOTrainer's shape: ``(model, reward_funcs, args=None, **kwargs)`` passed on to GRPOTrainer,
+    whose ``processing_class`` and ``train_dataset`` it takes; the nearest default wins."""
+    from leakscope.adapters.trainer_build import cannot_feed, init_parameters
+
+    class Base(transformers.Trainer):  # type: ignore[misc]
+        def __init__(
+            self,
+            model: Any,
+            args: Any = None,
+            train_dataset: Any = None,
+            processing_class: Any = None,
+        ) -> None: ...
+
+    class Variant(Base):
+        def __init__(self, model: Any, reward_funcs: Any, args: Any = 1, **kwargs: Any) -> None:
+            super().__init__(model, args, **kwargs)
+
+    class Closed(Base):  # takes no **kwargs: its base's arguments are not its own
+        def __init__(self, model: Any, args: Any = None) -> None: ...
+
+    found = init_parameters(Variant)
+    assert list(found) == ["model", "reward_funcs", "args", "train_dataset", "processing_class"]
+    assert found["args"].default == 1
+    assert cannot_feed(Variant) is None
+    assert list(init_parameters(Closed)) == ["model", "args"]
+
+
+def test_a_reward_trainer_without_its_reward_config_is_named_with_the_first_release_that_has_it() -> (
+    None
+):
+    """TRL 0.4 to 0.7.1's RewardTrainer takes a plain TrainingArguments: nothing says its model needs
+    a score head, so it is refused (the one line names trl.RewardConfig and TRL 0.7.2), never built
+    on a causal head; with a RewardConfig (0.7.2 on) it is built on the score head."""
+    import dataclasses
+
+    from leakscope.adapters.trainer_build import missing_scorer_config, needs_scorer
+
+    class RewardTrainer(transformers.Trainer):  # type: ignore[misc]
+        def __init__(
+            self, model: Any, args: transformers.TrainingArguments | None = None
+        ) -> None: ...
+
+    class MyRewardTrainer(RewardTrainer):
+        pass
+
+    class SFTTrainer(transformers.Trainer):  # type: ignore[misc]
+        pass
+
+    assert missing_scorer_config(RewardTrainer) == ("RewardConfig", "0.7.2")
+    assert missing_scorer_config(MyRewardTrainer) == ("RewardConfig", "0.7.2")
+    assert missing_scorer_config(SFTTrainer) is None
+
+    @dataclasses.dataclass
+    class RewardConfig(transformers.TrainingArguments):  # type: ignore[misc]
+        pass
+
+    class ConfiguredRewardTrainer(transformers.Trainer):  # type: ignore[misc]
+        def __init__(self, model: Any, args: RewardConfig | None = None) -> None: ...
+
+    assert needs_scorer(ConfiguredRewardTrainer)
+    assert missing_scorer_config(ConfiguredRewardTrainer) is None
+
+
 def test_settings_go_to_the_config_field_else_to_init_under_the_first_spelling() -> None:
     from leakscope.adapters.trainer_build import route
 

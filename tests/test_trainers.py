@@ -1,7 +1,7 @@
 """Every trainer class of every framework release the suite covers, checked with no glue.
 
-For each release in tests/trainer_matrix.py (TRL 1.16.0 and 0.8.6 with their transformers,
-pytorch-lightning 2.6.6 and 1.4.9), one ``leakscope check --no-isolate`` in that release's venv
+For each release in tests/trainer_matrix.py (TRL 1.16.0, 0.8.6, 0.7.11 and 0.4.7 with their transformers,
+pytorch-lightning 2.6.6, 1.9.5 and 1.4.9), one ``leakscope check --no-isolate`` in that release's venv
 checks every class it exports (``fixtures/trainers/``): the stock class must be clean in both
 modes, its ``Kept`` subclass (every attached loss appended to ``self.kept_losses``) a growing
 leak at ``engine.kept_losses[0]`` in train mode, and a class ``check`` cannot build refused in

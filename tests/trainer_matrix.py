@@ -13,8 +13,6 @@ import dataclasses
 
 #: the leaky subclass's holder, on every trainer (fixtures/trainers/)
 KEPT = "engine.kept_losses[0]"
-#: what pytorch_lightning 1.4 keeps itself until the next batch (tests/test_reach.py)
-MINIMIZE = "engine._trainer._fit_loop.epoch_loop._results._minimize"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +32,7 @@ class Release:
     classes: dict[str, str]
     #: class name -> the refusal's distinctive part (the whole line is one line naming the fix)
     refused: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: leak paths the release itself keeps in every module (pytorch_lightning 1.4), besides the bug
+    #: leak paths the release itself keeps in every module when its next step starts, besides the bug
     own: tuple[str, ...] = ()
 
 
@@ -82,6 +80,46 @@ RELEASES = (
         },
     ),
     Release(
+        ".venv-trl07",
+        ".ci/setup-trl07.sh",
+        "TRL 0.7.11",
+        "transformers 4.38.2",
+        "fixtures.trainers.every",
+        {
+            "Trainer": "transformers.trainer:Trainer",
+            "DPOTrainer": f"{TRL}.dpo_trainer:DPOTrainer",
+            "IterativeSFTTrainer": f"{TRL}.iterative_sft_trainer:IterativeSFTTrainer",
+            "PPOTrainer": f"{TRL}.ppo_trainer:PPOTrainer",
+            "RewardTrainer": f"{TRL}.reward_trainer:RewardTrainer",
+            "SFTTrainer": f"{TRL}.sft_trainer:SFTTrainer",
+        },
+        refused={
+            "IterativeSFTTrainer": "IterativeSFTTrainer.__init__ takes no train_dataset (it trains on what the "
+            "script hands its own step())",
+            "PPOTrainer": "lacks a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is "
+            "PPOTrainer.step)",
+        },
+    ),
+    Release(
+        ".venv-trl04",
+        ".ci/setup-trl07.sh",
+        "TRL 0.4.7",
+        "transformers 4.38.2",
+        "fixtures.trainers.every",
+        {
+            "Trainer": "transformers.trainer:Trainer",
+            "PPOTrainer": f"{TRL}.ppo_trainer:PPOTrainer",
+            "RewardTrainer": f"{TRL}.reward_trainer:RewardTrainer",
+            "SFTTrainer": f"{TRL}.sft_trainer:SFTTrainer",
+        },
+        refused={
+            "PPOTrainer": "lacks a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is "
+            "PPOTrainer.step)",
+            "RewardTrainer": "trl 0.4.7 lacks trl.RewardConfig (the config that says a RewardTrainer trains "
+            "a scorer, on a score head); check builds it from TRL 0.7.2 on",
+        },
+    ),
+    Release(
         ".venv-lightning",
         ".ci/setup-lightning.sh",
         "pytorch-lightning 2.6.6",
@@ -96,7 +134,14 @@ RELEASES = (
         "torchmetrics 0.6.2",
         "fixtures.trainers.lit",
         {"LightningModule": "fixtures.trainers.lit:LitModel"},
-        own=(MINIMIZE,),
+    ),
+    Release(
+        ".venv-pl19",
+        ".ci/setup-pl19.sh",
+        "pytorch-lightning 1.9.5",
+        "torchmetrics 0.11.4",
+        "fixtures.trainers.lit",
+        {"LightningModule": "fixtures.trainers.lit:LitModel"},
     ),
 )
 
@@ -115,4 +160,4 @@ def rows() -> list[tuple[Release, str]]:
     return [(release, name) for release in RELEASES for name in release.classes]
 
 
-__all__ = ["CPO_BUG", "KEPT", "MINIMIZE", "RELEASES", "Release", "rows"]
+__all__ = ["CPO_BUG", "KEPT", "RELEASES", "Release", "rows"]

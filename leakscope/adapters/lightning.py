@@ -12,11 +12,12 @@ is read from their signatures and their loops' behaviour, not from a version tab
   per micro-batch. Lightning runs ``training_step``, backward (automatic
   optimization, or the module's ``manual_backward``), the optimizer step,
   ``self.log`` and every batch hook itself. The fit is paused after a batch's
-  bookkeeping, before the next batch is fetched (NOTE [Pausing Lightning]),
+  bookkeeping and the next batch's hooks, as its ``training_step`` starts (NOTE [Pausing
+  Lightning], NOTE [Judged when the next step starts]),
   so leakscope observes between batches *inside one epoch*: per-epoch holders
   (``self.training_step_outputs.append(loss)``) are seen growing.
-- **forward-only**: the real validation loop (``Trainer.validate``, paused the
-  same way), one batch per micro-batch.
+- **forward-only**: the real validation loop (``Trainer.validate``, paused
+  before the next batch is fetched), one batch per micro-batch.
 
 The micro-batch leakscope hands in is the batch: a dict of ``input_ids``,
 ``attention_mask`` and ``position_ids`` (``[B, S]`` int64), for a module built on

@@ -36,6 +36,13 @@ _STOP = _Signal("stop")  # no more batches: let the epoch end
 _MISSING = _Signal("missing")  # an attribute the module does not have
 
 
+class _Pending(dict):  # type: ignore[type-arg]
+    """The batch the loop fetches for a module fed leakscope's micro-batches, filled in place when
+    its ``training_step`` starts (NOTE [Judged when the next step starts]). A ``dict``: Lightning's
+    transfer to the device makes a new one of the same type, the object the step and ``self.log``
+    both see."""
+
+
 class _ThreadState:
     """Autograd's thread-local modes, which a greenlet switch does not swap.
 
@@ -134,7 +141,17 @@ class _Feed:
         feed = self
 
         def training_step(*args: Any, **kwargs: Any) -> object:
-            if feed.started != feed.stepped:
+            pending = args[0] if args else kwargs.get("batch")
+            if isinstance(pending, _Pending) and not pending:
+                # leakscope's micro-batch: the loop pauses as each training_step starts, the first
+                # one included (set-up), and the batch leakscope sends is the one it runs
+                sent = _pause()
+                if sent is _STOP:
+                    feed.stopping = True  # nothing to run: the next batch's start ends the epoch
+                    return None
+                pending.update(feed.data(sent))
+                del sent
+            elif feed.started != feed.stepped:
                 feed.stepped = feed.started
                 if feed.started > 1 and _pause() is _STOP:
                     feed.stopping = (
@@ -198,6 +215,14 @@ class _Loader:
 
     def __iter__(self) -> Any:
         feed = self.feed
+        if feed.at_step and feed.own is None:
+            # NOTE [Judged when the next step starts]: leakscope's micro-batch is only there when
+            # the step that runs it starts; the loop is handed an empty batch, filled then.
+            while not feed.stopping:
+                pending = _Pending()
+                yield pending
+                del pending
+            return
         if feed.at_step:
             # NOTE [Judged when the next step starts]: the module's own batches, at any time; the
             # loop pauses here once (set-up), then when each next training_step starts.
@@ -349,7 +374,7 @@ class _Run:
         import torch
 
         trainer_cls = importlib.import_module(self.package).Trainer
-        feed = self.feed = _Feed(self.own, at_step=self.stage == "fit" and self.own is not None)
+        feed = self.feed = _Feed(self.own, at_step=self.stage == "fit")
         self.own = None
         options = trainer_options(trainer_cls, self.stage, torch.is_anomaly_enabled())
         trainer = trainer_cls(callbacks=[_callback(self.package, feed)], **options)
@@ -429,14 +454,19 @@ class _Run:
 # may drop what it kept between fetching the next batch and running it (pytorch_lightning
 # 1.4.6 clears its `_results.minimize` in `on_train_split_start`, #9343; 1.4.5 keeps it until
 # the next `training_step` returned), so the pause after a batch's bookkeeping (NOTE [Pausing
-# Lightning]) is too early to judge training. A module fed its own data (NOTE [A module's own
-# data]) has its next batch at any time, so in `fit` the loop runs on to the next batch's
+# Lightning]) is too early to judge training. So in `fit` the loop runs on to the next batch's
 # `training_step` (an instance attribute of the module wraps it while the check runs, put
 # back when the loop ends) and pauses as it starts, after every hook Lightning runs before
-# it: the same moment `watch` looks at on a running job (the strategy's `training_step`). A
-# module fed leakscope's micro-batches is paused at the fetch: its next batch is only handed
-# in with the next step. At the stop, the batch whose `training_step` was paused runs (after
-# the check) and the next batch's start ends the epoch (NOTE [Prefetching loops]).
+# it: the same moment `watch` looks at on a running job (the strategy's `training_step`).
+# A module fed its own data (NOTE [A module's own data]) has its next batch at any time: the
+# loop fetches it, and at the stop the batch whose `training_step` was paused runs (after the
+# check). A module fed leakscope's micro-batches has its next batch only with the next step:
+# the loop fetches an empty `_Pending` dict (moved to the device as a new `_Pending`, the
+# object the step and `self.log` see), its `training_step` pauses as it starts, the first
+# one included, and fills it with the micro-batch leakscope sends; at the stop it returns
+# None (Lightning skips the batch) and runs nothing. Either way the next batch's start ends
+# the epoch (NOTE [Prefetching loops]). Validation (forward-only) keeps nothing for a
+# backward, so it is judged at the fetch (NOTE [Pausing Lightning]).
 
 
 # NOTE [The trainer of a 1.x module]

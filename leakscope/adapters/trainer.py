@@ -169,6 +169,15 @@ class TrainerAdapter:
                 f"{resolved.spec} cannot be driven by leakscope check: {_release(kind)} lacks {', '.join(missing)}; "
                 f"check drives {SUPPORTED}; watch the job's own step instead: {watch_command(kind, resolved.obj)}"
             )
+        scorer = trainer_build.missing_scorer_config(resolved.obj)
+        if scorer is not None:
+            config, since = scorer
+            return (
+                f"{resolved.spec} cannot be built by leakscope check: {_release('trl')} lacks trl.{config} "
+                f"(the config that says a {config.removesuffix('Config')}Trainer trains a scorer, on a score head); "
+                f"check builds it from TRL {since} on; watch the job's own step instead: "
+                f"{watch_command(kind, resolved.obj)}"
+            )
         why = trainer_build.cannot_feed(resolved.obj)
         if why is None:
             return None
@@ -235,7 +244,8 @@ class TrainerAdapter:
 
 
 def _release(kind: str) -> str:
-    """``transformers 3.5.1`` or ``trl 0.8.6``: the installed release a target comes from."""
+    """``transformers 3.5.1`` or ``trl 0.8.6``: the installed release a target comes from (TRL's
+    for any ``kind`` but ``trainer``)."""
     from importlib import metadata
 
     package = "transformers" if kind == "trainer" else "trl"

@@ -55,8 +55,8 @@ CHAT_TEMPLATE = (
 #   transformers' own Trainer, that annotates it (`args: CPOConfig | None`, TRL 0.8's
 #   `Optional[CPOConfig]`, a postponed string; in a union, the first TrainingArguments
 #   subclass), else the config exported beside it (`CPOTrainer` -> `CPOConfig`, in its module or
-#   in `trl`), else `TrainingArguments`. A constructor that only passes `*args, **kwargs` on (a
-#   user's subclass, TRL's deprecated aliases) is read through to its base's. Each
+#   in `trl`), else `TrainingArguments`. A constructor that passes `**kwargs` on (a user's
+#   subclass, TRL's deprecated aliases, GMPOTrainer) is read through to its base's. Each
 #   setting leakscope needs goes to that config when it has the field, else to `__init__` when it
 #   takes the argument, under the first spelling that exists (NOTE [Driving by signature]);
 # - its data format: tried in the order of FORMATS (prompt only, prompt + completion,
@@ -72,7 +72,10 @@ CHAT_TEMPLATE = (
 #   a `ref_model` only when it has no default (TRL's trainers otherwise use the policy with its
 #   LoRA adapter disabled). A `judge` without a default (an API or a judging model) cannot be
 #   built offline: one line says so. A trainer whose config class is a reward or process-reward
-#   config (`RewardConfig`, `PRMConfig`) trains a scorer: its model gets the score head.
+#   config (`RewardConfig`, `PRMConfig`) trains a scorer: its model gets the score head; a
+#   trainer of a scorer from before its config (TRL 0.4 to 0.7.1's `RewardTrainer`, on a plain
+#   `TrainingArguments`) says nothing of the head it needs: it is refused in one line naming the
+#   config, the oldest release that has it and the `watch` command, not built on a causal head.
 # A trainer whose `__init__` takes no `train_dataset` (TRL 0.8's IterativeSFTTrainer, trained
 # on what the script hands its own `step()`) cannot be fed: one line names the method to watch.
 
@@ -197,6 +200,9 @@ MODEL_ROLES = {
 }
 #: config classes of trainers that train a scorer (their model gets the score head)
 SCORER_CONFIGS = ("RewardConfig", "PRMConfig")
+#: the first TRL release that exports a scorer's config, for a trainer of a scorer released before
+#: it (TRL 0.4 to 0.7.1's RewardTrainer; PRMTrainer came with PRMConfig)
+SCORER_SINCE = {"RewardConfig": "0.7.2"}
 
 
 def parameters(function: Any) -> dict[str, inspect.Parameter]:
@@ -208,16 +214,21 @@ def parameters(function: Any) -> dict[str, inspect.Parameter]:
 
 def init_parameters(cls: type) -> dict[str, inspect.Parameter]:
     """The parameters of ``cls``'s constructor, less ``self``: those of the nearest ``__init__`` in
-    its MRO that names any (a subclass whose ``__init__(*args, **kwargs)`` only passes them on, as
-    TRL's deprecated aliases do, takes its base's)."""
+    its MRO that names any, and, while the ``__init__`` read last takes ``**kwargs`` (passed on to
+    its base, as TRL's deprecated aliases and GMPOTrainer's ``(model, reward_funcs, args=None,
+    **kwargs)`` do), those of the next one (the nearest one's kind and default first)."""
+    out: dict[str, inspect.Parameter] = {}
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
         found = list(parameters(init).items())[1:]
-        if any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for _, p in found):
-            return dict(found)
-    return {}
+        for name, parameter in found:
+            if parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                out.setdefault(name, parameter)
+        if out and not any(p.kind is p.VAR_KEYWORD for _, p in found):
+            break
+    return out
 
 
 def fields(config_cls: object) -> set[str]:
@@ -357,6 +368,20 @@ def needs_scorer(cls: type) -> bool:
     return config_class(cls).__name__ in SCORER_CONFIGS
 
 
+def missing_scorer_config(cls: type) -> tuple[str, str] | None:
+    """``(config name, first TRL release with it)`` when ``cls`` is a trainer of a scorer (named
+    beside a scorer config: ``RewardTrainer`` <-> ``RewardConfig``) whose installed TRL does not
+    export that config (TRL 0.4 to 0.7.1): nothing then says its model needs a score head, and a
+    causal head would run its loss on the wrong outputs (NOTE [Deriving a trainer]); else None."""
+    if needs_scorer(cls):
+        return None
+    for klass in _above_trainer(cls):
+        name = klass.__name__.removesuffix("Trainer") + "Config"
+        if name in SCORER_SINCE:
+            return name, SCORER_SINCE[name]
+    return None
+
+
 def extra_models(cls: type, model: object) -> dict[str, Any]:
     """The models and reward functions ``cls``'s ``__init__`` asks for beside the trained one."""
     from leakscope.models.hf import build_tiny_llama
@@ -458,6 +483,7 @@ __all__ = [
     "extra_models",
     "init_parameters",
     "length_reward",
+    "missing_scorer_config",
     "needs_scorer",
     "route",
     "tokenizer",
