@@ -8,6 +8,7 @@ step itself and checks the verdict, independently of the tool's own proof.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -326,6 +327,28 @@ def test_an_edit_replaces_its_line_keeping_indentation_and_line_endings() -> Non
     )
 
 
+def test_an_edit_of_two_lines_keeps_the_indentation_and_line_endings_of_its_line() -> None:
+    """A statement wrapped in ``with torch.no_grad():`` (NOTE [Updates that belong under no_grad]):
+    the statement one level in, under the first line's indentation, each line ending as the file's."""
+    wrap = Edit(
+        "engine.py", 2, 9, "t.copy_(p)  # sync", "with torch.no_grad():\n    t.copy_(p)  # sync"
+    )
+    text = "for t, p in pairs:\r\n        t.copy_(p)  # sync\r\nend"
+    assert applied(text, [wrap]) == (
+        "for t, p in pairs:\r\n        with torch.no_grad():\r\n            t.copy_(p)  # sync\r\nend"
+    )
+    assert applied("        t.copy_(p)  # sync", [dataclasses.replace(wrap, line=1)]) == (
+        "        with torch.no_grad():\n            t.copy_(p)  # sync"
+    )
+    report = _report(wrap, verified=True, proof="verified")
+    (change,) = json.loads(render(report, "sarif"))["runs"][0]["results"][0]["fixes"][0][
+        "artifactChanges"
+    ]
+    assert change["replacements"][0]["insertedContent"]["text"] == (
+        "with torch.no_grad():\n            t.copy_(p)  # sync"
+    )
+
+
 @pytest.mark.parametrize(
     "text",
     [
@@ -541,7 +564,9 @@ def test_fix_report_exit_codes() -> None:
     assert fix_exit_code(empty) == 0
     no_edit = dataclass_without_edit()
     assert [f.status for f in no_edit.fixes] == [FixStatus.NONE] and fix_exit_code(no_edit) == 1
-    assert no_edit.fixes[0].reason == "no one-line edit"
+    assert no_edit.fixes[0].reason == (
+        "no one-line edit: no rewrite of the line that stored it is known to keep every gradient"
+    )
 
 
 def dataclass_without_edit() -> Any:

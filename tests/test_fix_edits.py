@@ -238,7 +238,7 @@ def evaluate(model, steps):
     ("line", "after", "carry"),
     [
         # a line that made the graph and stores it: run it under torch.no_grad() (the module's own name)
-        (8, "with T.no_grad(): predictions.append(model(T.randn(8, 16)))", False),
+        (8, "with T.no_grad():\n    predictions.append(model(T.randn(8, 16)))", False),
         # a carried state: detached where the line reads it
         (9, "out, hidden = model(step, hidden.detach())", True),
         # a running sum is the stored-at line's edit, and one line of a longer statement has none
@@ -271,7 +271,10 @@ def test_an_edit_from_the_line_that_made_the_graph(
     assert derived is not None
     edit, is_carry = derived
     assert (edit.line, edit.column, edit.after, is_carry) == (line, 9, after, carry)
-    assert applied(_SCRIPT, [edit]).splitlines()[line - 1] == " " * 8 + after
+    edited = applied(_SCRIPT, [edit]).splitlines()
+    assert edited[line - 1 : line - 1 + len(after.splitlines())] == [
+        " " * 8 + part for part in after.splitlines()
+    ]
     # no torch imported by a name: no torch.no_grad() to write
     file.write_text(_SCRIPT.replace("import torch as T", "from torch import nn"), encoding="utf-8")
     assert from_created_line(finding) is None
