@@ -278,3 +278,55 @@ def test_an_edit_from_the_line_that_made_the_graph(
     # no torch imported by a name: no torch.no_grad() to write
     file.write_text(_SCRIPT.replace("import torch as T", "from torch import nn"), encoding="utf-8")
     assert from_created_line(finding) is None
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # a target network's Polyak update: the statement runs under no_grad, one level in
+        (
+            "target.copy_(tau * p + (1 - tau) * target)  # sync",
+            "with T.no_grad():\n    target.copy_(tau * p + (1 - tau) * target)  # sync",
+        ),
+        (
+            "ema.mul_(0.99).add_(p, alpha=0.01)",
+            "with T.no_grad():\n    ema.mul_(0.99).add_(p, alpha=0.01)",
+        ),
+        # not an in-place update: the judge's edit stands
+        ("self.values.append(v)", None),
+        ("x = y.add_(z)", None),
+        ("t.__iadd__(z)", None),
+    ],
+)
+def test_an_in_place_update_is_wrapped_in_no_grad(
+    tmp_path: Path, before: str, after: str | None
+) -> None:
+    """NOTE [Updates that belong under no_grad]: the judge's edit of an in-place update of a tensor is
+    replaced by the statement under ``torch.no_grad()`` (the module's own name for torch), two lines
+    that keep the line's indentation when applied."""
+    from leakscope.fix.candidates import under_no_grad
+    from leakscope.results import Finding, Holder
+
+    file = tmp_path / "engine.py"
+    file.write_text(f"import torch as T\n\nfor p in ps:\n        {before}\n", encoding="utf-8")
+    edit = Edit(str(file), 4, 9, before, "judge's")
+    finding = Finding(
+        path=holder_path("engine", "targets", 0),
+        holder=Holder.ENGINE,
+        grad_fn="CopyBackwards",
+        graph_nodes=3,
+        retained_bytes=100,
+        confirmed=True,
+        hint="",
+        edit=edit,
+    )
+    wrapped = under_no_grad(finding)
+    if after is None:
+        assert wrapped is None
+        return
+    assert wrapped is not None and wrapped.after == after
+    lines = applied(file.read_text(encoding="utf-8"), [wrapped]).splitlines()
+    assert lines[3:5] == [" " * 8 + part for part in after.splitlines()]
+    # no torch imported by a name: no torch.no_grad() to write
+    file.write_text(f"from torch import nn\n\nfor p in ps:\n        {before}\n", encoding="utf-8")
+    assert under_no_grad(finding) is None
