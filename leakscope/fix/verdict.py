@@ -178,10 +178,10 @@ def _why_none(finding: Finding) -> str:
             "functools.lru_cache keeps what the cached function returned, and the step's loss is"
             " computed from it, so detaching its return would cut a gradient"
         )
-    if path.endswith(".grad") and "create_graph" in hint:
+    if path.endswith(".grad"):
         return (
-            "a backward with create_graph=True left a graph in .grad; the change is at that backward,"
-            " not at a store"
+            "a leaf's .grad holds a graph (a backward with create_graph=True made it); the change is"
+            " at that backward, or clearing .grad after use, not at a store"
         )
     if "only after the loss is computed" in hint:
         return (
