@@ -213,13 +213,13 @@ def _again(fixes: list[dict[str, Any]]) -> bool:
     )
 
 
-def _assert_written(fix: dict[str, Any], root: Path) -> None:
+def _assert_written(fix: dict[str, Any], root: Path, texts: dict[str, str] | None = None) -> None:
     """A verified edit is written as proven: its line reads ``after`` at its column, and its diff
     shows exactly that change."""
     assert fix["status"] == "verified" and fix["applied"], fix
     assert "unchanged" in fix["reason"] or "no gradient" in fix["reason"], fix
     edit = fix["edit"]
-    text = (root / edit["file"]).read_text(encoding="utf-8")
+    text = (texts or {}).get(edit["file"]) or (root / edit["file"]).read_text(encoding="utf-8")
     indent = " " * (edit["column"] - 1)
     after = indent + edit["after"].replace("\n", "\n" + indent)
     assert after in text.splitlines()[edit["line"] - 1] + "\n" + "\n".join(
@@ -260,6 +260,7 @@ def _script(name: str, tmp: Path) -> dict[str, Any]:
         "doc": doc,
         "stderr": stderr,
         "changed": fixed != original,
+        "fixed": {f"{name}.py": fixed.decode("utf-8")},
         "watched": watched,
         "clean": (clean_code, clean["fixes"], (folder / f"{name}.py").read_bytes() == original),
     }
@@ -293,7 +294,7 @@ def test_fix_apply_makes_every_leaky_fixture_clean_with_the_same_gradients(
             assert ran["code"] == 1 and not ran["changed"]
             return
         for fix in fixes:
-            _assert_written(fix, ran["folder"])
+            _assert_written(fix, ran["folder"], ran["fixed"])
         assert ran["code"] == 0 and ran["changed"], ran["stderr"][-3000:]
         assert ran["watched"] == 0, f"scripts/{name} still leaks after its fixes"
         return
