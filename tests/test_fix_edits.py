@@ -6,6 +6,7 @@ itself holds (NOTE [From a real job to a gate])."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import stat
 from pathlib import Path
@@ -330,3 +331,37 @@ def test_an_in_place_update_is_wrapped_in_no_grad(
     # no torch imported by a name: no torch.no_grad() to write
     file.write_text(f"from torch import nn\n\nfor p in ps:\n        {before}\n", encoding="utf-8")
     assert under_no_grad(finding) is None
+
+
+def test_the_footer_says_what_the_proofs_compared() -> None:
+    """A job that runs no backward compares no gradient: the footer says so, with no tolerance, never
+    "compared over the job's first 3 backward calls"."""
+    from leakscope.fix.prover import TargetProof
+    from leakscope.fix.report import fix_report, what_was_compared
+    from leakscope.fix.script import NO_BACKWARD
+    from leakscope.fix.verdict import EditProof
+    from leakscope.harness.gradients import GradientCheck
+    from leakscope.render.fixes import render_text
+    from leakscope.results import FixResult, FixStatus, Report
+
+    usual = "losses and gradients compared over the job's first 3 backward calls, same seeds"
+    none_ran = TargetProof((EditProof(gradients=GradientCheck(subject=NO_BACKWARD)),))
+    ran = TargetProof((EditProof(gradients=GradientCheck(compared=15)),))
+    failed = TargetProof((EditProof(error="the edited module does not import"),))
+    assert what_was_compared([none_ran], usual) == (f"no gradient compared: {NO_BACKWARD}", False)
+    assert what_was_compared([none_ran, ran], usual) == (usual, True)
+    assert what_was_compared([failed], usual)[0].startswith("no gradient compared: no proof got")
+    compared, any_compared = what_was_compared([none_ran], usual)
+    report = fix_report(
+        Report((), "0.1.0", "2.13.0+cpu", "3.11.7"),
+        {},
+        apply=False,
+        tolerance="rtol=1e-05, atol=1e-07",
+        compared=compared,
+        gradients_compared=any_compared,
+    )
+    assert report.compared == compared and not report.gradients_compared
+    verified = FixResult("job", "train", "predictions[0]", FixStatus.VERIFIED, "verified: ...", "")
+    text = render_text(dataclasses.replace(report, fixes=(verified,)))
+    assert f"\nno gradient compared: {NO_BACKWARD}\n" in text
+    assert "backward calls" not in text and "rtol=" not in text
