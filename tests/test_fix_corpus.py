@@ -42,6 +42,9 @@ AGAIN = "not applied: another verified edit rewrites"
 #: says why in one line, containing one of these
 NO_SAFE_EDIT: dict[str, tuple[str, ...]] = {
     "critic_wrapper": ("the step's loss is computed from the stored tensor",),
+    # stored only in a later micro-batch than the one whose stores are traced: no line to rewrite
+    "every_other": ("no line was traced storing it",),
+    "periodic_log": ("no line was traced storing it",),
     "gc_off": ("a reference cycle keeps the graph",),
     "grad_graph": ("a leaf's .grad holds a graph",),
     "loss_reads_stored": ("the step's loss is computed from the stored tensor",),

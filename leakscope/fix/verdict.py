@@ -183,23 +183,26 @@ def _why_none(finding: Finding) -> str:
             "a leaf's .grad holds a graph (a backward with create_graph=True made it); the change is"
             " at that backward, or clearing .grad after use, not at a store"
         )
-    if "only after the loss is computed" in hint:
-        return (
-            "the step's loss is computed from the stored tensor, so detaching it where it is stored"
-            " would cut a gradient; detach it after the loss line instead"
-        )
     if "[<" in path:
         return (
             "it is kept under a key that is an object (a tensor key), not a name or a number, so no"
             " store is matched to one line"
+        )
+    if finding.stored_at is None and finding.store_op is None:
+        return (
+            "no line was traced storing it (the store did not happen in the micro-batch whose stores"
+            " are traced), so there is no line to rewrite"
+        )
+    if "only after the loss is computed" in hint:
+        return (
+            "the step's loss is computed from the stored tensor, so detaching it where it is stored"
+            " would cut a gradient; detach it after the loss line instead"
         )
     if finding.store_op == "return":
         return (
             "the returned container keeps it inside an object no single expression rebuilds detached"
             " (a tuple, a namespace)"
         )
-    if finding.stored_at is None and finding.source is None:
-        return "the line that stored it was not seen, so there is no line to change"
     return "no rewrite of the line that stored it is known to keep every gradient"
 
 
