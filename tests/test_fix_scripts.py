@@ -71,7 +71,7 @@ def test_an_evaluation_loop_runs_under_no_grad_and_the_footer_says_no_gradient_w
         " gradient the edit could change\n"
     ) in out, out
     assert (
-        "        with torch.no_grad():\n            predictions.append(model(x).softmax(-1))\n"
+        "            with torch.no_grad():\n                predictions.append(model(x).softmax(-1))\n"
         in script.read_text(encoding="utf-8")
     )
 
