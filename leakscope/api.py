@@ -11,14 +11,18 @@ import os
 import platform
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from leakscope import __version__
 from leakscope.adapters.registry import resolve_spec
 from leakscope.errors import UsageError
-from leakscope.fix.candidates import explain_carries, with_created_line_edits
+from leakscope.fix.candidates import (
+    explain_carries,
+    with_created_line_edits,
+    with_no_grad_updates,
+)
 from leakscope.fix.engine import prove_target
-from leakscope.fix.report import fix_report, verdicts_of
+from leakscope.fix.prover import TargetProof
+from leakscope.fix.report import fix_report, verdicts_of, what_was_compared
 from leakscope.fix.script import DEFAULT_STEPS, prove_script
 from leakscope.harness.distributed import gather_report, process_group, session
 from leakscope.harness.experiment import Experiment, checking
@@ -29,12 +33,9 @@ from leakscope.live.job import watch_job
 from leakscope.live.session import WatchOptions
 from leakscope.options import CheckOptions
 from leakscope.policy import allow_result
-from leakscope.results import GraphView, Mode, Report, TargetResult
+from leakscope.results import FixReport, GraphView, Mode, Report, TargetResult
 from leakscope.runner.inprocess import check_target
 from leakscope.snippets import read_snippets
-
-if TYPE_CHECKING:
-    from leakscope.results import FixReport
 
 
 def check(
@@ -160,14 +161,25 @@ def fix(
     """
 
     options = options or CheckOptions()
-    report = check(targets, options, on_result=on_result)
+    report = with_no_grad_updates(check(targets, options, on_result=on_result))
     root = None if allow_outside else os.getcwd()
+    proven: list[TargetProof] = []
     verdicts = verdicts_of(
         report,
         lambda target, groups, original: prove_target(target, groups, original, options),
         root,
+        proven,
     )
-    return fix_report(report, verdicts, apply=apply, tolerance=tolerance(), root=root)
+    compared, any_compared = what_was_compared(proven, FixReport.compared)
+    return fix_report(
+        report,
+        verdicts,
+        apply=apply,
+        tolerance=tolerance(),
+        root=root,
+        compared=compared,
+        gradients_compared=any_compared,
+    )
 
 
 def fix_script(
@@ -189,9 +201,10 @@ def fix_script(
 
     chosen = tuple(methods)
     report = watch_job(script, list(argv), WatchOptions(methods=chosen), timeout=timeout).report
-    report, carries = with_created_line_edits(report)
+    report, carries = with_created_line_edits(with_no_grad_updates(report))
     root = None if allow_outside else os.getcwd()
     n = steps or DEFAULT_STEPS
+    proven: list[TargetProof] = []
     verdicts = verdicts_of(
         report,
         lambda _target, groups, original: prove_script(
@@ -204,6 +217,10 @@ def fix_script(
             timeout=timeout,
         ),
         root,
+        proven,
+    )
+    compared, any_compared = what_was_compared(
+        proven, f"losses and gradients compared over the job's first {n} backward calls, same seeds"
     )
     return fix_report(
         report,
@@ -211,7 +228,8 @@ def fix_script(
         apply=apply,
         tolerance=tolerance(),
         root=root,
-        compared=f"losses and gradients compared over the job's first {n} backward calls, same seeds",
+        compared=compared,
+        gradients_compared=any_compared,
     )
 
 

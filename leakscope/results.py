@@ -109,7 +109,8 @@ class Edit:
     """A one-line change to the user's code that stops a holder keeping the graph (``leakscope fix``).
 
     ``before`` and ``after`` are the line's text without its indentation, which starts at
-    ``column`` (1-based). Derived from the stored-at line (NOTE [The names a fix detaches]);
+    ``column`` (1-based); ``after`` may be several lines, each after the first indented as the first
+    plus its own leading spaces (a statement wrapped in ``with torch.no_grad():``). Derived from the stored-at line (NOTE [The names a fix detaches]);
     offered only where the plan cannot change a gradient (NOTE [Fixes that never break training]).
     """
 
@@ -375,3 +376,5 @@ class FixReport:
     patch: str = ""
     #: what each proof compared, in words
     compared: str = "gradients compared after one train step, same seed and micro-batch"
+    #: whether any proof compared a tensor (False: ``compared`` says why none was, and no tolerance applies)
+    gradients_compared: bool = True

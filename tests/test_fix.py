@@ -1,14 +1,14 @@
 """``leakscope fix``: every one-line edit is proven (re-run with it, one train step's gradients compared)
 before it is offered as verified, and only verified edits are ever written.
 
-The leaky fixtures are fixed in a copy of ``fixtures/`` (the repository's are never edited); the
-edited copies are then imported again by a plain script that computes the gradients of one train
-step itself and checks the verdict, independently of the tool's own proof.
+Every fixture of the corpus is fixed, re-checked and its gradients recomputed by
+tests/test_fix_corpus.py; here: the proofs that refuse a wrong edit, edits as text, the renderers,
+exit codes and usage errors.
 """
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 import json
 import os
 import shutil
@@ -45,53 +45,6 @@ from tests.conftest import FIXTURES, ROOT, fixture_target, holder_path
 
 pytestmark = pytest.mark.integration
 
-#: leaky fixtures whose every leak has a one-line edit that the proof verifies
-FIXABLE = (
-    "cached_logits",
-    "class_accumulator",
-    "engine_attributes",
-    "helper_registry",
-    "kept_losses",
-    "learnable_coefficient",
-    "library_context_var",
-    "library_distribution",
-    "library_log_buffer",
-    "library_thread_local",
-    "metric_dict",
-    "micro_batch_write",
-    "model_state",
-    "module_global",
-    "nodes_only",
-    "rl_keys",
-    "thread_forward",
-    # verl's shape: a returned container of attached tensors, detached at the return (NOTE [Detached
-    # at the return])
-    "verl_bug",
-)
-#: leaky fixtures where no one-line edit can be right, so the judge derives none (NOTE [Fixes that never
-#: break training], NOTE [The names a fix detaches]); fix proposes nothing and writes nothing:
-WRONG_EDITS = {
-    # a tensor hook's lambda closes over `scale`: no detach on the registering line removes it
-    "tensor_hook": ("module.blocks[0].up.weight._backward_hooks[0].scale", "no one-line edit"),
-    # graph nodes themselves are kept (`grad_fn`, a GradientEdge): detaching a tensor there keeps nothing useful
-    "node_holder": ("engine.edges[0].node", "no one-line edit"),
-    # the entropy bonus reads self.scaled back: a detached copy stored there changes a gradient (a run
-    # shows it), so the fix is "detach only after the loss", not an edit of the storing line
-    "loss_reads_stored": ("engine.scaled", "no one-line edit"),
-    # the value loss reads the stored values back through a critic on a plain wrapper object: the
-    # detach would remove the critic's gradient, which the proof sees (NOTE [Every gradient the step's
-    # backward reaches])
-    "critic_wrapper": ("engine.values[0]", "no one-line edit"),
-}
-#: the clean look-alikes of the fixtures above: fix proposes nothing for them
-CLEAN_TWINS = (
-    *(
-        f"{name}_clean"
-        for name in (*FIXABLE, *WRONG_EDITS)
-        if (FIXTURES / f"{name}_clean.py").exists()
-    ),
-    "verl_fix",
-)
 #: fast enough for the suite, and still each holder's single step (the growth run is not needed to
 #: find these holders)
 FAST = ("--mode", "train", "--micro-batches", "1", "--no-confirm", "--jobs", "2")
@@ -121,131 +74,6 @@ def _leakscope(*args: str, cwd: Path, timeout: float = 900) -> tuple[int, dict[s
         pytest.fail(
             f"leakscope printed no JSON (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-4000:]}"
         )
-
-
-def _digest(folder: Path) -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.glob("*.py"))}
-
-
-@pytest.fixture(scope="session")
-def fixed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, dict[str, Any]]:
-    """A copy of fixtures/ after ``leakscope fix --apply`` on every fixable and wrongly-fixed fixture:
-    the copy's root, the exit code and the JSON fix report."""
-    before = _digest(FIXTURES)
-    root = tmp_path_factory.mktemp("fixed")
-    shutil.copytree(FIXTURES, root / "fixtures", ignore=shutil.ignore_patterns("__pycache__"))
-    targets = [fixture_target(name) for name in (*FIXABLE, *WRONG_EDITS)]
-    code, doc = _leakscope("fix", *targets, "--apply", *FAST, cwd=root)
-    assert _digest(FIXTURES) == before, "the repository's fixtures were edited"
-    return root, code, doc
-
-
-def _fixes_of(doc: dict[str, Any], name: str) -> list[dict[str, Any]]:
-    return [f for f in doc["fixes"] if f["target"] == fixture_target(name)]
-
-
-def test_apply_writes_every_verified_single_line_fix(
-    fixed: tuple[Path, int, dict[str, Any]],
-) -> None:
-    root, code, doc = fixed
-    assert code == 1 == doc["exit_code"]  # the wrongly derived edits remain unverified
-    assert doc["tolerance"] == "rtol=1e-05, atol=1e-07"
-    for name in FIXABLE:
-        fixes = _fixes_of(doc, name)
-        assert fixes, name
-        for fix in fixes:
-            assert fix["status"] == "verified" and fix["applied"], fix
-            assert fix["reason"].startswith("verified: with the edit no graph is held at "), fix
-            assert fix["path"] in fix["reason"].split(", and one train step")[0], fix
-            assert "within rtol=1e-05, atol=1e-07" in fix["reason"], fix
-            edit = fix["edit"]
-            assert edit["verified"] is True
-            line = (root / edit["file"]).read_text(encoding="utf-8").splitlines()[edit["line"] - 1]
-            assert line == " " * (edit["column"] - 1) + edit["after"], (name, line)
-            assert f"-{' ' * (edit['column'] - 1)}{edit['before']}\n" in fix["diff"]
-            assert f"+{' ' * (edit['column'] - 1)}{edit['after']}\n" in fix["diff"]
-
-
-def test_no_edit_is_derived_where_none_can_be_right(
-    fixed: tuple[Path, int, dict[str, Any]],
-) -> None:
-    root, _, doc = fixed
-    for name, (path, why) in WRONG_EDITS.items():
-        (fix,) = [f for f in _fixes_of(doc, name) if f["path"] == path]
-        assert fix["status"] == "none" and not fix["applied"] and fix["edit"] is None, fix
-        assert why in fix["reason"], fix
-        original = (FIXTURES / f"{name}.py").read_text(encoding="utf-8")
-        assert (root / "fixtures" / f"{name}.py").read_text(encoding="utf-8") == original
-
-
-# The edited copies, imported again by a plain script: one train step's gradients (the tiny model,
-# seed 0, micro-batch 0) and leakscope's verdict, computed without the tool's proof machinery.
-_REIMPORT = r"""
-import importlib, json, sys
-import torch
-root, out, check, names = sys.argv[1], sys.argv[2], sys.argv[3] == "check", sys.argv[4:]
-sys.path.insert(0, root)
-import leakscope
-from leakscope.models.batch_keys import recording
-from leakscope.models.tiny import build_micro_batch, build_model, loss_function
-from leakscope.options import CheckOptions
-from leakscope.results import Mode
-grads, verdicts = {}, {}
-for name in names:
-    module = importlib.import_module(f"fixtures.{name}")
-    assert module.__file__.startswith(root), module.__file__
-    model = build_model()
-    engine = module.Engine(model)
-    torch.manual_seed(0)
-    with recording():  # leakscope's micro-batch synthesises the keys an engine reads (rl_keys)
-        loss, _ = engine.forward_step(build_micro_batch(index=0, keys=()), loss_function=loss_function, forward_only=False)
-    loss.backward()
-    own = [(f"engine.{k}", v) for k, v in vars(engine).items() if isinstance(v, torch.Tensor) and v.requires_grad]
-    grads[name] = {n: p.grad.clone() for n, p in [*model.named_parameters(), *own] if p.grad is not None}
-    if check:
-        report = leakscope.check(f"fixtures.{name}:Engine", CheckOptions(modes=(Mode.TRAIN,)))
-        verdicts[name] = [r.verdict.value for r in report.results]
-torch.save(grads, out + ".pt")
-json.dump(verdicts, open(out + ".json", "w"))
-"""
-
-
-def test_the_edited_files_reimport_clean_with_the_same_gradients(
-    fixed: tuple[Path, int, dict[str, Any]], tmp_path: Path
-) -> None:
-    import torch
-
-    root, _, _ = fixed
-    script = tmp_path / "reimport.py"
-    script.write_text(_REIMPORT, encoding="utf-8")
-    for where, label, check in ((ROOT, "original", "-"), (root, "fixed", "check")):
-        subprocess.run(
-            [sys.executable, str(script), str(where), str(tmp_path / label), check, *FIXABLE],
-            cwd=tmp_path,
-            env=_env(),
-            check=True,
-            timeout=900,
-        )
-    assert json.loads((tmp_path / "fixed.json").read_text()) == {
-        name: ["clean"] for name in FIXABLE
-    }
-    original = torch.load(tmp_path / "original.pt")
-    edited = torch.load(tmp_path / "fixed.pt")
-    for name in FIXABLE:
-        assert original[name].keys() == edited[name].keys() and original[name], name
-        for param, grad in original[name].items():
-            assert torch.allclose(edited[name][param], grad, rtol=1e-5, atol=1e-7), (name, param)
-
-
-def test_clean_look_alikes_get_no_edit_and_nothing_is_written() -> None:
-    before = _digest(FIXTURES)
-    code, doc = _leakscope(
-        "fix", *[fixture_target(n) for n in CLEAN_TWINS], "--apply", *FAST, cwd=ROOT
-    )
-    assert len(CLEAN_TWINS) >= 14
-    assert (code, doc["exit_code"], doc["fixes"]) == (0, 0, [])
-    assert {r["verdict"] for r in doc["report"]["results"]} == {"clean"}
-    assert _digest(FIXTURES) == before
 
 
 def test_a_detach_that_would_cut_a_gradient_is_proven_to_change_it() -> None:
@@ -323,6 +151,28 @@ def test_an_edit_replaces_its_line_keeping_indentation_and_line_endings() -> Non
     assert diff == (
         "--- a/engine.py\n+++ b/engine.py\n@@ -1,2 +1,2 @@\n a\n"
         "-        self.kept = x  # keep\n+        self.kept = x.detach()\n"
+    )
+
+
+def test_an_edit_of_two_lines_keeps_the_indentation_and_line_endings_of_its_line() -> None:
+    """A statement wrapped in ``with torch.no_grad():`` (NOTE [Updates that belong under no_grad]):
+    the statement one level in, under the first line's indentation, each line ending as the file's."""
+    wrap = Edit(
+        "engine.py", 2, 9, "t.copy_(p)  # sync", "with torch.no_grad():\n    t.copy_(p)  # sync"
+    )
+    text = "for t, p in pairs:\r\n        t.copy_(p)  # sync\r\nend"
+    assert applied(text, [wrap]) == (
+        "for t, p in pairs:\r\n        with torch.no_grad():\r\n            t.copy_(p)  # sync\r\nend"
+    )
+    assert applied("        t.copy_(p)  # sync", [dataclasses.replace(wrap, line=1)]) == (
+        "        with torch.no_grad():\n            t.copy_(p)  # sync"
+    )
+    report = _report(wrap, verified=True, proof="verified")
+    (change,) = json.loads(render(report, "sarif"))["runs"][0]["results"][0]["fixes"][0][
+        "artifactChanges"
+    ]
+    assert change["replacements"][0]["insertedContent"]["text"] == (
+        "with torch.no_grad():\n            t.copy_(p)  # sync"
     )
 
 
@@ -541,7 +391,9 @@ def test_fix_report_exit_codes() -> None:
     assert fix_exit_code(empty) == 0
     no_edit = dataclass_without_edit()
     assert [f.status for f in no_edit.fixes] == [FixStatus.NONE] and fix_exit_code(no_edit) == 1
-    assert no_edit.fixes[0].reason == "no one-line edit"
+    assert no_edit.fixes[0].reason == (
+        "no one-line edit: no rewrite of the line that stored it is known to keep every gradient"
+    )
 
 
 def dataclass_without_edit() -> Any:

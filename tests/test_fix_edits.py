@@ -6,6 +6,7 @@ itself holds (NOTE [From a real job to a gate])."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import stat
 from pathlib import Path
@@ -238,7 +239,7 @@ def evaluate(model, steps):
     ("line", "after", "carry"),
     [
         # a line that made the graph and stores it: run it under torch.no_grad() (the module's own name)
-        (8, "with T.no_grad(): predictions.append(model(T.randn(8, 16)))", False),
+        (8, "with T.no_grad():\n    predictions.append(model(T.randn(8, 16)))", False),
         # a carried state: detached where the line reads it
         (9, "out, hidden = model(step, hidden.detach())", True),
         # a running sum is the stored-at line's edit, and one line of a longer statement has none
@@ -271,7 +272,96 @@ def test_an_edit_from_the_line_that_made_the_graph(
     assert derived is not None
     edit, is_carry = derived
     assert (edit.line, edit.column, edit.after, is_carry) == (line, 9, after, carry)
-    assert applied(_SCRIPT, [edit]).splitlines()[line - 1] == " " * 8 + after
+    edited = applied(_SCRIPT, [edit]).splitlines()
+    assert edited[line - 1 : line - 1 + len(after.splitlines())] == [
+        " " * 8 + part for part in after.splitlines()
+    ]
     # no torch imported by a name: no torch.no_grad() to write
     file.write_text(_SCRIPT.replace("import torch as T", "from torch import nn"), encoding="utf-8")
     assert from_created_line(finding) is None
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [
+        # a target network's Polyak update: the statement runs under no_grad, one level in
+        (
+            "target.copy_(tau * p + (1 - tau) * target)  # sync",
+            "with T.no_grad():\n    target.copy_(tau * p + (1 - tau) * target)  # sync",
+        ),
+        (
+            "ema.mul_(0.99).add_(p, alpha=0.01)",
+            "with T.no_grad():\n    ema.mul_(0.99).add_(p, alpha=0.01)",
+        ),
+        # not an in-place update: the judge's edit stands
+        ("self.values.append(v)", None),
+        ("x = y.add_(z)", None),
+        ("t.__iadd__(z)", None),
+    ],
+)
+def test_an_in_place_update_is_wrapped_in_no_grad(
+    tmp_path: Path, before: str, after: str | None
+) -> None:
+    """NOTE [Updates that belong under no_grad]: the judge's edit of an in-place update of a tensor is
+    replaced by the statement under ``torch.no_grad()`` (the module's own name for torch), two lines
+    that keep the line's indentation when applied."""
+    from leakscope.fix.candidates import under_no_grad
+    from leakscope.results import Finding, Holder
+
+    file = tmp_path / "engine.py"
+    file.write_text(f"import torch as T\n\nfor p in ps:\n        {before}\n", encoding="utf-8")
+    edit = Edit(str(file), 4, 9, before, "judge's")
+    finding = Finding(
+        path=holder_path("engine", "targets", 0),
+        holder=Holder.ENGINE,
+        grad_fn="CopyBackwards",
+        graph_nodes=3,
+        retained_bytes=100,
+        confirmed=True,
+        hint="",
+        edit=edit,
+    )
+    wrapped = under_no_grad(finding)
+    if after is None:
+        assert wrapped is None
+        return
+    assert wrapped is not None and wrapped.after == after
+    lines = applied(file.read_text(encoding="utf-8"), [wrapped]).splitlines()
+    assert lines[3:5] == [" " * 8 + part for part in after.splitlines()]
+    # no torch imported by a name: no torch.no_grad() to write
+    file.write_text(f"from torch import nn\n\nfor p in ps:\n        {before}\n", encoding="utf-8")
+    assert under_no_grad(finding) is None
+
+
+def test_the_footer_says_what_the_proofs_compared() -> None:
+    """A job that runs no backward compares no gradient: the footer says so, with no tolerance, never
+    "compared over the job's first 3 backward calls"."""
+    from leakscope.fix.prover import TargetProof
+    from leakscope.fix.report import fix_report, what_was_compared
+    from leakscope.fix.script import NO_BACKWARD
+    from leakscope.fix.verdict import EditProof
+    from leakscope.harness.gradients import GradientCheck
+    from leakscope.render.fixes import render_text
+    from leakscope.results import FixResult, FixStatus, Report
+
+    usual = "losses and gradients compared over the job's first 3 backward calls, same seeds"
+    none_ran = TargetProof((EditProof(gradients=GradientCheck(subject=NO_BACKWARD)),))
+    ran = TargetProof((EditProof(gradients=GradientCheck(compared=15)),))
+    failed = TargetProof((EditProof(error="the edited module does not import"),))
+    assert what_was_compared([none_ran], usual) == (f"no gradient compared: {NO_BACKWARD}", False)
+    assert what_was_compared([none_ran, ran], usual) == (usual, True)
+    assert what_was_compared([failed], usual)[0].startswith("no gradient compared: no proof got")
+    compared, any_compared = what_was_compared([none_ran], usual)
+    report = fix_report(
+        Report((), "0.1.0", "2.13.0+cpu", "3.11.7"),
+        {},
+        apply=False,
+        tolerance="rtol=1e-05, atol=1e-07",
+        compared=compared,
+        gradients_compared=any_compared,
+    )
+    assert report.compared == compared and not report.gradients_compared
+    verified = FixResult("job", "train", "predictions[0]", FixStatus.VERIFIED, "verified: ...", "")
+    text = render_text(dataclasses.replace(report, fixes=(verified,)))
+    assert f"\nno gradient compared: {NO_BACKWARD}\n" in text
+    assert "backward calls" not in text and "rtol=" not in text

@@ -1,48 +1,23 @@
 """``leakscope fix`` end to end on copies: the README's leaky engine (verl's shape) fixed at its return,
-a training script fixed by re-running it, a representative set of the fixture registry fixed (its
-clean look-alikes untouched), and outputs that are inputs refused."""
+a training script fixed by re-running it, and outputs that are inputs refused (every fixture of the
+corpus is fixed by tests/test_fix_corpus.py)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import FIXTURES, ROOT, fixture_modules, fixture_target
+from tests.conftest import FIXTURES, ROOT
 
 pytestmark = pytest.mark.integration
 
 FAST = ("--mode", "train", "--micro-batches", "1", "--no-confirm")
-#: a representative set of the registry (the whole of it takes too long on one core): the verl shape,
-#: a metric stored into the returned metrics, an engine list, a running sum, a module global, a
-#: learnable coefficient, a critic on a plain wrapper whose detach would cut its gradient, a weight
-#: average updated outside torch.no_grad(), and the clean look-alikes
-REPRESENTATIVE = (
-    "verl_bug",
-    "verl_fix",
-    "metric_dict",
-    "metric_dict_clean",
-    "rl_keys",
-    "rl_keys_clean",
-    "kept_losses",
-    "kept_losses_clean",
-    "module_global",
-    "module_global_clean",
-    "learnable_coefficient",
-    "critic_wrapper",
-    "critic_wrapper_clean",
-    "ema_update",
-    "ema_update_clean",
-)
-#: leaky fixtures of the set where no edit can be right: fix writes nothing and says why
-NO_SAFE_EDIT = {"critic_wrapper"}
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -137,42 +112,3 @@ def test_outputs_that_are_inputs_are_refused(tmp_path: Path) -> None:
     assert "is the file of history_engine:HistoryEngine, an input" in fixed.stderr
     assert (tmp_path / "train.py").read_bytes() == before
     assert "Traceback" not in watched.stderr + fixed.stderr
-
-
-# -- the fixture registry ------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def registry_fixed(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> tuple[Path, dict[str, Any], dict[str, Any]]:
-    """A copy of fixtures/ after ``fix --apply`` on the representative set, and ``check`` of the copy:
-    the copy's root, the fix report and the check report."""
-    root = tmp_path_factory.mktemp("registry")
-    shutil.copytree(FIXTURES, root / "fixtures", ignore=shutil.ignore_patterns("__pycache__"))
-    targets = [fixture_target(n) for n in REPRESENTATIVE]
-    done = _run("fix", *targets, "--apply", "--format", "json", *FAST, "--jobs", "2", cwd=root)
-    fixed = json.loads(done.stdout)
-    checked = _run("check", *targets, "--format", "json", *FAST, "--jobs", "2", cwd=root)
-    return root, fixed, json.loads(checked.stdout)
-
-
-@pytest.mark.parametrize("name", [n for n in fixture_modules() if n in REPRESENTATIVE])
-def test_every_leaky_fixture_gets_a_verified_fix_and_no_clean_one_an_edit(
-    name: str, registry_fixed: tuple[Path, dict[str, Any], dict[str, Any]]
-) -> None:
-    root, fixed, checked = registry_fixed
-    leaky = importlib.import_module(f"fixtures.{name}").EXPECTED["train"][0] == "leak"
-    fixes = [f for f in fixed["fixes"] if f["target"] == fixture_target(name)]
-    after = [r["verdict"] for r in checked["results"] if r["target"] == fixture_target(name)]
-    unchanged = (root / "fixtures" / f"{name}.py").read_bytes() == (
-        FIXTURES / f"{name}.py"
-    ).read_bytes()
-    if not leaky:
-        assert fixes == [] and unchanged and after == ["clean"]
-    elif name in NO_SAFE_EDIT:
-        assert fixes and all(f["status"] == "none" and not f["applied"] for f in fixes), fixes
-        assert unchanged and after == ["leak"]
-    else:
-        assert fixes and all(f["status"] == "verified" and f["applied"] for f in fixes), fixes
-        assert not unchanged and after == ["clean"], after

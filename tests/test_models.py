@@ -32,6 +32,14 @@ DIFFERENT = {
         ("full-finetune", "ema_update", mode): ("leak", [f"engine.ema[{i}]" for i in range(11)])
         for mode in ("train", "forward-only")
     },
+    # target_network keeps one target tensor per trainable parameter, as ema_update does
+    **{
+        ("full-finetune", "target_network", mode): (
+            "leak",
+            [f"engine.targets[{i}]" for i in range(11)],
+        )
+        for mode in ("train", "forward-only")
+    },
     # Reentrant checkpointing re-runs each block's forward during backward,
     # so a forward hook that stores outputs stores two per step, both attached.
     ("reentrant-checkpoint", "model_state", "train"): (

@@ -18,12 +18,23 @@
 #   that belongs outside autograd, and refused by the proof anywhere a backward
 #   needs the graph (the job fails, or a gradient changes).
 # Only a file of the project that imports ``torch`` by a name is edited so.
+
+# NOTE [Updates that belong under no_grad]
+# A target network's Polyak update (``target.copy_(tau * p + (1 - tau) * target)``)
+# or an average kept with ``ema.mul_(d).add_(p, alpha=1 - d)`` is an in-place update
+# of a tensor that autograd records: the updated tensor joins the step's graph and
+# keeps it, step after step. The judge's edit detaches the names the line reads;
+# the edit a person writes runs the statement under ``torch.no_grad()``, and that is
+# the one offered (:func:`under_no_grad`), over two lines
+# (``with torch.no_grad():`` and the statement one level in), proven like every
+# edit: the holder gone and every gradient unchanged.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 
 from leakscope.errors import LeakscopeError
@@ -117,8 +128,67 @@ def from_created_line(finding: Finding) -> tuple[Edit, bool] | None:
     elif isinstance(statement, ast.AugAssign):
         return None
     else:
-        after, carry = f"with {torch}.no_grad(): {code}", False
+        after, carry = no_grad_wrapped(torch, code), False
     return Edit(source.file, source.line, column, code, after), carry
+
+
+def no_grad_wrapped(torch: str, code: str) -> str:
+    """``code`` (one statement) run under ``torch.no_grad()``: an edit's ``after`` of two lines, the
+    statement one level in (NOTE [An edit applies only to the line it was derived from])."""
+    return f"with {torch}.no_grad():\n    {code}"
+
+
+#: an in-place tensor update (``t.copy_(...)``, ``ema.mul_(d).add_(p)``): a method named like ``x_``
+_IN_PLACE = re.compile(r"[a-z][a-z0-9_]*[a-z0-9]_")
+
+
+def _in_place_update(code: str) -> bool:
+    """Whether ``code`` is one statement that only updates a tensor in place: a call of an in-place
+    tensor method, its result unused (a target network's ``target.copy_(tau * p + ...)``)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Expr):
+        return False
+    call = tree.body[0].value
+    return (
+        isinstance(call, ast.Call)
+        and isinstance(call.func, ast.Attribute)
+        and _IN_PLACE.fullmatch(call.func.attr) is not None
+    )
+
+
+def under_no_grad(finding: Finding) -> Edit | None:
+    """For a leak whose edit rewrites an in-place update of a tensor (NOTE [Updates that belong under
+    no_grad]), the edit that runs the statement under ``torch.no_grad()`` instead; None otherwise."""
+    edit = finding.edit
+    if edit is None or finding.severity is not Severity.LEAK or not in_project(edit.file):
+        return None
+    code = edit.before.split("#", 1)[0].rstrip() if "#" in edit.before else edit.before
+    if ";" in code or not _in_place_update(code):
+        return None
+    try:
+        torch = _torch_name(ast.parse(read_source(Path(edit.file))))
+    except (OSError, SyntaxError, LeakscopeError):
+        return None
+    if torch is None:
+        return None
+    return dataclasses.replace(edit, after=no_grad_wrapped(torch, edit.before))
+
+
+def with_no_grad_updates(report: Report) -> Report:
+    """``report`` with :func:`under_no_grad`'s edit in place of the judge's for each in-place update."""
+    results = []
+    for result in report.results:
+        findings = []
+        for finding in result.findings:
+            wrapped = under_no_grad(finding)
+            findings.append(
+                finding if wrapped is None else dataclasses.replace(finding, edit=wrapped)
+            )
+        results.append(dataclasses.replace(result, findings=tuple(findings)))
+    return dataclasses.replace(report, results=tuple(results))
 
 
 def with_created_line_edits(report: Report) -> tuple[Report, set[Edit]]:
@@ -150,4 +220,12 @@ def explain_carries(
     }
 
 
-__all__ = ["CARRY_NOTE", "explain_carries", "from_created_line", "with_created_line_edits"]
+__all__ = [
+    "CARRY_NOTE",
+    "explain_carries",
+    "from_created_line",
+    "no_grad_wrapped",
+    "under_no_grad",
+    "with_created_line_edits",
+    "with_no_grad_updates",
+]

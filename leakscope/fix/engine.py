@@ -57,7 +57,7 @@ class _EngineProver:
     def __init__(self, target: str, options: CheckOptions) -> None:
         from leakscope.adapters.registry import resolve_specs
         from leakscope.errors import LeakscopeError
-        from leakscope.harness.gradients import compare, record_train_step
+        from leakscope.harness.gradients import record_train_step, unedited_error
 
         self.target, self.options = target, options
         self.since = set(sys.modules)
@@ -67,15 +67,11 @@ class _EngineProver:
             spec = resolve_specs(target, options)[0]
             phase("the unedited step, twice", target=target)
             self.base = record_train_step(spec, options)
-            again = compare(self.base, record_train_step(spec, options))
+            second = record_train_step(spec, options)
             del spec
-            if again.error is not None:
-                self.base_error = again.error
-            elif again.changed is not None:
-                self.base_error = (
-                    f"the unedited step's {again.changed} differs between two runs with the same seed and micro-batch:"
-                    " the step is not deterministic, so a changed gradient could not be told from noise"
-                )
+            self.base_error = unedited_error(
+                self.base, second, what="step", alike="the same seed and micro-batch"
+            )
         except LeakscopeError as exc:
             self.base_error = f"the unedited step could not run: {exc.message}"
 

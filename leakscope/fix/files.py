@@ -10,7 +10,9 @@ rule for what an :class:`~leakscope.results.Edit` does to a file, used by all th
 # without indentation or trailing whitespace). It replaces exactly that text
 # and keeps the indentation and the line ending. If the line no longer reads
 # ``before`` (the file was edited since the check), the edit is refused with
-# the line as it reads now, never applied somewhere else or fuzzily.
+# the line as it reads now, never applied somewhere else or fuzzily. An ``after``
+# may be several lines (a statement wrapped in ``with torch.no_grad():``): each
+# line after the first starts at the same indentation as the first, plus its own.
 """
 
 from __future__ import annotations
@@ -113,7 +115,8 @@ def applied(text: str, edits: Sequence[Edit], *, name: str = "the file") -> str:
                 f"{name}:{number} reads {body.strip()!r}, not {edit.before!r} as when it was checked:"
                 " the file changed since the check; run leakscope fix again"
             )
-        lines[number - 1] = f"{indent}{edit.after}{ending}"
+        # an ``after`` of several lines: each one after the first indented as the first
+        lines[number - 1] = indent + edit.after.replace("\n", (ending or "\n") + indent) + ending
     return "".join(lines)
 
 

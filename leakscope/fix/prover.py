@@ -102,12 +102,17 @@ def prove_groups(
     groups = [from_data(EditGroup, g) for g in request["groups"]]
     original: dict[str, list[str]] = request["original"]
     verified = []
+    lines: set[tuple[str, int]] = set()
     for i, group in enumerate(groups):
         phase(f"proving fix {i + 1} of {len(groups)}", target=target)
         proof = prove([group.edit])
         write_record(out, {"group": i, "proof": to_data(proof)})
-        if decide(group, proof, original)[0]:
+        line = (group.edit.file, group.edit.line)
+        # a second verified edit of a line already taken waits for the next run (``--apply`` writes
+        # the first and says so), so it is not proven together with the first
+        if decide(group, proof, original)[0] and line not in lines:
             verified.append(i)
+            lines.add(line)
     if len(verified) >= 2:
         phase("proving the verified fixes together", target=target)
         proof = prove([groups[i].edit for i in verified])

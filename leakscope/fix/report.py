@@ -22,10 +22,12 @@ def verdicts_of(
     report: Report,
     prove: Callable[[str, list[EditGroup], dict[str, list[str]]], TargetProof],
     root: str | None = None,
+    proven_into: list[TargetProof] | None = None,
 ) -> Verdicts:
     """``(verified, reason)`` for each ``(target, edit)`` of the report, proven target by target with
     ``prove`` (:func:`prove_target`). Edits verified one by one but not together are not verified.
-    ``root``: only files under this directory are edited (None: anywhere)."""
+    ``root``: only files under this directory are edited (None: anywhere). ``proven_into``: each
+    target's proof is appended there too (:func:`what_was_compared` reads them)."""
     groups = edit_groups(report, root)
     verdicts: Verdicts = {}
     for target in dict.fromkeys(g.target for g in groups):
@@ -37,6 +39,8 @@ def verdicts_of(
                     str(f.path) for f in leaking(result)
                 )
         proven = prove(target, mine, original)
+        if proven_into is not None:
+            proven_into.append(proven)
         for group, proof in zip(mine, proven.proofs, strict=True):
             verdicts[(target, group.edit)] = decide(group, proof, original)
         if proven.combined is not None:
@@ -54,6 +58,24 @@ def verdicts_of(
     return verdicts
 
 
+def what_was_compared(proven: Sequence[TargetProof], usual: str) -> tuple[str, bool]:
+    """The fix report's footer: ``(what the proofs compared, whether any compared a tensor)``. ``usual``
+    when one did; else the sentence a proof gave instead (a job that runs no backward), else that no
+    proof got as far as comparing (each one's reason is on its fix)."""
+    checks = [
+        proof.gradients
+        for target in proven
+        for proof in (*target.proofs, *([target.combined[1]] if target.combined else []))
+        if proof.gradients is not None
+    ]
+    if any(c.compared > 0 for c in checks):
+        return usual, True
+    instead = next((c.subject for c in checks if c.error is None and c.changed is None), None)
+    if instead is not None:
+        return f"no gradient compared: {instead}", False
+    return "no gradient compared: no proof got as far as its comparison (each fix says why)", False
+
+
 def fix_report(
     report: Report,
     verdicts: Verdicts,
@@ -62,6 +84,7 @@ def fix_report(
     tolerance: str,
     root: str | None = None,
     compared: str | None = None,
+    gradients_compared: bool = True,
 ) -> FixReport:
     """The fix report: the check's report with each edit marked, a diff per edit against the file as it
     reads now, and with ``apply`` the verified edits written (NOTE [An edit applies only to the line it
@@ -170,7 +193,8 @@ def fix_report(
         tolerance,
         apply,
         "".join(patch),
-        *([compared] if compared is not None else []),
+        compared if compared is not None else FixReport.compared,
+        gradients_compared,
     )
 
 
@@ -183,4 +207,4 @@ def _one_per_line(edits: Sequence[Edit]) -> list[Edit]:
     return list(chosen.values())
 
 
-__all__ = ["Verdicts", "fix_report", "verdicts_of"]
+__all__ = ["Verdicts", "fix_report", "verdicts_of", "what_was_compared"]

@@ -57,6 +57,16 @@ def _seed() -> None:
             numpy.random.seed(0)
 
 
+def _drop_process_group() -> None:
+    """Destroy the default process group a run of the job left (a run stopped after its compared
+    steps never reaches the job's own ``destroy_process_group()``), so the next run can create its own."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
 @contextlib.contextmanager
 def _job_source(script: str, texts: Mapping[Path, str], since: set[str]) -> Iterator[bytes | None]:
     """The edited modules in place for a run; yields the script's edited text as bytes (None: as on disk)."""
@@ -65,8 +75,11 @@ def _job_source(script: str, texts: Mapping[Path, str], since: set[str]) -> Iter
 
     path = Path(script).resolve()
     text = next((t for p, t in texts.items() if p.resolve() == path), None)
-    with edited_modules(texts, since=since):
-        yield None if text is None else text.encode(source_encoding(path.read_bytes()))
+    try:
+        with edited_modules(texts, since=since):
+            yield None if text is None else text.encode(source_encoding(path.read_bytes()))
+    finally:
+        _drop_process_group()
 
 
 def _steps(
@@ -157,7 +170,7 @@ class _ScriptProver:
 
     def __init__(self, request: dict[str, Any]) -> None:
         from leakscope.errors import LeakscopeError
-        from leakscope.harness.gradients import compare
+        from leakscope.harness.gradients import unedited_error
 
         self.script = str(request["script"])
         self.argv = [str(a) for a in request["argv"]]
@@ -172,18 +185,7 @@ class _ScriptProver:
             phase("the unedited job, twice", target=self.script)
             self.base = _steps(self.script, self.argv, {}, self.steps, self.since)
             second = _steps(self.script, self.argv, {}, self.steps, self.since)
-            again = (
-                compare(self.base, second) if self.base.tensors or second.tensors else None
-            )  # None: the job runs no backward (NOTE [Edits from the line that made the graph])
-            if again is None:
-                pass
-            elif again.error is not None:
-                self.base_error = again.error
-            elif again.changed is not None:
-                self.base_error = (
-                    f"the unedited job's {again.changed} differs between two runs with the same seeds:"
-                    " the job is not deterministic, so a changed gradient could not be told from noise"
-                )
+            self.base_error = unedited_error(self.base, second, what="job", alike="the same seeds")
         except LeakscopeError as exc:
             self.base_error = f"the unedited job could not run: {exc.message}"
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 
 from leakscope.fix.loading import in_project, outside
 from leakscope.harness.gradients import GradientCheck
-from leakscope.results import Edit, Finding, Report, Severity, TargetResult, Verdict
+from leakscope.results import Cause, Edit, Finding, Report, Severity, TargetResult, Verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +145,65 @@ def no_edit_reason(finding: Finding, root: str | None = None) -> str:
             f"not edited: {finding.edit.file}:{finding.edit.line} is outside the project being checked"
             f" ({root}); give --allow-outside to prove and write edits there"
         )
-    return "no one-line edit"
+    return f"no one-line edit: {_why_none(finding)}"
+
+
+def _why_none(finding: Finding) -> str:
+    """Why the judge derived no edit for ``finding``, in one clause, from the holder's kind (its path,
+    cause and store) and the hint the judge wrote for it."""
+    path, hint = str(finding.path), finding.hint
+    if path == "<unknown holder>":
+        return "no holder of the graph was found, so there is no line to change"
+    if path == "<reference cycle>" or finding.cause is Cause.UNTIL_GC:
+        return (
+            "a reference cycle keeps the graph until the garbage collector runs; the change (keep the"
+            " collector on, or break the cycle) is not one line"
+        )
+    if "__traceback__" in path:
+        return (
+            "a stored exception's traceback keeps its frames' locals; the change (keep str(e), or clear"
+            " its frames) is not one line"
+        )
+    if ".gi_frame" in path or ".cr_frame" in path:
+        return (
+            "a suspended generator or coroutine keeps its frame's locals; the change (close it, or"
+            " await it) is not one line"
+        )
+    if "keeps a graph node" in hint:
+        return "a graph node itself is kept (a grad_fn, a GradientEdge), and no detach releases a node's graph"
+    if "_hooks[" in path:
+        return "a hook's closure keeps the tensor, and no detach on the line that registers the hook removes it"
+    if "lru_cache" in hint:
+        return (
+            "functools.lru_cache keeps what the cached function returned, and the step's loss is"
+            " computed from it, so detaching its return would cut a gradient"
+        )
+    if path.endswith(".grad"):
+        return (
+            "a leaf's .grad holds a graph (a backward with create_graph=True made it); the change is"
+            " at that backward, or clearing .grad after use, not at a store"
+        )
+    if "[<" in path:
+        return (
+            "it is kept under a key that is an object (a tensor key), not a name or a number, so no"
+            " store is matched to one line"
+        )
+    if finding.stored_at is None and finding.store_op is None:
+        return (
+            "no line was traced storing it (the store did not happen in the micro-batch whose stores"
+            " are traced), so there is no line to rewrite"
+        )
+    if "only after the loss is computed" in hint:
+        return (
+            "the step's loss is computed from the stored tensor, so detaching it where it is stored"
+            " would cut a gradient; detach it after the loss line instead"
+        )
+    if finding.store_op == "return":
+        return (
+            "the returned container keeps it inside an object no single expression rebuilds detached"
+            " (a tuple, a namespace)"
+        )
+    return "no rewrite of the line that stored it is known to keep every gradient"
 
 
 __all__ = ["EditGroup", "EditProof", "decide", "edit_groups", "leaking", "no_edit_reason"]

@@ -343,6 +343,25 @@ def compare(
     return GradientCheck(compared=compared, max_diff=worst, changed=changed, changed_by=changed_by)
 
 
+def unedited_error(first: StepTensors, second: StepTensors, *, what: str, alike: str) -> str | None:
+    """Why no edit can be proven against the unedited ``what`` (``step``, ``job``) run twice with
+    ``alike`` (the same seed and micro-batch, the same seeds): the two runs cannot be compared, or
+    they differ, so a changed gradient could not be told from noise. None when they agree, or when
+    neither ran a backward (a job with nothing to compare: NOTE [A script's fix is proven by
+    re-running it])."""
+    if not first.tensors and not second.tensors:
+        return None
+    again = compare(first, second)
+    if again.error is not None:
+        return again.error
+    if again.changed is not None:
+        return (
+            f"the unedited {what}'s {again.changed} differs between two runs with {alike}: the {what}"
+            " is not deterministic, so a changed gradient could not be told from noise"
+        )
+    return None
+
+
 def step_error(exc: LeakscopeError) -> GradientCheck:
     """A step that could not run: the comparison says why."""
     return GradientCheck(error=exc.message)
@@ -360,4 +379,5 @@ __all__ = [
     "plain_copy",
     "step_error",
     "tolerance",
+    "unedited_error",
 ]

@@ -73,7 +73,10 @@ def render_text(fixes: FixReport) -> str:
         if fix.edit is not None:
             edit = fix.edit
             lines.append(f"  at {edit.file}:{edit.line}: {edit.before}")
-            lines.append(f"  {' ' * len(f'at {edit.file}:{edit.line}:')} {edit.after}")
+            lines.extend(
+                f"  {' ' * len(f'at {edit.file}:{edit.line}:')} {after}"
+                for after in edit.after.split("\n")
+            )
             lines.append(f"  {fix.reason}")
             if fix.status is not FixStatus.VERIFIED:
                 lines.append(f"  fix: {fix.hint}")
@@ -83,7 +86,9 @@ def render_text(fixes: FixReport) -> str:
             lines.append(f"  fix: {fix.hint}")
         lines.append("")
     if any(f.status is not FixStatus.NONE for f in fixes.fixes):  # an edit was run, not only worded
-        lines.append(f"{fixes.compared}, {fixes.tolerance}")
+        lines.append(
+            f"{fixes.compared}, {fixes.tolerance}" if fixes.gradients_compared else fixes.compared
+        )
     lines.append(summary_line(fixes))
     return "\n".join(terminal(line) for line in lines) + "\n"
 

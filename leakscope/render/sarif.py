@@ -186,7 +186,9 @@ def sarif_fixes(finding: Finding) -> list[dict[str, object]]:
                                 "endLine": edit.line,
                                 "endColumn": edit.column + len(edit.before),
                             },
-                            "insertedContent": {"text": edit.after},
+                            "insertedContent": {
+                                "text": edit.after.replace("\n", "\n" + " " * (edit.column - 1))
+                            },
                         }
                     ],
                 }

@@ -235,7 +235,7 @@ def edit_lines(edit: Edit) -> tuple[str, str]:
     """The edited line before and after, indented as at ``edit.column`` (with spaces: a report carries
     no file text, so a tab-indented line shows as spaces)."""
     indent = " " * (edit.column - 1)
-    return f"{indent}{edit.before}", f"{indent}{edit.after}"
+    return f"{indent}{edit.before}", indent + edit.after.replace("\n", "\n" + indent)
 
 
 __all__ = [
