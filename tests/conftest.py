@@ -192,6 +192,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 #: The modules that take longest under the README's command, longest first (measured with
 #: ``--durations`` and per-module wall and CPU time; NOTE [Slowest modules first]).
 SLOWEST = (
+    # every fixture fixed and proven (tests/test_fix_corpus*.py): the two largest modules
+    "tests/test_fix_corpus_scripts.py",
+    "tests/test_fix_corpus.py",
     # the fix modules are the largest CPU cost (about 17, 13 and 7 CPU minutes in the last quiet
     # run); test_fix.py was 16th here and the other two not listed, so they started late
     "tests/test_fix.py",

@@ -270,14 +270,25 @@ def _script(name: str, tmp: Path) -> dict[str, Any]:
     }
 
 
-CASES = [
-    *(pytest.param("engine", n, id=n) for n in fixture_modules()),
-    *(
-        pytest.param("script", p.stem, id=f"scripts/{p.stem}")
-        for p in sorted(SCRIPTS.glob("*.py"))
-        if not p.name.startswith("_")
-    ),
-]
+def check_script(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Script ``name`` made clean by its verified edits, its gradients unchanged (the proof's), or a
+    one-line reason; its ``--clean`` variant gets no edit."""
+    ran = _script(name, tmp_path_factory.getbasetemp())
+    # the clean look-alike of the same script (``--clean``): nothing to fix, nothing written
+    assert ran["clean"] == (0, [], True), ran["clean"]
+    fixes = ran["doc"]["fixes"]
+    assert fixes, f"scripts/{name} is leaky, and fix found nothing: {ran['stderr'][-3000:]}"
+    if name in NO_SAFE_EDIT:
+        _assert_no_safe_edit(name, fixes)
+        assert ran["code"] == 1 and not ran["changed"]
+        return
+    for fix in fixes:
+        _assert_written(fix, ran["folder"], ran["fixed"])
+    assert ran["code"] == 0 and ran["changed"], ran["stderr"][-3000:]
+    assert ran["watched"] == 0, f"scripts/{name} still leaks after its fixes"
+
+
+CASES = [pytest.param("engine", n, id=n) for n in fixture_modules()]
 
 
 @pytest.mark.parametrize(("kind", "name"), CASES)
@@ -288,19 +299,7 @@ def test_fix_apply_makes_every_leaky_fixture_clean_with_the_same_gradients(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     if kind == "script":
-        ran = _script(name, tmp_path_factory.getbasetemp())
-        # the clean look-alike of the same script (``--clean``): nothing to fix, nothing written
-        assert ran["clean"] == (0, [], True), ran["clean"]
-        fixes = ran["doc"]["fixes"]
-        assert fixes, f"scripts/{name} is leaky, and fix found nothing: {ran['stderr'][-3000:]}"
-        if name in NO_SAFE_EDIT:
-            _assert_no_safe_edit(name, fixes)
-            assert ran["code"] == 1 and not ran["changed"]
-            return
-        for fix in fixes:
-            _assert_written(fix, ran["folder"], ran["fixed"])
-        assert ran["code"] == 0 and ran["changed"], ran["stderr"][-3000:]
-        assert ran["watched"] == 0, f"scripts/{name} still leaks after its fixes"
+        check_script(name, tmp_path_factory)
         return
     seen = request.getfixturevalue("engines")[name]
     root, fixes, after = seen["root"], seen["fixes"], seen["after"]
