@@ -62,6 +62,8 @@ NO_SAFE_EDIT: dict[str, tuple[str, ...]] = {
     "weak_key_cache": ("kept under a key that is an object",),
     # scripts: the RNN's carried state, whose detach truncates backpropagation through time, and the
     # loss line's detach, which the proof shows cuts a gradient
+    # scripts: a backward(create_graph=True)'s gradients kept into the next step (reset, not detach)
+    "second_order": ("a leaf's .grad holds a graph",),
     "rnn_stream": (CARRY_NOTE, "not verified: the edit changes the gradient of "),
 }
 

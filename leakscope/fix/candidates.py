@@ -99,6 +99,8 @@ def from_created_line(finding: Finding) -> tuple[Edit, bool] | None:
     source = finding.source
     if finding.edit is not None or source is None or finding.severity is not Severity.LEAK:
         return None
+    if finding.path.grad_slot():
+        return None  # its line is the backward (NOTE [A gradient that keeps a graph])
     if not in_project(source.file):
         return None
     try:
