@@ -249,7 +249,9 @@ def _bounded_watch(
     the leaky one), then watched with no flags; the run and its one result."""
     counted = _run([script, "--steps", "4", *variant], _env(LEAKSCOPE_FIXTURE_COUNT="1"))
     alive = [int(n) for n in re.findall(r"graph nodes alive at forward \d+: (\d+)", counted.stdout)]
-    assert len(alive) == 3 and (min(alive) > 0 if not variant else alive == [0, 0, 0]), counted.stdout
+    assert len(alive) == 3 and (min(alive) > 0 if not variant else alive == [0, 0, 0]), (
+        counted.stdout
+    )
     done = _run(["-m", "leakscope", "watch", "-f", "json", script, *variant], _env())
     (result,) = json.loads(done.stdout)["results"]
     return done, result
