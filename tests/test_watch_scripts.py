@@ -241,6 +241,22 @@ def test_every_torchrun_rank_is_watched_with_no_flags() -> None:
     assert done.returncode != 0, done.stderr[-3000:]
 
 
+def _bounded_watch(
+    script: str, variant: list[str]
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """A script that keeps one step's graph into the next forward (or, ``--clean``, none): confirmed
+    without leakscope (nodes alive when each forward starts: none for the twin, some each time for
+    the leaky one), then watched with no flags; the run and its one result."""
+    counted = _run([script, "--steps", "4", *variant], _env(LEAKSCOPE_FIXTURE_COUNT="1"))
+    alive = [int(n) for n in re.findall(r"graph nodes alive at forward \d+: (\d+)", counted.stdout)]
+    assert len(alive) == 3 and (min(alive) > 0 if not variant else alive == [0, 0, 0]), (
+        counted.stdout
+    )
+    done = _run(["-m", "leakscope", "watch", "-f", "json", script, *variant], _env())
+    (result,) = json.loads(done.stdout)["results"]
+    return done, result
+
+
 @pytest.mark.parametrize("clean", [False, True])
 def test_a_graph_alive_when_the_next_forward_starts_is_bounded(clean: bool) -> None:
     """NOTE [The loop's latest result]: ``self.last_loss = loss`` keeps one step's graph into the next
@@ -249,11 +265,7 @@ def test_a_graph_alive_when_the_next_forward_starts_is_bounded(clean: bool) -> N
     without leakscope first: autograd nodes reachable from live tensors when each forward starts."""
     script = str(SCRIPTS / "last_loss.py")
     variant = ["--clean"] if clean else []
-    counted = _run([script, "--steps", "4", *variant], _env(LEAKSCOPE_FIXTURE_COUNT="1"))
-    alive = [int(n) for n in re.findall(r"graph nodes alive at forward \d+: (\d+)", counted.stdout)]
-    assert len(alive) == 3 and (alive == [0, 0, 0] if clean else min(alive) > 0), counted.stdout
-    done = _run(["-m", "leakscope", "watch", "-f", "json", script, *variant], _env())
-    (result,) = json.loads(done.stdout)["results"]
+    done, result = _bounded_watch(script, variant)
     leaks = {(f["path"], f["kind"]) for f in result["findings"] if f["severity"] == "leak"}
     if clean:
         assert (done.returncode, result["verdict"], leaks) == (0, "clean", set()), done.stderr
@@ -271,11 +283,7 @@ def test_a_gradient_kept_with_its_graph_is_reset_not_detached(clean: bool) -> No
     leakscope first: autograd nodes reachable from live tensors when each forward starts."""
     script = str(SCRIPTS / "second_order.py")
     variant = ["--clean"] if clean else []
-    counted = _run([script, "--steps", "4", *variant], _env(LEAKSCOPE_FIXTURE_COUNT="1"))
-    alive = [int(n) for n in re.findall(r"graph nodes alive at forward \d+: (\d+)", counted.stdout)]
-    assert len(alive) == 3 and (alive == [0, 0, 0] if clean else min(alive) > 0), counted.stdout
-    done = _run(["-m", "leakscope", "watch", "-f", "json", script, *variant], _env())
-    (result,) = json.loads(done.stdout)["results"]
+    done, result = _bounded_watch(script, variant)
     leaks = [f for f in result["findings"] if f["severity"] == "leak"]
     if clean:
         assert (done.returncode, result["verdict"], leaks) == (0, "clean", []), done.stderr
