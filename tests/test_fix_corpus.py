@@ -290,19 +290,10 @@ def check_script(name: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     assert ran["watched"] == 0, f"scripts/{name} still leaks after its fixes"
 
 
-CASES = [pytest.param("engine", n, id=n) for n in fixture_modules()]
-
-
-@pytest.mark.parametrize(("kind", "name"), CASES)
+@pytest.mark.parametrize("name", fixture_modules())
 def test_fix_apply_makes_every_leaky_fixture_clean_with_the_same_gradients(
-    kind: str,
-    name: str,
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
+    name: str, request: pytest.FixtureRequest
 ) -> None:
-    if kind == "script":
-        check_script(name, tmp_path_factory)
-        return
     seen = request.getfixturevalue("engines")[name]
     root, fixes, after = seen["root"], seen["fixes"], seen["after"]
     own = (root / "fixtures" / f"{name}.py").read_bytes() == (FIXTURES / f"{name}.py").read_bytes()

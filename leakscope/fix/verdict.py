@@ -178,7 +178,7 @@ def _why_none(finding: Finding) -> str:
             "functools.lru_cache keeps what the cached function returned, and the step's loss is"
             " computed from it, so detaching its return would cut a gradient"
         )
-    if path.endswith(".grad"):
+    if finding.path.grad_slot():  # NOTE [A gradient that keeps a graph]
         return (
             "a leaf's .grad holds a graph (a backward with create_graph=True made it); the change is"
             " at that backward, or clearing .grad after use, not at a store"
