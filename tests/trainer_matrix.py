@@ -37,6 +37,13 @@ class Release:
 
 
 TRL = "trl.trainer"
+#: the classes a TRL release before 0.12 exports that check refuses, and the line it says
+BEFORE_TRL_012 = {
+    "IterativeSFTTrainer": "IterativeSFTTrainer.__init__ takes no train_dataset (it trains on what the "
+    "script hands its own step())",
+    "PPOTrainer": "lacks a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is "
+    "PPOTrainer.step)",
+}
 RELEASES = (
     Release(
         ".venv-trl",
@@ -72,12 +79,7 @@ RELEASES = (
             "RewardTrainer": f"{TRL}.reward_trainer:RewardTrainer",
             "SFTTrainer": f"{TRL}.sft_trainer:SFTTrainer",
         },
-        refused={
-            "IterativeSFTTrainer": "IterativeSFTTrainer.__init__ takes no train_dataset (it trains on what the "
-            "script hands its own step())",
-            "PPOTrainer": "lacks a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is "
-            "PPOTrainer.step)",
-        },
+        refused=BEFORE_TRL_012,
     ),
     Release(
         ".venv-trl07",
@@ -93,12 +95,7 @@ RELEASES = (
             "RewardTrainer": f"{TRL}.reward_trainer:RewardTrainer",
             "SFTTrainer": f"{TRL}.sft_trainer:SFTTrainer",
         },
-        refused={
-            "IterativeSFTTrainer": "IterativeSFTTrainer.__init__ takes no train_dataset (it trains on what the "
-            "script hands its own step())",
-            "PPOTrainer": "lacks a PPOTrainer built on transformers.Trainer (before TRL 0.12 its step is "
-            "PPOTrainer.step)",
-        },
+        refused=BEFORE_TRL_012,
     ),
     Release(
         ".venv-trl04",
