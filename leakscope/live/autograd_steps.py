@@ -33,9 +33,9 @@
 # for its callbacks and ships its own ``Trainer.train``: neuromancer). A framework's step runs
 # before its backward (``training_step`` computes the loss it returns), so a backward while the
 # framework's method has never been called is the job's own training: the boundaries stop waiting
-# there, and the micro-batches run from the end of that backward (its forward was never watched; the
-# module calls before it, an evaluation or a sanity check, were never stepped). Module calls alone still wait: an evaluation before
-# ``fit`` is not an inference job.
+# there, and the micro-batches run from the end of that backward (its forward was never watched;
+# the module calls before it, an evaluation or a sanity check, were never stepped). Module calls
+# alone still wait: an evaluation before ``fit`` is not an inference job.
 #
 # NOTE [Alive when the next forward starts]
 # A micro-batch's graph is judged when the next one's forward starts: at the next outermost call

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from leakscope import __version__, phase
 from leakscope.errors import TargetError, UsageError
-from leakscope.live.autograd_steps import AutogradSteps
+from leakscope.live.autograd_steps import AutogradSteps, Boundary
 from leakscope.live.methods import DEFAULT_METHODS, MethodSpec, parse_method, uncovered_step
 from leakscope.live.observer import Observer, ObserverOptions, WatchStop
 from leakscope.live.patcher import Patcher
@@ -258,8 +258,6 @@ class Watch:
     def _methods(self) -> list[str]:
         """The step methods the report names: those patched, else those asked for (none when the steps
         came from autograd, even where a framework's method was patched and never called)."""
-        from leakscope.live.autograd_steps import Boundary
-
         stepped = self.autograd.boundary if self.autograd is not None else None
         if stepped is not None and stepped is not Boundary.METHOD:
             return []
